@@ -1,0 +1,3 @@
+from lore_gateway.cli.main import main
+
+main()

@@ -1,0 +1,71 @@
+"""Gateway configuration, read from ``LORE_*`` environment variables.
+
+Every setting has an embedded default so that ``lore serve`` works on a fresh
+machine with nothing configured. Command-line flags override the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MiB = 1024 * 1024
+
+
+def default_data_dir() -> Path:
+    """``$XDG_DATA_HOME/lore``, else ``~/.local/share/lore`` (the reference's location)."""
+    xdg = os.environ.get("XDG_DATA_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".local" / "share"
+    return base / "lore"
+
+
+class Settings(BaseSettings):
+    """All gateway settings. Field ``foo_bar`` is read from ``LORE_FOO_BAR``."""
+
+    model_config = SettingsConfigDict(env_prefix="LORE_", extra="ignore", frozen=True)
+
+    host: str = "127.0.0.1"
+    port: int = 3207
+
+    upstream_openai: str = "https://api.openai.com"
+    upstream_chatgpt: str = "https://chatgpt.com/backend-api"
+    upstream_anthropic: str = "https://api.anthropic.com"
+
+    data_dir: Path = Field(default_factory=default_data_dir)
+    log_level: str = "info"
+    log_format: str = "text"
+
+    # Largest request body accepted from a client. Agent requests carry the whole
+    # conversation; Claude Code's first request alone is ~76 KB and long sessions
+    # reach several MB, so the cap is generous.
+    max_request_bytes: int = 64 * MiB
+    # Upstream error bodies are relayed unchanged up to this size, then cut.
+    max_error_body_bytes: int = 4 * MiB
+    # Non-streamed upstream bodies are read whole; bound them.
+    max_response_body_bytes: int = 64 * MiB
+
+    # Memory
+    store: bool = True
+    store_max_message_bytes: int = 256 * 1024
+    embeddings: bool = True
+
+    @field_validator("upstream_openai", "upstream_chatgpt", "upstream_anthropic")
+    @classmethod
+    def _strip_trailing_slash(cls, value: str) -> str:
+        return value.rstrip("/")
+
+    @field_validator("log_level")
+    @classmethod
+    def _lower(cls, value: str) -> str:
+        return value.lower()
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "lore.db"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"

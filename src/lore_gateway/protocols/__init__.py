@@ -1,0 +1,1 @@
+"""Sans-IO models of the three wire protocols: Responses, Anthropic Messages, Chat Completions."""
