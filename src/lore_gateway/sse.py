@@ -1,0 +1,215 @@
+"""Incremental Server-Sent Events decoder and encoder (sans-IO).
+
+The decoder takes bytes as they arrive and returns whole frames. Every frame is
+returned, comment-only and empty ones included, each with the exact bytes it was
+made of: the concatenation of ``raw`` over all frames (plus whatever
+``close()`` returns) is the input, so a relay can forward the frames it does not
+change byte for byte.
+
+Parsing follows the WHATWG event-stream rules with the hardening of lore-spec
+D.1: any mix of CRLF, LF and CR line endings, a UTF-8 BOM stripped once at the
+start (even when split across chunks), and limits on the number of frames, the
+size of one event and the total size, each failing with an exact message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lore_gateway.protocols.common import ProtocolError
+
+MiB = 1024 * 1024
+
+# Real provider streams have a few thousand frames at most; 100k bounds a
+# hostile or looping upstream without ever touching a legitimate answer.
+DEFAULT_MAX_FRAMES = 100_000
+# The largest legitimate single event is a terminal that repeats the whole
+# output (response.completed); 4 MiB matches the reference gateway.
+DEFAULT_MAX_EVENT_BYTES = 4 * MiB
+
+_BOM = b"\xef\xbb\xbf"
+_CR = 0x0D
+_LF = 0x0A
+
+
+class SSELimitError(ProtocolError):
+    """A stream exceeded one of the decoder's limits. Never retried."""
+
+
+@dataclass(frozen=True, slots=True)
+class SSEEvent:
+    """One SSE frame.
+
+    ``event`` is the value of the ``event:`` field, or None when the frame has
+    none. ``data`` is the ``data:`` lines joined with ``"\\n"``; ``has_data`` is
+    False for frames made only of comments or unknown fields. ``raw`` is the
+    frame exactly as received, including its terminating blank line.
+    """
+
+    event: str | None
+    data: str
+    has_data: bool
+    raw: bytes
+
+    @property
+    def name(self) -> str:
+        """The event type as a client dispatches it (``message`` by default)."""
+        return self.event or "message"
+
+
+class SSEDecoder:
+    """Turns a byte stream into :class:`SSEEvent` frames, incrementally."""
+
+    def __init__(
+        self,
+        *,
+        max_frames: int = DEFAULT_MAX_FRAMES,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        max_total_bytes: int | None = None,
+        require_terminator: bool = False,
+    ) -> None:
+        self._max_frames = max_frames
+        self._max_event_bytes = max_event_bytes
+        self._max_total_bytes = max_total_bytes
+        self._require_terminator = require_terminator
+        self._buf = bytearray()
+        self._pos = 0  # start of the first unparsed line in _buf
+        self._frame_start = 0  # start of the current frame in _buf
+        self._lines: list[bytes] = []
+        self._frames = 0
+        self._total = 0
+        self._bom_checked = False
+        self._skip = 0  # BOM bytes at the start of the current frame's raw
+        self._closed = False
+
+    @property
+    def frames(self) -> int:
+        return self._frames
+
+    def feed(self, data: bytes) -> list[SSEEvent]:
+        """Add received bytes; return the frames they completed."""
+        if self._closed:
+            raise RuntimeError("SSEDecoder.feed() called after close()")
+        self._total += len(data)
+        if self._max_total_bytes is not None and self._total > self._max_total_bytes:
+            raise SSELimitError("SSE stream exceeded aggregate byte limit")
+        self._buf += data
+        if not self._bom_checked:
+            if len(self._buf) < len(_BOM) and _BOM.startswith(bytes(self._buf)):
+                return []
+            self._bom_checked = True
+            if self._buf.startswith(_BOM):
+                self._pos = self._skip = len(_BOM)
+        events = self._parse(final=False)
+        if len(self._buf) - self._frame_start > self._max_event_bytes:
+            raise SSELimitError(f"SSE event exceeded {self._max_event_bytes} byte limit")
+        return events
+
+    def close(self) -> list[SSEEvent]:
+        """Signal end of stream; return a final unterminated frame, if any."""
+        if self._closed:
+            return []
+        self._closed = True
+        events = self._parse(final=True)
+        rest = bytes(self._buf[self._frame_start :])
+        if rest:
+            content = rest[self._skip :] if self._frame_start == 0 else rest
+            if content.strip(b"\r\n") and self._require_terminator:
+                raise ProtocolError("unterminated SSE event at EOF")
+            if self._pos < len(self._buf):
+                self._lines.append(bytes(self._buf[self._pos :]))
+            events.append(self._build(rest))
+        self._buf.clear()
+        return events
+
+    def _parse(self, *, final: bool) -> list[SSEEvent]:
+        buf = self._buf
+        pos = self._pos
+        events: list[SSEEvent] = []
+        end = len(buf)
+        while pos < end:
+            lf = buf.find(b"\n", pos)
+            cr = buf.find(b"\r", pos, lf if lf != -1 else end)
+            if cr != -1:
+                if cr + 1 == end and not final:
+                    break  # a CR at the end may be the first half of CRLF
+                line_end = cr
+                next_pos = cr + 2 if cr + 1 < end and buf[cr + 1] == _LF else cr + 1
+            elif lf != -1:
+                line_end, next_pos = lf, lf + 1
+            else:
+                break
+            if line_end == pos:
+                raw = bytes(buf[self._frame_start : next_pos])
+                events.append(self._build(raw))
+                self._frame_start = next_pos
+            else:
+                self._lines.append(bytes(buf[pos:line_end]))
+            pos = next_pos
+        self._pos = pos
+        if self._frame_start > 64 * 1024 or (self._frame_start and self._frame_start == end):
+            del buf[: self._frame_start]
+            self._pos -= self._frame_start
+            self._frame_start = 0
+        return events
+
+    def _build(self, raw: bytes) -> SSEEvent:
+        self._frames += 1
+        if len(raw) > self._max_event_bytes:
+            raise SSELimitError(f"SSE event exceeded {self._max_event_bytes} byte limit")
+        if self._frames > self._max_frames:
+            raise SSELimitError(f"SSE stream exceeded {self._max_frames} frame limit")
+        self._skip = 0
+        lines, self._lines = self._lines, []
+        event: str | None = None
+        data: list[str] = []
+        for line in lines:
+            if line[:1] == b":":
+                continue
+            name, sep, value = line.partition(b":")
+            if sep and value[:1] == b" ":
+                value = value[1:]
+            if name == b"data":
+                data.append(_decode(value))
+            elif name == b"event":
+                event = _decode(value).strip()
+        return SSEEvent(event=event, data="\n".join(data), has_data=bool(data), raw=raw)
+
+
+def _decode(value: bytes) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProtocolError("malformed SSE UTF-8") from None
+
+
+def encode_event(name: str, data: str | bytes) -> bytes:
+    """Serialise one event. Always writes ``event:`` (the anthropic SDK drops
+    events without it) and always ends with a blank line (Codex drops a last
+    event that lacks one)."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    lines = payload.split(b"\n")
+    out = bytearray(b"event: ")
+    out += name.encode("utf-8")
+    out += b"\n"
+    for line in lines:
+        out += b"data: "
+        out += line
+        out += b"\n"
+    out += b"\n"
+    return bytes(out)
+
+
+def encode_comment(text: str) -> bytes:
+    """An SSE comment frame, e.g. a keepalive. Clients ignore it."""
+    return b": " + text.encode("utf-8") + b"\n\n"
+
+
+def looks_like_sse(prefix: bytes) -> bool:
+    """Sniff a body: does it start like an event stream?
+
+    Providers sometimes stream when asked for JSON, and the Codex backend may
+    omit the content-type, so the shape of the body decides (lore-spec I.6).
+    """
+    head = prefix.removeprefix(_BOM).lstrip()
+    return head.startswith((b"data:", b"event:", b"id:", b"retry:", b":"))

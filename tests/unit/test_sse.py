@@ -1,0 +1,125 @@
+"""SSE decoder/encoder: framing, line endings, BOM, limits, byte fidelity."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from lore_gateway.protocols.common import ProtocolError
+from lore_gateway.sse import (
+    SSEDecoder,
+    SSELimitError,
+    encode_comment,
+    encode_event,
+    looks_like_sse,
+)
+
+FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+
+
+def decode_all(chunks: list[bytes], **kw: int) -> list:
+    dec = SSEDecoder(**kw)
+    out = []
+    for c in chunks:
+        out += dec.feed(c)
+    out += dec.close()
+    return out
+
+
+def test_basic_event_fields_and_raw_bytes() -> None:
+    data = b'event: response.created\ndata: {"a":1}\n\n: keepalive\n\ndata: x\ndata: y\n\n'
+    events = decode_all([data])
+    assert [(e.event, e.data, e.has_data) for e in events] == [
+        ("response.created", '{"a":1}', True),
+        (None, "", False),
+        (None, "x\ny", True),
+    ]
+    assert events[2].name == "message"
+    assert b"".join(e.raw for e in events) == data
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"])
+def test_line_endings_split_at_every_byte(eol: bytes) -> None:
+    data = (b"event: a" + eol + b"data: 1" + eol + eol + b"data: 2" + eol + eol)
+    for cut in range(len(data) + 1):
+        events = decode_all([data[:cut], data[cut:]])
+        assert [(e.event, e.data) for e in events] == [("a", "1"), (None, "2")], cut
+        assert b"".join(e.raw for e in events) == data
+
+
+def test_mixed_line_endings() -> None:
+    events = decode_all([b"data: 1\r\n\ndata: 2\r\rdata: 3\n\r\n"])
+    assert [e.data for e in events] == ["1", "2", "3"]
+
+
+def test_bom_stripped_once_even_when_split() -> None:
+    data = b"\xef\xbb\xbfdata: 1\n\ndata: \xef\xbb\xbf2\n\n"
+    for cut in range(5):
+        events = decode_all([data[:cut], data[cut:]])
+        assert [e.data for e in events] == ["1", "\ufeff2"]
+        assert b"".join(e.raw for e in events) == data
+
+
+def test_unterminated_last_event_is_lenient_by_default_and_strict_on_request() -> None:
+    data = b"data: 1\n\ndata: 2\n"
+    events = decode_all([data])
+    assert [e.data for e in events] == ["1", "2"]
+    assert b"".join(e.raw for e in events) == data
+    dec = SSEDecoder(require_terminator=True)
+    dec.feed(data)
+    with pytest.raises(ProtocolError, match="^unterminated SSE event at EOF$"):
+        dec.close()
+
+
+def test_frame_limit() -> None:
+    dec = SSEDecoder(max_frames=2)
+    dec.feed(b"data: 1\n\n: c\n\n")
+    with pytest.raises(SSELimitError, match="^SSE stream exceeded 2 frame limit$"):
+        dec.feed(b"data: 3\n\n")
+
+
+def test_event_byte_limit_for_pending_and_complete_events() -> None:
+    with pytest.raises(SSELimitError, match="^SSE event exceeded 16 byte limit$"):
+        SSEDecoder(max_event_bytes=16).feed(b"data: " + b"x" * 20)
+    with pytest.raises(SSELimitError, match="^SSE event exceeded 16 byte limit$"):
+        SSEDecoder(max_event_bytes=16).feed(b"data: " + b"x" * 20 + b"\n\n")
+
+
+def test_total_byte_limit() -> None:
+    dec = SSEDecoder(max_total_bytes=10)
+    dec.feed(b"data: 1\n\n")
+    with pytest.raises(SSELimitError, match="^SSE stream exceeded aggregate byte limit$"):
+        dec.feed(b"data: 2\n\n")
+
+
+def test_malformed_utf8() -> None:
+    with pytest.raises(ProtocolError, match="^malformed SSE UTF-8$"):
+        decode_all([b"data: \xff\n\n"])
+
+
+def test_encode_always_has_event_line_and_blank_line() -> None:
+    assert encode_event("ping", '{"type":"ping"}') == b'event: ping\ndata: {"type":"ping"}\n\n'
+    assert encode_event("m", "a\nb") == b"event: m\ndata: a\ndata: b\n\n"
+    assert encode_comment("keepalive") == b": keepalive\n\n"
+    (ev,) = decode_all([encode_event("m", "a\nb")])
+    assert (ev.event, ev.data) == ("m", "a\nb")
+
+
+def test_sniff() -> None:
+    assert looks_like_sse(b"\xef\xbb\xbf  event: x")
+    assert looks_like_sse(b"data: {}")
+    assert not looks_like_sse(b'{"id": 1}')
+
+
+@pytest.mark.parametrize(
+    "path", sorted(itertools.chain(FIXTURES.glob("**/*.sse"))), ids=lambda p: p.name
+)
+def test_recorded_fixtures_round_trip_byte_for_byte(path: Path) -> None:
+    data = path.read_bytes()
+    for size in (1, 7, 4096):
+        chunks = [data[i : i + size] for i in range(0, len(data), size)]
+        events = decode_all(chunks)
+        assert b"".join(e.raw for e in events) == data
+        assert any(e.has_data for e in events)
