@@ -13,7 +13,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-bench_app = typer.Typer(help="Benchmarks. Each prints a table; --json adds machine-readable figures.")
+bench_app = typer.Typer(
+    help="Benchmarks. Each prints a table; --json adds machine-readable figures."
+)
 app.add_typer(bench_app, name="bench")
 
 
