@@ -1,0 +1,59 @@
+"""apsw connection helpers: one place that decides how the database file is opened.
+
+apsw rather than the stdlib ``sqlite3``: this Python's sqlite3 cannot load
+extensions, while apsw bundles a current SQLite with FTS5.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import apsw
+
+# A reader may briefly find the writer checkpointing; wait rather than fail.
+BUSY_TIMEOUT_MS = 5_000
+# 64 MiB of page cache per connection (negative = KiB). The store is read-heavy
+# during search; the default 2 MiB makes BM25 over a large corpus page-fault bound.
+CACHE_KIB = 64 * 1024
+
+ConnFactory = Callable[[], apsw.Connection]
+
+
+def connect(path: Path, *, readonly: bool = False) -> apsw.Connection:
+    """Open ``path`` in WAL mode with the pragmas every connection needs.
+
+    ``synchronous=NORMAL`` in WAL mode never corrupts the file on a crash; at worst
+    the last few commits before a power loss are lost, which is acceptable for a
+    memory store and keeps commits off fsync.
+    """
+    if readonly:
+        flags = apsw.SQLITE_OPEN_READONLY
+    else:
+        flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _create_private(path)
+    conn = apsw.Connection(str(path), flags=flags)
+    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+    if not readonly:
+        conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+    conn.execute("PRAGMA temp_store=MEMORY")
+    return conn
+
+
+def conn_factory(path: Path, *, readonly: bool = False) -> ConnFactory:
+    """A zero-argument opener, for threads that need their own connection."""
+    return partial(connect, path, readonly=readonly)
+
+
+def _create_private(path: Path) -> None:
+    """Create the file owner-only before SQLite does: it holds conversation text."""
+    with contextlib.suppress(FileExistsError):
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.close(fd)

@@ -1,0 +1,127 @@
+"""Versioned forward migrations of the memory database.
+
+Each migration runs once, in its own transaction, and records its version in
+``schema_version``. Migrations are only ever appended: a released version is never
+edited, so any older database upgrades by replaying the tail of the list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import apsw
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    description: str
+    sql: str
+
+
+_V1 = """
+CREATE TABLE turns(
+    id INTEGER PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    project TEXT NOT NULL,
+    session TEXT NOT NULL,
+    protocol TEXT NOT NULL,
+    model TEXT,
+    created_at REAL NOT NULL,
+    complete INTEGER NOT NULL,
+    dedup_key TEXT UNIQUE
+);
+-- Incomplete turns are rare; this partial index makes "supersede the failed attempt
+-- of this session" a lookup instead of a scan.
+CREATE INDEX turns_incomplete ON turns(tenant, session) WHERE complete = 0;
+
+CREATE TABLE messages(
+    id INTEGER PRIMARY KEY,
+    turn_id INTEGER NOT NULL REFERENCES turns(id) ON DELETE CASCADE,
+    tenant TEXT NOT NULL,
+    project TEXT NOT NULL,
+    session TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    role TEXT NOT NULL,
+    content TEXT NOT NULL,
+    tokens INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    truncated INTEGER NOT NULL DEFAULT 0,
+    meta TEXT
+);
+CREATE INDEX messages_tenant_session ON messages(tenant, session);
+CREATE INDEX messages_tenant_project ON messages(tenant, project);
+CREATE INDEX messages_created_at ON messages(created_at);
+CREATE INDEX messages_turn ON messages(turn_id);
+
+CREATE VIRTUAL TABLE messages_fts USING fts5(
+    content, content='messages', content_rowid='id', tokenize='porter unicode61'
+);
+CREATE TRIGGER messages_fts_ai AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+CREATE TRIGGER messages_fts_ad AFTER DELETE ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+END;
+CREATE TRIGGER messages_fts_au AFTER UPDATE OF content ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+
+CREATE TABLE embeddings(
+    message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+    model TEXT NOT NULL,
+    vector BLOB NOT NULL
+);
+
+CREATE TABLE sessions(
+    tenant TEXT,
+    id TEXT,
+    project TEXT,
+    first_seen REAL,
+    last_seen REAL,
+    turns INTEGER,
+    PRIMARY KEY (tenant, id)
+);
+
+CREATE TABLE kv(key TEXT PRIMARY KEY, value TEXT);
+"""
+
+MIGRATIONS: list[Migration] = [
+    Migration(1, "turns, messages + FTS5, embeddings, sessions, kv", _V1),
+]
+
+
+def current_version(conn: apsw.Connection) -> int:
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL)")
+    row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    return int(row[0]) if row is not None and row[0] is not None else 0
+
+
+def migrate(conn: apsw.Connection) -> int:
+    """Apply every migration newer than the database; return the resulting version.
+
+    Each step holds the write lock (``BEGIN IMMEDIATE``) while it re-reads the version,
+    so two processes opening a fresh file at once cannot both apply a migration. A
+    database written by a newer gateway is refused rather than guessed at.
+    """
+    latest = MIGRATIONS[-1].version
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = current_version(conn)
+            if version > latest:
+                raise RuntimeError(
+                    f"the memory database is at schema version {version}, newer than this "
+                    f"lore-gateway understands ({latest}); upgrade lore-gateway"
+                )
+            pending = [m for m in MIGRATIONS if m.version > version]
+            if not pending:
+                conn.execute("COMMIT")
+                return version
+            conn.execute(pending[0].sql)
+            conn.execute("INSERT INTO schema_version(version) VALUES (?)", (pending[0].version,))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
