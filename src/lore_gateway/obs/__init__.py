@@ -1,0 +1,1 @@
+"""Observability: structured logs (``obs.logging``) and Prometheus metrics (``obs.metrics``)."""

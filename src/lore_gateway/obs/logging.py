@@ -1,0 +1,200 @@
+"""Structured logs: human-readable by default, one JSON object per line on request.
+
+Both structlog loggers and plain stdlib loggers (uvicorn, aiohttp, the memory
+writer) go through the same processor chain, so every line gets the same
+timestamp, level, request tags and credential redaction whoever wrote it.
+
+Request tagging uses ``contextvars``: the ASGI handler calls ``bind_request()``
+when a request starts (each request runs in its own task, so tags never leak
+between requests) and ``bind_session()`` once identity is known. Session ids are
+cut to 16 characters, as in the reference gateway's diagnostics (lore-spec F.3).
+
+Logs never carry payloads or credentials. Callers must not log bodies or headers;
+``redact`` is the last line of defence for what slips through: values under
+credential-looking keys are replaced whole, and credential-shaped substrings
+(Bearer tokens, ``sk-…`` keys, JWTs) are cut out of every string.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import sys
+import uuid
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import Any
+
+import structlog
+from structlog.typing import EventDict, Processor, WrappedLogger
+
+from lore_gateway.memory.sanitize import REDACTED, redact_credentials
+
+SESSION_TAG_CHARS = 16
+# The log file is for `lore logs`, not an archive: 10 MiB x (1 + 3 rotated files).
+LOG_FILE_MAX_BYTES = 10 * 1024 * 1024
+LOG_FILE_BACKUPS = 3
+
+# Keys whose value is a credential whatever it looks like (an account id is a
+# plain UUID, so only its key gives it away). Compared lower-case, '_' as '-'.
+CREDENTIAL_KEYS = frozenset({
+    "authorization", "proxy-authorization", "x-api-key", "api-key", "apikey",
+    "chatgpt-account-id", "account-id", "cookie", "set-cookie", "token",
+    "access-token", "refresh-token", "id-token", "password", "secret", "openai-api-key",
+    "anthropic-api-key", "anthropic-auth-token", "credential", "credentials",
+})
+
+_HANDLER_MARK = "_lore_handler"
+
+
+def _is_credential_key(key: str) -> bool:
+    return key.lower().replace("_", "-") in CREDENTIAL_KEYS
+
+
+def _scrub(value: Any, depth: int = 0) -> Any:
+    if isinstance(value, str):
+        return redact_credentials(value)
+    if depth >= 4:
+        return value
+    if isinstance(value, dict):
+        return {
+            k: REDACTED if isinstance(k, str) and _is_credential_key(k) else _scrub(v, depth + 1)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_scrub(v, depth + 1) for v in value]
+    return value
+
+
+def redact(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
+    """structlog processor: remove anything credential-like from the event."""
+    for key in list(event_dict):
+        if _is_credential_key(key):
+            event_dict[key] = REDACTED
+        else:
+            event_dict[key] = _scrub(event_dict[key])
+    return event_dict
+
+
+def _render_exception_then_redact(
+    logger: WrappedLogger, method: str, event_dict: EventDict
+) -> EventDict:
+    # Tracebacks are rendered into a string first so that redaction sees them:
+    # an exception message can quote a header value.
+    event_dict = structlog.processors.format_exc_info(logger, method, event_dict)
+    return redact(logger, method, event_dict)
+
+
+def _shared_processors() -> list[Processor]:
+    return [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=False),
+        structlog.stdlib.ExtraAdder(),
+    ]
+
+
+def _formatter(fmt: str, *, colors: bool) -> structlog.stdlib.ProcessorFormatter:
+    renderer: Processor
+    if fmt == "json":
+        renderer = structlog.processors.JSONRenderer()
+    else:
+        renderer = structlog.dev.ConsoleRenderer(colors=colors)
+    return structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=_shared_processors(),
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            _render_exception_then_redact,
+            renderer,
+        ],
+    )
+
+
+def log_file_path(data_dir: Path) -> Path:
+    """Where the gateway writes its log, and where `lore logs` reads it."""
+    return data_dir / "logs" / "gateway.log"
+
+
+def configure_logging(level: str = "info", fmt: str = "text", log_file: Path | None = None) -> None:
+    """Route all logging to stderr and, when given, to a size-bounded rotating file.
+
+    ``fmt`` is ``"text"`` (human-readable, the default) or ``"json"`` (one object per
+    line). Safe to call again: handlers installed by an earlier call are replaced.
+    """
+    fmt = fmt.lower()
+    if fmt not in ("text", "json"):
+        raise ValueError(f"unknown log format {fmt!r}: set LORE_LOG_FORMAT to 'text' or 'json'")
+    numeric = logging.getLevelName(level.upper())
+    if not isinstance(numeric, int):
+        raise ValueError(
+            f"unknown log level {level!r}: set LORE_LOG_LEVEL to debug, info, warning or error"
+        )
+
+    structlog.configure(
+        processors=[
+            *_shared_processors(),
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if getattr(h, _HANDLER_MARK, False)]:
+        root.removeHandler(handler)
+        handler.close()
+
+    handlers: list[logging.Handler] = []
+    stderr = logging.StreamHandler(sys.stderr)
+    stderr.setFormatter(_formatter(fmt, colors=fmt == "text" and sys.stderr.isatty()))
+    handlers.append(stderr)
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        file_handler = logging.handlers.RotatingFileHandler(
+            log_file, maxBytes=LOG_FILE_MAX_BYTES, backupCount=LOG_FILE_BACKUPS,
+            encoding="utf-8",
+        )
+        file_handler.setFormatter(_formatter(fmt, colors=False))
+        handlers.append(file_handler)
+    for handler in handlers:
+        setattr(handler, _HANDLER_MARK, True)
+        root.addHandler(handler)
+    root.setLevel(numeric)
+    # uvicorn installs its own handlers unless told not to; send its records to ours.
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        uv = logging.getLogger(name)
+        uv.handlers.clear()
+        uv.propagate = True
+
+
+def get_logger(name: str | None = None) -> Any:
+    """A structlog logger; keyword arguments become fields (never pass payloads)."""
+    return structlog.stdlib.get_logger(name)
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def bind_request(request_id: str | None = None) -> str:
+    """Tag every log line of the current request (task) with its id; return the id."""
+    rid = request_id or new_request_id()
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(request_id=rid)
+    return rid
+
+
+def bind_session(session_id: str) -> None:
+    """Add the (truncated) session id to the current request's log lines."""
+    structlog.contextvars.bind_contextvars(session=session_id[:SESSION_TAG_CHARS])
+
+
+def clear_request() -> None:
+    structlog.contextvars.clear_contextvars()
+
+
+def request_tags() -> MutableMapping[str, Any]:
+    """The tags bound to the current request, e.g. for an ``x-request-id`` header."""
+    return structlog.contextvars.get_contextvars()

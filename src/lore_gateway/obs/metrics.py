@@ -1,0 +1,275 @@
+"""Prometheus metrics for ``GET /metrics``, on a registry of our own.
+
+A dedicated ``CollectorRegistry`` (not prometheus-client's global one) keeps the
+exposition to exactly what the gateway records, and lets an embedding process run
+its own metrics beside ours without name clashes.
+
+Every ``record_*`` function is O(1) and never raises: a metrics bug must not turn
+into a failed request. Label values that come from traffic (route, protocol,
+category) are bounded: after ``MAX_LABEL_VALUES`` distinct values per label the
+rest are counted as ``"other"``, so a misbehaving client cannot grow the registry.
+
+Prompt-cache read ratio: the counters ``lore_prompt_input_tokens_total`` (all
+input tokens, cached ones included) and ``lore_prompt_cache_read_tokens_total``
+give the ratio over any window in PromQL::
+
+    rate(lore_prompt_cache_read_tokens_total[5m]) / rate(lore_prompt_input_tokens_total[5m])
+
+``lore_prompt_cache_read_ratio`` is the same ratio since the gateway started, for
+people reading ``/metrics`` by eye.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+log = logging.getLogger(__name__)
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+# Distinct values kept per traffic-derived label before folding into "other".
+MAX_LABEL_VALUES = 64
+OTHER = "other"
+
+# Gateway overhead is the time we add on top of upstream: parsing, routing, the
+# SSE tap. The target is well under 5 ms, so most buckets live there.
+OVERHEAD_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005,
+    0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+)
+# Upstream time to first byte: model latency, from ~100 ms to long reasoning waits.
+TTFB_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+# Recall runs a local search: BM25 plus optional embeddings.
+RECALL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+requests_total = Counter(
+    "lore_requests",
+    "Requests handled, by route, HTTP status and protocol.",
+    ["route", "status", "protocol"],
+    registry=REGISTRY,
+)
+gateway_overhead_seconds = Histogram(
+    "lore_gateway_overhead_seconds",
+    "Time the gateway spent on a request, excluding the wait for upstream.",
+    ["protocol"],
+    buckets=OVERHEAD_BUCKETS,
+    registry=REGISTRY,
+)
+upstream_ttfb_seconds = Histogram(
+    "lore_upstream_ttfb_seconds",
+    "Time from sending the request upstream to its first response byte.",
+    ["protocol"],
+    buckets=TTFB_BUCKETS,
+    registry=REGISTRY,
+)
+recall_calls_total = Counter(
+    "lore_recall_calls",
+    "recall tool calls executed by the gateway, by protocol and outcome (ok/error).",
+    ["protocol", "outcome"],
+    registry=REGISTRY,
+)
+recall_results_total = Counter(
+    "lore_recall_results",
+    "Results returned to the model by recall calls.",
+    ["protocol"],
+    registry=REGISTRY,
+)
+recall_latency_seconds = Histogram(
+    "lore_recall_latency_seconds",
+    "Time to execute one recall call (search and formatting).",
+    ["protocol"],
+    buckets=RECALL_BUCKETS,
+    registry=REGISTRY,
+)
+followups_total = Counter(
+    "lore_followups",
+    "Follow-up upstream requests sent after a recall call.",
+    ["protocol"],
+    registry=REGISTRY,
+)
+followup_failures_total = Counter(
+    "lore_followup_failures",
+    "Failed recall continuations, by failure category (lore-spec C.7).",
+    ["protocol", "category"],
+    registry=REGISTRY,
+)
+empty_completions_total = Counter(
+    "lore_empty_completions",
+    "Completions delivered to the client with no text, tool call or thinking.",
+    ["protocol"],
+    registry=REGISTRY,
+)
+stored_turns_total = Counter(
+    "lore_stored_turns",
+    "Turns committed to the memory database.",
+    registry=REGISTRY,
+)
+storage_queue_depth = Gauge(
+    "lore_storage_queue_depth",
+    "Turns waiting in the memory writer's queue.",
+    registry=REGISTRY,
+)
+prompt_input_tokens_total = Counter(
+    "lore_prompt_input_tokens",
+    "Input tokens reported by upstream usage, cached tokens included.",
+    ["protocol"],
+    registry=REGISTRY,
+)
+prompt_cache_read_tokens_total = Counter(
+    "lore_prompt_cache_read_tokens",
+    "Input tokens upstream reported as read from its prompt cache.",
+    ["protocol"],
+    registry=REGISTRY,
+)
+prompt_cache_read_ratio = Gauge(
+    "lore_prompt_cache_read_ratio",
+    "cache_read / input tokens since start, per protocol (see module docs for PromQL).",
+    ["protocol"],
+    registry=REGISTRY,
+)
+
+_lock = threading.Lock()
+_seen: dict[str, set[str]] = {}
+_cache_totals: dict[str, tuple[int, int]] = {}
+_queue_depth_source: Callable[[], int] | None = None
+
+
+def _bounded(label: str, value: str) -> str:
+    """``value``, or ``"other"`` once ``label`` already has MAX_LABEL_VALUES values."""
+    seen = _seen.setdefault(label, set())
+    if value in seen:
+        return value
+    with _lock:
+        if len(seen) >= MAX_LABEL_VALUES:
+            return OTHER
+        seen.add(value)
+    return value
+
+
+def record_request(
+    route: str, status: int, protocol: str, overhead_s: float | None, ttfb_s: float | None
+) -> None:
+    """One finished request. ``overhead_s``/``ttfb_s`` are None when not measured
+    (a 404 never reaches upstream)."""
+    try:
+        proto = _bounded("protocol", protocol or "none")
+        requests_total.labels(_bounded("route", route), str(int(status)), proto).inc()
+        if overhead_s is not None and overhead_s >= 0:
+            gateway_overhead_seconds.labels(proto).observe(overhead_s)
+        if ttfb_s is not None and ttfb_s >= 0:
+            upstream_ttfb_seconds.labels(proto).observe(ttfb_s)
+    except Exception:
+        log.debug("metrics: record_request failed", exc_info=True)
+
+
+def record_recall(protocol: str, results: int, latency_s: float, *, ok: bool = True) -> None:
+    """One recall call executed by the gateway, and how many results it returned."""
+    try:
+        proto = _bounded("protocol", protocol)
+        recall_calls_total.labels(proto, "ok" if ok else "error").inc()
+        if results > 0:
+            recall_results_total.labels(proto).inc(results)
+        if latency_s >= 0:
+            recall_latency_seconds.labels(proto).observe(latency_s)
+    except Exception:
+        log.debug("metrics: record_recall failed", exc_info=True)
+
+
+def record_followup(protocol: str) -> None:
+    """A follow-up request sent upstream after a recall."""
+    try:
+        followups_total.labels(_bounded("protocol", protocol)).inc()
+    except Exception:
+        log.debug("metrics: record_followup failed", exc_info=True)
+
+
+def record_followup_failure(protocol: str, category: str) -> None:
+    """A recall continuation that failed; ``category`` is a lore-spec C.7 name."""
+    try:
+        followup_failures_total.labels(
+            _bounded("protocol", protocol), _bounded("category", category)
+        ).inc()
+    except Exception:
+        log.debug("metrics: record_followup_failure failed", exc_info=True)
+
+
+def record_empty_completion(protocol: str) -> None:
+    """An empty completion delivered to the client (lore-spec F.1)."""
+    try:
+        empty_completions_total.labels(_bounded("protocol", protocol)).inc()
+    except Exception:
+        log.debug("metrics: record_empty_completion failed", exc_info=True)
+
+
+def record_stored_turns(count: int = 1) -> None:
+    """Turns committed by the memory writer."""
+    try:
+        if count > 0:
+            stored_turns_total.inc(count)
+    except Exception:
+        log.debug("metrics: record_stored_turns failed", exc_info=True)
+
+
+def record_usage(protocol: str, input_tokens: int, cache_read_tokens: int) -> None:
+    """Prompt-cache accounting from one upstream usage report.
+
+    ``input_tokens`` must include the cached tokens. Providers differ: OpenAI's
+    ``input_tokens`` already includes ``input_tokens_details.cached_tokens``, while
+    Anthropic reports ``input_tokens`` *excluding* ``cache_read_input_tokens`` and
+    ``cache_creation_input_tokens``, so the caller adds those first.
+    """
+    try:
+        if input_tokens <= 0:
+            return
+        cache_read = max(0, min(cache_read_tokens, input_tokens))
+        proto = _bounded("protocol", protocol)
+        prompt_input_tokens_total.labels(proto).inc(input_tokens)
+        if cache_read:
+            prompt_cache_read_tokens_total.labels(proto).inc(cache_read)
+        with _lock:
+            total_in, total_read = _cache_totals.get(proto, (0, 0))
+            total_in += input_tokens
+            total_read += cache_read
+            _cache_totals[proto] = (total_in, total_read)
+        prompt_cache_read_ratio.labels(proto).set(total_read / total_in)
+    except Exception:
+        log.debug("metrics: record_usage failed", exc_info=True)
+
+
+def set_queue_depth_source(source: Callable[[], int] | None) -> None:
+    """Register the memory layer's queue-depth reader, read at scrape time.
+
+    ``None`` unregisters it (on ``Memory.close``); the gauge then reads 0.
+    """
+    global _queue_depth_source
+    _queue_depth_source = source
+    storage_queue_depth.set_function(_read_queue_depth)
+
+
+def _read_queue_depth() -> float:
+    source = _queue_depth_source
+    if source is None:
+        return 0.0
+    try:
+        return float(source())
+    except Exception:
+        return 0.0
+
+
+def render() -> tuple[bytes, str]:
+    """The body and Content-Type for ``GET /metrics`` (Prometheus text format 0.0.4)."""
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+set_queue_depth_source(None)
