@@ -1,0 +1,92 @@
+"""What must never reach the store: recall markers and anchors, and credentials.
+
+The recall markers are the gateway's own traces in a transcript (lore-spec B.6).
+Storing them would make the FTS index echo "📚 Searching …" back on later searches,
+so they are removed before a message is written. The patterns live here so the
+recall code that emits and parses them uses the very same definitions.
+
+Credential redaction is a second line of defence: headers are never stored, but a
+user may paste a key into a prompt or a tool may print one.
+"""
+
+from __future__ import annotations
+
+import re
+
+# --- recall markers and anchors (lore-spec B.6) --------------------------------------
+
+SCOPE_LABELS = {
+    "all": "all archives",
+    "session": "session history",
+    "project": "project archives",
+    "knowledge": "knowledge base",
+}
+
+_LABELS = "|".join(re.escape(label) for label in SCOPE_LABELS.values())
+# 📚 Searching <label> for "<query>"…   (U+1F4DA … U+2026). Matched wherever it
+# appears: a client may render the marker inline, mid-line.
+SEARCH_MARKER_RE = re.compile(rf'📚 Searching (?P<label>{_LABELS}) for "(?P<query>[^\n]*?)"…')
+# 📚 Fetching detail for <id>…   (ids look like t:123, k:abc, xk:…, lat:…)
+DETAIL_MARKER_RE = re.compile(r"📚 Fetching detail for (?P<id>[a-z]+:[^\s…]+)…")
+# The invisible anchor: <!-- lore-recall:<lower-case uuid v4> -->
+_UUID4 = r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
+ANCHOR_RE = re.compile(rf"<!-- lore-recall:(?P<uuid>{_UUID4}) -->")
+
+
+def strip_recall_traces(text: str) -> str:
+    """Remove marker lines and anchors, and the blank lines they leave behind."""
+    if "📚" not in text and "lore-recall:" not in text:
+        return text
+    stripped = ANCHOR_RE.sub("", text)
+    stripped = SEARCH_MARKER_RE.sub("", stripped)
+    stripped = DETAIL_MARKER_RE.sub("", stripped)
+    stripped = re.sub(r"[ \t]+\n", "\n", stripped)
+    return re.sub(r"\n{3,}", "\n\n", stripped).strip()
+
+
+# --- credentials ---------------------------------------------------------------------
+
+REDACTED = "[redacted]"
+
+_CREDENTIAL_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # Authorization: Bearer <token> (also "bearer" in curl commands and logs).
+    (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), rf"\1{REDACTED}"),
+    # x-api-key: <value> / "x-api-key": "<value>" / api_key=<value>
+    (
+        re.compile(r"""(?i)\b((?:x-api-key|api[_-]?key)["']?\s*[:=]\s*["']?)[^\s"',;]{6,}"""),
+        rf"\1{REDACTED}",
+    ),
+    # Provider key shapes: sk-..., sk-ant-..., sk-proj-..., OAuth sk-ant-oat...
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), REDACTED),
+    # JWTs (ChatGPT access tokens and friends): three base64url parts, header first.
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"), REDACTED),
+)
+
+
+def redact_credentials(text: str) -> str:
+    for pattern, replacement in _CREDENTIAL_PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+# --- size cap ------------------------------------------------------------------------
+
+
+def cap_utf8(text: str, max_bytes: int) -> tuple[str, bool]:
+    """Cut ``text`` to at most ``max_bytes`` of UTF-8 plus an explicit note.
+
+    The note says how much was cut so that a reader (or the model, through recall)
+    knows the stored copy is partial. The cut never splits a character.
+    """
+    encoded = text.encode("utf-8")
+    total = len(encoded)
+    if total <= max_bytes:
+        return text, False
+    kept = encoded[:max_bytes].decode("utf-8", errors="ignore")
+    cut = total - len(kept.encode("utf-8"))
+    return f"{kept}\n[lore: truncated {cut:,} of {total:,} bytes]", True
+
+
+def clean_for_storage(text: str, max_bytes: int) -> tuple[str, bool]:
+    """Everything a message goes through before it is written: strip, redact, cap."""
+    return cap_utf8(redact_credentials(strip_recall_traces(text)), max_bytes)

@@ -1,0 +1,253 @@
+"""The ``Memory`` facade: the one object the proxy, the CLI and the benches hold.
+
+It wires the single writer thread, the search worker and (when the model is
+present) the embedding worker, and keeps every blocking call off the caller's
+event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import apsw
+
+from lore_gateway.config import Settings
+from lore_gateway.memory import catalog, db, identity, schema
+from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.writer import TurnWriter
+from lore_gateway.protocols.common import Message
+
+if TYPE_CHECKING:
+    from lore_gateway.memory.embed import Embedder
+    from lore_gateway.memory.search import Searcher, SearchResult
+    from lore_gateway.memory.vectors import EmbeddingWorker
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+Scope = Literal["session", "project", "all"]
+SCOPES: tuple[Scope, ...] = ("session", "project", "all")
+
+
+class PendingTurn:
+    """A turn in flight: its identity and new input, waiting for the response.
+
+    The proxy creates it before forwarding and ends it exactly once: ``complete``
+    when the response finished, ``abandon`` when it did not (client disconnect,
+    upstream failure). Whichever is called first wins; later calls do nothing, so
+    the proxy may call ``abandon`` unconditionally in a ``finally``.
+    """
+
+    __slots__ = ("_ended", "_lock", "_memory", "created_at", "identity", "inputs", "model",
+                 "protocol")
+
+    def __init__(self, memory: Memory, identity: Identity, protocol: str, model: str | None,
+                 inputs: Sequence[Message]) -> None:
+        self._memory = memory
+        self.identity = identity
+        self.protocol = protocol
+        self.model = model
+        self.inputs = tuple(inputs)
+        self.created_at = time.time()
+        self._lock = threading.Lock()
+        self._ended = False
+
+    def complete(self, outputs: Sequence[Message]) -> bool:
+        """Store input + the complete output; ``True`` if the turn was queued."""
+        return self._end(outputs, complete=True)
+
+    def abandon(self, partial_outputs: Sequence[Message] = ()) -> bool:
+        """Store input + whatever output arrived, marked incomplete (docs/memory.md)."""
+        return self._end(partial_outputs, complete=False)
+
+    def _end(self, outputs: Sequence[Message], *, complete: bool) -> bool:
+        with self._lock:
+            if self._ended:
+                return False
+            self._ended = True
+        messages = self.inputs + tuple(outputs)
+        if not messages:
+            return False
+        return self._memory.submit_turn(TurnRecord(
+            identity=self.identity, protocol=self.protocol, model=self.model,
+            messages=messages, created_at=self.created_at, complete=complete,
+        ))
+
+
+class Memory:
+    """The memory store: write path, search, detail lookup and housekeeping."""
+
+    def __init__(self, settings: Settings, *, salt: bytes, writer: TurnWriter,
+                 embedder: Embedder | None, embedding_worker: EmbeddingWorker | None) -> None:
+        self.settings = settings
+        self.salt = salt
+        self._writer = writer
+        self._conn_factory = db.conn_factory(settings.db_path)
+        self.embedder = embedder
+        self._embedding_worker = embedding_worker
+        # One search thread: searches are short, and a single worker bounds the CPU
+        # memory search can take from the proxy on a small machine.
+        self._search_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lore-search")
+        self._searcher: Searcher | None = None
+        self._reader: apsw.Connection | None = None
+        self._reader_lock = threading.Lock()
+
+    @classmethod
+    def open(cls, settings: Settings, *,
+             embedder: Embedder | Literal["auto"] | None = "auto") -> Memory:
+        """Open (creating and migrating) ``settings.db_path`` and start the workers.
+
+        ``embedder="auto"`` loads the offline MiniLM model when ``settings.embeddings``
+        is on and the weights are installed; ``None`` means BM25 only (the CLI's
+        browsing commands use that to start fast).
+        """
+        salt = identity.load_salt(settings.data_dir)
+        conn = db.connect(settings.db_path)
+        try:
+            schema.migrate(conn)
+        finally:
+            conn.close()
+        if embedder == "auto":
+            embedder = None
+            if settings.embeddings:
+                from lore_gateway.memory.embed import load_embedder
+
+                embedder = load_embedder()
+        worker: EmbeddingWorker | None = None
+        if embedder is not None:
+            from lore_gateway.memory.vectors import EmbeddingWorker
+
+            worker = EmbeddingWorker(db.conn_factory(settings.db_path), embedder)
+        writer = TurnWriter(
+            db.conn_factory(settings.db_path),
+            max_message_bytes=settings.store_max_message_bytes,
+            on_commit=worker.submit if worker is not None else None,
+        )
+        return cls(settings, salt=salt, writer=writer, embedder=embedder,
+                   embedding_worker=worker)
+
+    # --- identity and the write path -----------------------------------------------
+
+    def identify(self, protocol: str, headers: Mapping[str, str],
+                 body: Mapping[str, Any]) -> Identity:
+        """Tenant, project and session of a request (``headers`` lower-cased)."""
+        return identity.identify(protocol, headers, body, salt=self.salt)
+
+    def begin_turn(self, ident: Identity, *, protocol: str, model: str | None,
+                   inputs: Sequence[Message]) -> PendingTurn:
+        return PendingTurn(self, ident, protocol, model, inputs)
+
+    def submit_turn(self, turn: TurnRecord) -> bool:
+        """Queue a turn for the writer thread. Never blocks; ``False`` when not queued
+        (storage disabled, queue full, or closed)."""
+        if not self.settings.store:
+            return False
+        return self._writer.submit(turn)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every submitted turn is written (and, with embeddings, embedded)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._writer.flush(timeout):
+            raise TimeoutError(f"memory writer still busy after {timeout} s")
+        if self._embedding_worker is not None:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._embedding_worker.flush(remaining)
+
+    @property
+    def queue_depth(self) -> int:
+        return self._writer.queue_depth
+
+    @property
+    def dropped_turns(self) -> int:
+        return self._writer.dropped
+
+    # --- search and detail ---------------------------------------------------------
+
+    def search_sync(self, query: str, *, identity: Identity, scope: str = "all",
+                    limit: int = 10) -> SearchResult:
+        if scope not in SCOPES:
+            raise ValueError(f"unknown scope {scope!r}; use one of {', '.join(SCOPES)}")
+        return self._get_searcher().search(
+            query, tenant=identity.tenant, project=identity.project, session=identity.session,
+            scope=scope, limit=limit,
+        )
+
+    async def search(self, query: str, *, identity: Identity, scope: str = "all",
+                     limit: int = 10) -> SearchResult:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._search_pool,
+            lambda: self.search_sync(query, identity=identity, scope=scope, limit=limit),
+        )
+
+    def render(self, result: SearchResult, budget_chars: int = 12_000) -> str:
+        from lore_gateway.memory.render import render
+
+        return render(result, budget_chars=budget_chars)
+
+    def detail_sync(self, ref: str, *, tenant: str, offset: int = 0,
+                    limit: int = catalog.DETAIL_DEFAULT_CHARS) -> str:
+        return self._read(lambda conn: catalog.detail_text(conn, ref, tenant, offset, limit))
+
+    async def detail(self, ref: str, *, tenant: str, offset: int = 0,
+                     limit: int = catalog.DETAIL_DEFAULT_CHARS) -> str:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._search_pool,
+            lambda: self.detail_sync(ref, tenant=tenant, offset=offset, limit=limit),
+        )
+
+    def _get_searcher(self) -> Searcher:
+        # Imported on first use: browsing commands never pay for the search stack.
+        if self._searcher is None:
+            from lore_gateway.memory.search import Searcher
+
+            self._searcher = Searcher(self._conn_factory, self.embedder)
+        return self._searcher
+
+    # --- browsing and housekeeping (the CLI) ---------------------------------------
+
+    def tenants(self) -> list[catalog.TenantSummary]:
+        return self._read(catalog.tenants)
+
+    def sessions(self, tenant: str | None, *,
+                 project: str | None = None) -> list[catalog.SessionSummary]:
+        return self._read(lambda conn: catalog.sessions(conn, tenant, project=project))
+
+    def session_messages(self, tenant: str | None, session: str) -> list[catalog.StoredMessage]:
+        return self._read(lambda conn: catalog.session_messages(conn, tenant, session))
+
+    def count_turns(self, tenant: str | None, *, session: str | None = None,
+                    project: str | None = None) -> int:
+        return self._read(
+            lambda conn: catalog.count_turns(conn, tenant, session=session, project=project))
+
+    def delete(self, tenant: str | None, *, session: str | None = None,
+               project: str | None = None, progress: catalog.Progress | None = None) -> int:
+        """Delete one session's or project's turns on the writer thread; the turn count."""
+        return self._writer.run_job(lambda conn: catalog.delete_turns(
+            conn, tenant, session=session, project=project, progress=progress))
+
+    def _read(self, query: Callable[[apsw.Connection], T]) -> T:
+        with self._reader_lock:
+            if self._reader is None:
+                self._reader = db.connect(self.settings.db_path)
+            return query(self._reader)
+
+    def close(self) -> None:
+        """Write everything queued, stop the workers, close connections."""
+        self._writer.close()
+        if self._embedding_worker is not None:
+            self._embedding_worker.close()
+        self._search_pool.shutdown(wait=True)
+        with self._reader_lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None

@@ -1,0 +1,338 @@
+"""The single writer: one thread owns every write to the memory database.
+
+The proxy must never wait on storage, so it hands finished turns to a bounded
+queue (``submit`` never blocks) and this thread writes them. Each turn is atomic:
+it is written whole inside its own savepoint or not at all. When turns queue up,
+several whole turns share one commit, which is what lets an import or a benchmark
+write hundreds of thousands of turns without one fsync-bound commit each.
+
+Deletions and other maintenance run on the same thread as *jobs*, so there is
+never a second writer inside this process to contend with.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import apsw
+import orjson
+
+from lore_gateway.memory.db import ConnFactory
+from lore_gateway.memory.records import TurnRecord
+from lore_gateway.memory.sanitize import clean_for_storage
+
+log = logging.getLogger(__name__)
+
+# 10,000 queued turns is minutes of traffic from every agent on a workstation; if
+# the disk stalls longer than that, dropping (and counting) beats unbounded memory.
+DEFAULT_MAX_QUEUE = 10_000
+# Turns per commit when a backlog exists. Large enough to amortise the commit,
+# small enough that a reader never waits long behind the write lock.
+MAX_TURNS_PER_COMMIT = 256
+# Token estimate: about three characters per token for mixed prose and code
+# (the reference gateway's rule, lore-spec A.5). Cheap, and close enough to budget by.
+CHARS_PER_TOKEN = 3
+
+T = TypeVar("T")
+
+
+def estimate_tokens(text: str) -> int:
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+@dataclass(slots=True)
+class _Job(Generic[T]):
+    run: Callable[[apsw.Connection], T]
+    future: Future[T]
+
+
+_STOP = object()
+
+
+class TurnWriter:
+    """Owns the write connection and the queue that feeds it."""
+
+    def __init__(
+        self,
+        connect: ConnFactory,
+        *,
+        max_message_bytes: int,
+        max_queue: int = DEFAULT_MAX_QUEUE,
+        on_commit: Callable[[list[int]], None] | None = None,
+    ) -> None:
+        self._connect = connect
+        self._max_message_bytes = max_message_bytes
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=max_queue)
+        self._on_commit = on_commit
+        self._progress = threading.Condition()
+        self._submitted = 0
+        self._processed = 0
+        self.written = 0
+        self.dropped = 0
+        self.failed = 0
+        self.skipped = 0
+        self._thread = threading.Thread(target=self._run, name="lore-memory-writer", daemon=True)
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
+        self._thread.start()
+        self._started.wait()
+        if self._start_error is not None:
+            raise self._start_error
+
+    # --- caller side ---------------------------------------------------------------
+
+    @property
+    def queue_depth(self) -> int:
+        return self._queue.qsize()
+
+    def submit(self, turn: TurnRecord) -> bool:
+        """Queue a turn; ``False`` (and a warning) when the queue is full or closed."""
+        return self._put(turn)
+
+    def run_job(self, run: Callable[[apsw.Connection], T], timeout: float | None = None) -> T:
+        """Run ``run(conn)`` on the writer thread and wait for its result.
+
+        For maintenance (deletions); it waits behind every turn already queued.
+        """
+        future: Future[T] = Future()
+        job = _Job(run, future)
+        # A job is an explicit request from a CLI user: wait for room rather than drop.
+        with self._progress:
+            self._submitted += 1
+        self._queue.put(job, timeout=timeout)
+        return future.result(timeout)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything submitted so far is written; ``False`` on timeout."""
+        with self._progress:
+            target = self._submitted
+            return self._progress.wait_for(lambda: self._processed >= target, timeout)
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Write what is queued, then stop the thread."""
+        if not self._thread.is_alive():
+            return
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("memory writer did not finish within %.0f s; %d turns still queued",
+                        timeout or 0, self._queue.qsize())
+
+    def _put(self, item: object) -> bool:
+        if not self._thread.is_alive():
+            log.warning("memory writer is closed; turn not stored")
+            self.dropped += 1
+            return False
+        with self._progress:
+            self._submitted += 1
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            with self._progress:
+                self._submitted -= 1
+            self.dropped += 1
+            log.warning("memory write queue is full (%d turns); turn not stored "
+                        "(%d dropped so far)", self._queue.maxsize, self.dropped)
+            return False
+        return True
+
+    # --- writer thread -------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            conn = self._connect()
+        except BaseException as exc:
+            self._start_error = exc
+            self._started.set()
+            return
+        self._started.set()
+        try:
+            while True:
+                item = self._queue.get()
+                if item is _STOP:
+                    return
+                if isinstance(item, _Job):
+                    self._run_job(conn, item)
+                    continue
+                batch = [item]
+                stop_after = False
+                pending_job: _Job[Any] | None = None
+                while len(batch) < MAX_TURNS_PER_COMMIT:
+                    try:
+                        nxt = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is _STOP:
+                        stop_after = True
+                        break
+                    if isinstance(nxt, _Job):
+                        pending_job = nxt
+                        break
+                    batch.append(nxt)
+                self._write_batch(conn, batch)
+                if pending_job is not None:
+                    self._run_job(conn, pending_job)
+                if stop_after:
+                    return
+        finally:
+            conn.close()
+
+    def _done(self, count: int) -> None:
+        with self._progress:
+            self._processed += count
+            self._progress.notify_all()
+
+    def _run_job(self, conn: apsw.Connection, job: _Job[Any]) -> None:
+        try:
+            job.future.set_result(job.run(conn))
+        except BaseException as exc:
+            job.future.set_exception(exc)
+        finally:
+            self._done(1)
+
+    def _write_batch(self, conn: apsw.Connection, batch: list[object]) -> None:
+        message_ids: list[int] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for item in batch:
+                assert isinstance(item, TurnRecord)
+                try:
+                    with conn:  # a savepoint: one turn is all or nothing
+                        ids = write_turn(conn, item, self._max_message_bytes)
+                except apsw.Error:
+                    self.failed += 1
+                    log.exception("memory: could not store a turn of session %s",
+                                  item.identity.session)
+                    continue
+                if ids is None:
+                    self.skipped += 1
+                else:
+                    self.written += 1
+                    message_ids.extend(ids)
+            conn.execute("COMMIT")
+        except apsw.Error:
+            self.failed += len(batch)
+            log.exception("memory: a commit of %d turns failed; they are not stored", len(batch))
+            if not conn.getautocommit():
+                conn.execute("ROLLBACK")
+            message_ids = []
+        finally:
+            self._done(len(batch))
+        if message_ids and self._on_commit is not None:
+            try:
+                self._on_commit(message_ids)
+            except Exception:
+                log.exception("memory: the post-commit hook failed")
+
+
+def write_turn(conn: apsw.Connection, turn: TurnRecord, max_message_bytes: int) -> list[int] | None:
+    """Insert one turn; the new message ids, or ``None`` when nothing was written.
+
+    Nothing is written when every message is empty after cleaning, or when the
+    turn's ``dedup_key`` is already stored (an import seen before).
+    """
+    ident = turn.identity
+    metas = turn.metas if turn.metas is not None else (None,) * len(turn.messages)
+    rows: list[tuple[str, str, bool, dict[str, Any] | None]] = []
+    for message, meta in zip(turn.messages, metas, strict=True):
+        content, truncated = clean_for_storage(message.text, max_message_bytes)
+        if content.strip():
+            rows.append((message.role, content, truncated, meta))
+    if not rows:
+        return None
+    if turn.dedup_key is not None and not _claim_dedup_key(conn, turn.dedup_key):
+        return None
+    _supersede_incomplete(conn, turn, [content for role, content, _, _ in rows if role == "user"])
+    turn_id = _insert_turn(conn, turn)
+    ids: list[int] = []
+    for seq, (role, content, truncated, meta) in enumerate(rows):
+        conn.execute(
+            "INSERT INTO messages(turn_id, tenant, project, session, seq, role, content, tokens,"
+            " created_at, truncated, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (turn_id, ident.tenant, ident.project, ident.session, seq, role, content,
+             estimate_tokens(content), turn.created_at, int(truncated),
+             orjson.dumps(meta).decode() if meta is not None else None),
+        )
+        ids.append(conn.last_insert_rowid())
+    conn.execute(
+        "INSERT INTO sessions(tenant, id, project, first_seen, last_seen, turns)"
+        " VALUES (?,?,?,?,?,1) ON CONFLICT(tenant, id) DO UPDATE SET"
+        " project = excluded.project,"
+        " first_seen = min(first_seen, excluded.first_seen),"
+        " last_seen = max(last_seen, excluded.last_seen),"
+        " turns = turns + 1",
+        (ident.tenant, ident.session, ident.project, turn.created_at, turn.created_at),
+    )
+    return ids
+
+
+def _insert_turn(conn: apsw.Connection, turn: TurnRecord) -> int:
+    ident = turn.identity
+    conn.execute(
+        "INSERT INTO turns(tenant, project, session, protocol, model, created_at, complete,"
+        " dedup_key) VALUES (?,?,?,?,?,?,?,?)",
+        (ident.tenant, ident.project, ident.session, turn.protocol, turn.model,
+         turn.created_at, int(turn.complete), turn.dedup_key),
+    )
+    return conn.last_insert_rowid()
+
+
+def _claim_dedup_key(conn: apsw.Connection, key: str) -> bool:
+    """``False`` if this exact key is stored; else drop older versions of it."""
+    if conn.execute("SELECT 1 FROM turns WHERE dedup_key = ?", (key,)).fetchone() is not None:
+        return False
+    stable, sep, _version = key.partition("#")
+    if sep:
+        # '$' sorts right after '#': the range is every "<stable>#..." key.
+        for old_id in _int_column(conn.execute(
+            "SELECT id FROM turns WHERE dedup_key > ? AND dedup_key < ?",
+            (stable + "#", stable + "$"),
+        )):
+            _delete_turn(conn, old_id)
+    return True
+
+
+def _supersede_incomplete(conn: apsw.Connection, turn: TurnRecord, user_texts: list[str]) -> None:
+    """Drop earlier incomplete attempts of this session that carried the same input.
+
+    Clients retry a failed request with the same new input (Codex up to
+    ``stream_max_retries`` times); the retry's turn replaces the partial one so the
+    user's words are stored once.
+    """
+    if not user_texts:
+        return
+    ident = turn.identity
+    for old_id in _int_column(conn.execute(
+        "SELECT id FROM turns WHERE tenant = ? AND session = ? AND complete = 0",
+        (ident.tenant, ident.session),
+    )):
+        old_texts = [
+            row[0]
+            for row in conn.execute(
+                "SELECT content FROM messages WHERE turn_id = ? AND role = 'user' ORDER BY seq",
+                (old_id,),
+            )
+        ]
+        if old_texts == user_texts:
+            _delete_turn(conn, old_id)
+
+
+def _delete_turn(conn: apsw.Connection, turn_id: int) -> None:
+    row = conn.execute("SELECT tenant, session FROM turns WHERE id = ?", (turn_id,)).fetchone()
+    if row is None:
+        return
+    conn.execute("DELETE FROM turns WHERE id = ?", (turn_id,))
+    conn.execute(
+        "UPDATE sessions SET turns = turns - 1 WHERE tenant = ? AND id = ?", (row[0], row[1])
+    )
+
+
+def _int_column(cursor: apsw.Cursor) -> list[int]:
+    return [row[0] for row in cursor.fetchall() if isinstance(row[0], int)]
