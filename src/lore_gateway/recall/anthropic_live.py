@@ -1,0 +1,393 @@
+"""Live recall interception for an Anthropic Messages stream (lore-spec C.2), sans-IO.
+
+Upstream SSE events go in; the bytes the client should receive now come out.
+Nothing here touches a socket, the memory or the clock: the asyncio shell
+(``anthropic_handler``) reads the upstream, runs the recall and the follow-up,
+and asks this machine what to write.
+
+Two layers:
+
+* :class:`AnthropicRound` relays one upstream message (the principal or one
+  continuation). It hides every ``tool_use`` block named ``recall`` (start,
+  deltas and stop), renumbers the blocks after it so the client's indices stay
+  contiguous, and, once a recall was seen, holds back ``message_delta`` and
+  ``message_stop``: the shell decides later whether the message ends there.
+  Every event is also applied to the round's accumulated message, hidden ones
+  included, because the follow-up and the stored turn are built from it.
+* :class:`AnthropicRecallStream` splices rounds into what an Anthropic client
+  sees: the preamble message, a separate marker message (id
+  ``lore_marker_<12 hex>``) and the continuation message, each closed by one
+  ``message_stop``. The final ``message_delta`` carries the usage of all rounds.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from lore_gateway.protocols.common import ProtocolError
+from lore_gateway.recall.tool import RECALL_TOOL_NAME
+from lore_gateway.sse import SSEEvent, encode_event
+
+# The accumulated message is bounded like the Responses path's retained state
+# (lore-spec E.1, 16 MiB): a long extended-thinking answer is a few hundred KB.
+DEFAULT_MAX_STATE_BYTES = 16 * 1024 * 1024
+
+# Usage fields that are summed across rounds. Cache fields are summed only when
+# some round reported them, so a response without cache fields never grows any
+# (lore-spec C.3 "usage merge").
+_SUMMED_USAGE_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RecallCall:
+    """A hidden recall ``tool_use`` block, complete.
+
+    ``arguments`` is the input JSON text exactly as the model streamed it;
+    ``position`` is the block's index in the upstream message, which is where
+    the follow-up places the ``tool_use`` among the replayed blocks.
+    """
+
+    tool_use_id: str
+    arguments: str
+    position: int
+
+
+def _loads(event: SSEEvent) -> dict[str, Any]:
+    try:
+        payload = orjson.loads(event.data)
+    except orjson.JSONDecodeError:
+        raise ProtocolError(f"malformed JSON in Anthropic event {event.name}") from None
+    if not isinstance(payload, dict):
+        raise ProtocolError(f"Anthropic payload type does not match {event.name}")
+    return payload
+
+
+def _index(payload: dict[str, Any], name: str) -> int:
+    index = payload.get("index")
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        raise ProtocolError(f"invalid Anthropic content block index for {name}")
+    return index
+
+
+def sum_usage(rounds: list[dict[str, Any]]) -> dict[str, int]:
+    """Add up the usage of several rounds (disjoint convention: input excludes cache)."""
+    total: dict[str, int] = {}
+    for usage in rounds:
+        for field in _SUMMED_USAGE_FIELDS:
+            value = usage.get(field)
+            if isinstance(value, int) and not isinstance(value, bool):
+                total[field] = total.get(field, 0) + value
+    return total
+
+
+class AnthropicRound:
+    """Relays one upstream Anthropic message with the recall blocks removed."""
+
+    def __init__(
+        self, *, hold_terminal: bool = False, max_state_bytes: int = DEFAULT_MAX_STATE_BYTES
+    ) -> None:
+        # A continuation always holds its terminal events: its message_delta is
+        # rewritten to carry the usage of every round.
+        self._hold_terminal = hold_terminal
+        self._max_state_bytes = max_state_bytes
+        self._state_bytes = 0
+        self.message: dict[str, Any] = {}
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self._partial_json: dict[int, list[str]] = {}
+        self._client_index: dict[int, int] = {}
+        self._hidden: set[int] = set()
+        self._open: set[int] = set()
+        self.recalls: list[RecallCall] = []
+        self.visible_tool_uses = 0
+        self.usage: dict[str, Any] = {}
+        self.stop_reason: str | None = None
+        self.held: list[SSEEvent] = []
+        self.started = False
+        self.stopped = False
+        self.error: dict[str, Any] | None = None
+
+    @property
+    def recall_seen(self) -> bool:
+        return bool(self._hidden)
+
+    def content(self) -> list[dict[str, Any]]:
+        """The accumulated content blocks in upstream order, recall included."""
+        return [self.blocks[i] for i in sorted(self.blocks)]
+
+    def feed(self, event: SSEEvent) -> bytes:
+        """Apply one upstream event; return the bytes the client gets now."""
+        if not event.has_data:
+            return event.raw  # comments and keepalives pass through
+        if self.stopped:
+            raise ProtocolError(f"Anthropic event {event.name} after message_stop")
+        self._state_bytes += len(event.raw)
+        if self._state_bytes > self._max_state_bytes:
+            raise ProtocolError("Anthropic retained state exceeded byte limit")
+        name = event.name
+        if name == "ping":
+            return event.raw
+        payload = _loads(event)
+        kind = payload.get("type")
+        if kind != name and name != "message":
+            raise ProtocolError(f"Anthropic payload type does not match {name}")
+        if kind == "error":
+            self.error = payload
+            self.stopped = True
+            return event.raw
+        if kind == "message_start":
+            return self._message_start(event, payload)
+        if not self.started:
+            raise ProtocolError(f"Anthropic event {kind} before message_start")
+        if kind == "content_block_start":
+            return self._block_start(event, payload)
+        if kind == "content_block_delta":
+            return self._block_delta(event, payload)
+        if kind == "content_block_stop":
+            return self._block_stop(event, payload)
+        if kind == "message_delta":
+            return self._message_delta(event, payload)
+        if kind == "message_stop":
+            if self._open:
+                raise ProtocolError("Anthropic message_stop with an open content block")
+            self.stopped = True
+            return self._terminal(event)
+        return event.raw  # unknown event types are forwarded untouched
+
+    def close(self) -> None:
+        """End of the upstream body: the message must have been stopped."""
+        if not self.stopped:
+            raise ProtocolError("upstream Anthropic stream ended without message_stop")
+
+    def _message_start(self, event: SSEEvent, payload: dict[str, Any]) -> bytes:
+        if self.started:
+            raise ProtocolError("duplicate Anthropic message_start")
+        message = payload.get("message")
+        if not isinstance(message, dict):
+            raise ProtocolError("Anthropic payload type does not match message_start")
+        self.started = True
+        self.message = dict(message)
+        usage = message.get("usage")
+        self.usage = dict(usage) if isinstance(usage, dict) else {}
+        return event.raw
+
+    def _block_start(self, event: SSEEvent, payload: dict[str, Any]) -> bytes:
+        index = _index(payload, "content_block_start")
+        block = payload.get("content_block")
+        if not isinstance(block, dict) or index in self.blocks:
+            raise ProtocolError("invalid Anthropic content_block_start")
+        self.blocks[index] = dict(block)
+        self._open.add(index)
+        if block.get("type") == "tool_use":
+            self._partial_json[index] = []
+            if block.get("name") == RECALL_TOOL_NAME:
+                self._hidden.add(index)
+                return b""
+            self.visible_tool_uses += 1
+        self._client_index[index] = index - sum(1 for h in self._hidden if h < index)
+        return self._reindexed(event, payload, index)
+
+    def _block_delta(self, event: SSEEvent, payload: dict[str, Any]) -> bytes:
+        index = _index(payload, "content_block_delta")
+        if index not in self._open:
+            raise ProtocolError(f"Anthropic content_block_delta for unopened index {index}")
+        delta = payload.get("delta")
+        if not isinstance(delta, dict):
+            raise ProtocolError("Anthropic payload type does not match content_block_delta")
+        block = self.blocks[index]
+        dtype = delta.get("type")
+        if dtype == "text_delta":
+            block["text"] = block.get("text", "") + str(delta.get("text", ""))
+        elif dtype == "thinking_delta":
+            block["thinking"] = block.get("thinking", "") + str(delta.get("thinking", ""))
+        elif dtype == "signature_delta":
+            block["signature"] = block.get("signature", "") + str(delta.get("signature", ""))
+        elif dtype == "input_json_delta":
+            self._partial_json.setdefault(index, []).append(str(delta.get("partial_json", "")))
+        elif dtype == "citations_delta":
+            block.setdefault("citations", []).append(delta.get("citation"))
+        if index in self._hidden:
+            return b""
+        return self._reindexed(event, payload, index)
+
+    def _block_stop(self, event: SSEEvent, payload: dict[str, Any]) -> bytes:
+        index = _index(payload, "content_block_stop")
+        if index not in self._open:
+            raise ProtocolError(f"Anthropic content_block_stop for unopened index {index}")
+        self._open.discard(index)
+        block = self.blocks[index]
+        if index in self._partial_json:
+            text = "".join(self._partial_json.pop(index))
+            try:
+                block["input"] = orjson.loads(text) if text.strip() else {}
+            except orjson.JSONDecodeError:
+                raise ProtocolError(f"malformed tool input JSON for index {index}") from None
+            if index in self._hidden:
+                self.recalls.append(RecallCall(str(block.get("id", "")), text or "{}", index))
+        if index in self._hidden:
+            return b""
+        return self._reindexed(event, payload, index)
+
+    def _message_delta(self, event: SSEEvent, payload: dict[str, Any]) -> bytes:
+        delta = payload.get("delta")
+        if isinstance(delta, dict) and delta.get("stop_reason") is not None:
+            self.stop_reason = str(delta["stop_reason"])
+            self.message["stop_reason"] = self.stop_reason
+            self.message["stop_sequence"] = delta.get("stop_sequence")
+        usage = payload.get("usage")
+        if isinstance(usage, dict):
+            # message_delta usage is cumulative for the message: it replaces.
+            self.usage.update({k: v for k, v in usage.items() if v is not None})
+        return self._terminal(event)
+
+    def _terminal(self, event: SSEEvent) -> bytes:
+        if self.recall_seen or self._hold_terminal:
+            self.held.append(event)
+            return b""
+        return event.raw
+
+    def _reindexed(self, event: SSEEvent, payload: dict[str, Any], index: int) -> bytes:
+        client_index = self._client_index[index]
+        if client_index == index:
+            return event.raw
+        payload = dict(payload)
+        payload["index"] = client_index
+        return encode_event(event.name, orjson.dumps(payload))
+
+    def accumulated(self) -> dict[str, Any]:
+        """The complete upstream message as a non-stream body would carry it."""
+        message = dict(self.message)
+        message["content"] = self.content()
+        message["usage"] = dict(self.usage)
+        return message
+
+
+def _marker_id() -> str:
+    return "lore_marker_" + secrets.token_hex(6)
+
+
+class AnthropicRecallStream:
+    """What an Anthropic client sees of a response with hidden recalls."""
+
+    def __init__(self, *, max_state_bytes: int = DEFAULT_MAX_STATE_BYTES) -> None:
+        self._max_state_bytes = max_state_bytes
+        self.round = AnthropicRound(max_state_bytes=max_state_bytes)
+        self.rounds: list[AnthropicRound] = [self.round]
+        self.model: str | None = None
+
+    def feed(self, event: SSEEvent) -> bytes:
+        out = self.round.feed(event)
+        if self.model is None and self.round.started:
+            model = self.round.message.get("model")
+            self.model = model if isinstance(model, str) else None
+        return out
+
+    def total_usage(self) -> dict[str, int]:
+        return sum_usage([r.usage for r in self.rounds])
+
+    def close_preamble(self) -> bytes:
+        """Release the current round's held terminal events, ending its message.
+
+        The message ends with ``end_turn`` rather than ``tool_use`` when the
+        client sees no tool call in it: a client that gets ``tool_use`` with no
+        tool block would wait for a tool result that never comes.
+        """
+        out = bytearray()
+        for event in self.round.held:
+            payload = _loads(event)
+            delta = payload.get("delta")
+            if (
+                payload.get("type") == "message_delta"
+                and isinstance(delta, dict)
+                and delta.get("stop_reason") == "tool_use"
+                and self.round.visible_tool_uses == 0
+            ):
+                payload = {**payload, "delta": {**delta, "stop_reason": "end_turn"}}
+                out += encode_event(event.name, orjson.dumps(payload))
+            else:
+                out += event.raw
+        self.round.held = []
+        return bytes(out)
+
+    def marker_message(self, marker_text: str) -> bytes:
+        """A whole assistant message holding only the marker text."""
+        start = {
+            "type": "message_start",
+            "message": {
+                "id": _marker_id(),
+                "type": "message",
+                "role": "assistant",
+                "model": self.model or "unknown",
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": 0, "output_tokens": 0},
+            },
+        }
+        frames = [
+            ("message_start", start),
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": 0,
+                 "content_block": {"type": "text", "text": ""}},
+            ),
+            (
+                "content_block_delta",
+                {"type": "content_block_delta", "index": 0,
+                 "delta": {"type": "text_delta", "text": marker_text}},
+            ),
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            (
+                "message_delta",
+                {"type": "message_delta",
+                 "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                 "usage": {"output_tokens": 0}},
+            ),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+        return b"".join(encode_event(name, orjson.dumps(body)) for name, body in frames)
+
+    def inline_marker(self, marker_text: str) -> bytes:
+        """The marker as a text block appended to the current (open) message.
+
+        Used when the model also called a visible tool: the message must stay
+        one envelope so the client runs its tool, and no follow-up is sent.
+        """
+        index = max(self.round._client_index.values(), default=-1) + 1
+        frames = [
+            ("content_block_start", {"type": "content_block_start", "index": index,
+                                     "content_block": {"type": "text", "text": ""}}),
+            ("content_block_delta", {"type": "content_block_delta", "index": index,
+                                     "delta": {"type": "text_delta", "text": marker_text}}),
+            ("content_block_stop", {"type": "content_block_stop", "index": index}),
+        ]
+        return b"".join(encode_event(name, orjson.dumps(body)) for name, body in frames)
+
+    def begin_continuation(self) -> None:
+        """Start relaying the next upstream message (a follow-up's stream)."""
+        self.round = AnthropicRound(hold_terminal=True, max_state_bytes=self._max_state_bytes)
+        self.rounds.append(self.round)
+
+    def finish(self) -> bytes:
+        """Release the held terminal events with the usage of every round."""
+        out = bytearray()
+        total = self.total_usage() if len(self.rounds) > 1 else None
+        for event in self.round.held:
+            payload = _loads(event)
+            if payload.get("type") == "message_delta" and total is not None:
+                usage = payload.get("usage")
+                merged = dict(usage) if isinstance(usage, dict) else {}
+                merged.update(total)
+                out += encode_event(event.name, orjson.dumps({**payload, "usage": merged}))
+            else:
+                out += event.raw
+        self.round.held = []
+        return bytes(out)
