@@ -1,0 +1,295 @@
+"""The write path: what lands in the database file, how often, and in what shape."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import apsw
+import pytest
+
+from lore_gateway.config import Settings
+from lore_gateway.memory import schema
+from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.service import Memory
+from lore_gateway.protocols.common import Message
+
+SECRET = "sk-proj-LoreTestSecret0123456789abcdefXYZ"
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(data_dir=tmp_path / "lore")
+
+
+@pytest.fixture
+def memory(settings: Settings) -> Iterator[Memory]:
+    mem = Memory.open(settings, embedder=None)
+    yield mem
+    mem.close()
+
+
+def rows(settings: Settings, sql: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    conn = apsw.Connection(str(settings.db_path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return [tuple(r) for r in conn.execute(sql, args)]
+    finally:
+        conn.close()
+
+
+def turn(ident: Identity, *texts: tuple[str, str], complete: bool = True,
+         dedup_key: str | None = None, at: float | None = None) -> TurnRecord:
+    return TurnRecord(
+        identity=ident, protocol="responses", model="gpt-test",
+        messages=tuple(Message(role, text) for role, text in texts),  # type: ignore[arg-type]
+        created_at=time.time() if at is None else at, complete=complete, dedup_key=dedup_key,
+    )
+
+
+ALICE = Identity(tenant="t-alice", project="/home/a/proj", session="s-1")
+
+
+def test_completed_turn_is_stored_once_with_token_estimates(memory: Memory,
+                                                            settings: Settings) -> None:
+    pending = memory.begin_turn(ALICE, protocol="anthropic", model="claude-x",
+                                inputs=[Message("user", "what is the build command?")])
+    assert pending.complete([Message("assistant", "run `make build` (needs go 1.22)"),
+                             Message("tool", "[tool:shell] ok")])
+    # The proxy's finally-block call after a completed turn must not store it again.
+    assert not pending.abandon([Message("assistant", "partial")])
+    assert not pending.complete([Message("assistant", "again")])
+    memory.flush(5)
+
+    assert rows(settings, "SELECT protocol, model, complete, session, project FROM turns") == [
+        ("anthropic", "claude-x", 1, "s-1", "/home/a/proj")]
+    stored = rows(settings, "SELECT seq, role, content, tokens FROM messages ORDER BY seq")
+    assert stored == [
+        (0, "user", "what is the build command?", 9),  # ceil(26 / 3)
+        (1, "assistant", "run `make build` (needs go 1.22)", 11),
+        (2, "tool", "[tool:shell] ok", 5),
+    ]
+    assert rows(settings, "SELECT turns FROM sessions WHERE id = 's-1'") == [(1,)]
+    # The FTS index follows the table.
+    assert rows(settings, "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'build'") \
+        == [(1,), (2,)]
+
+
+def test_abandoned_turn_keeps_input_and_partial_output_and_a_retry_replaces_it(
+        memory: Memory, settings: Settings) -> None:
+    question = [Message("user", "refactor the parser into two modules")]
+    first = memory.begin_turn(ALICE, protocol="codex", model=None, inputs=question)
+    assert first.abandon([Message("assistant", "Sure, first I will")])
+    memory.flush(5)
+    assert rows(settings, "SELECT complete FROM turns") == [(0,)]
+    assert [r[0] for r in rows(settings, "SELECT content FROM messages ORDER BY id")] == [
+        "refactor the parser into two modules", "Sure, first I will"]
+
+    retry = memory.begin_turn(ALICE, protocol="codex", model=None, inputs=question)
+    assert retry.complete([Message("assistant", "Done: parser/lexer.py and parser/ast.py")])
+    memory.flush(5)
+    assert rows(settings, "SELECT complete FROM turns") == [(1,)]
+    assert [r[0] for r in rows(settings, "SELECT content FROM messages ORDER BY id")] == [
+        "refactor the parser into two modules", "Done: parser/lexer.py and parser/ast.py"]
+    assert rows(settings, "SELECT turns FROM sessions") == [(1,)]
+    # Only the superseded attempt's FTS rows are gone.
+    assert rows(settings, "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'first'") \
+        == [(0,)]
+
+
+def test_abandoned_turn_with_different_input_is_kept(memory: Memory, settings: Settings) -> None:
+    memory.begin_turn(ALICE, protocol="chat", model=None,
+                      inputs=[Message("user", "one")]).abandon()
+    memory.begin_turn(ALICE, protocol="chat", model=None,
+                      inputs=[Message("user", "two")]).complete([Message("assistant", "2")])
+    memory.flush(5)
+    assert rows(settings, "SELECT complete FROM turns ORDER BY id") == [(0,), (1,)]
+
+
+def test_long_message_is_truncated_with_a_note(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, store_max_message_bytes=1000)
+    mem = Memory.open(settings, embedder=None)
+    try:
+        huge = "x" * 1500
+        mem.submit_turn(turn(ALICE, ("user", "cat big.log"), ("tool", huge)))
+        mem.flush(5)
+    finally:
+        mem.close()
+    (content, truncated), = rows(settings, "SELECT content, truncated FROM messages WHERE seq = 1")
+    assert truncated == 1
+    assert content == "x" * 1000 + "\n[lore: truncated 500 of 1,500 bytes]"
+
+
+def test_markers_anchors_and_credentials_never_reach_the_file(
+        memory: Memory, settings: Settings, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    headers = {"authorization": f"Bearer {SECRET}"}
+    body = {"input": [{"role": "user", "content": f"my key is {SECRET}, keep it safe"}]}
+    ident = memory.identify("responses", headers, body)
+    assert SECRET not in repr(ident)
+    memory.begin_turn(ident, protocol="responses", model="m", inputs=[
+        Message("user", f"my key is {SECRET}, keep it safe"),
+        Message("user", 'curl -H "x-api-key: plainvalue123" https://api.example'),
+    ]).complete([Message("assistant",
+                         '📚 Searching project archives for "api key"…\n'
+                         "<!-- lore-recall:123e4567-e89b-42d3-a456-426614174000 -->\n"
+                         "I will not repeat it. Authorization: Bearer tok_abcdefgh12345")])
+    memory.flush(5)
+    memory.close()
+
+    contents = [r[0] for r in rows(settings, "SELECT content FROM messages ORDER BY id")]
+    assert contents == [
+        "my key is [redacted], keep it safe",
+        'curl -H "x-api-key: [redacted]" https://api.example',
+        "I will not repeat it. Authorization: Bearer [redacted]",
+    ]
+    for path in settings.data_dir.iterdir():
+        data = path.read_bytes()
+        for needle in (SECRET, "plainvalue123", "tok_abcdefgh12345", "lore-recall:", "📚"):
+            assert needle.encode() not in data, f"{needle!r} found in {path.name}"
+    assert SECRET not in caplog.text
+
+
+def test_dedup_key_makes_a_repeat_a_no_op_and_a_new_version_replaces(
+        memory: Memory, settings: Settings) -> None:
+    memory.submit_turn(turn(ALICE, ("user", "q"), ("assistant", "a"), dedup_key="f:1#v1"))
+    memory.submit_turn(turn(ALICE, ("user", "q"), ("assistant", "a"), dedup_key="f:1#v1"))
+    memory.flush(5)
+    assert rows(settings, "SELECT COUNT(*) FROM turns") == [(1,)]
+    memory.submit_turn(turn(ALICE, ("user", "q"), ("assistant", "a, and more"),
+                            dedup_key="f:1#v2"))
+    memory.flush(5)
+    assert rows(settings, "SELECT dedup_key FROM turns") == [("f:1#v2",)]
+    assert rows(settings, "SELECT content FROM messages WHERE role = 'assistant'") == [
+        ("a, and more",)]
+    assert rows(settings, "SELECT turns FROM sessions") == [(1,)]
+
+
+def test_submit_never_blocks_when_the_queue_is_full(settings: Settings) -> None:
+    from lore_gateway.memory.db import conn_factory
+    from lore_gateway.memory.writer import TurnWriter
+
+    Memory.open(settings, embedder=None).close()  # create the schema
+    blocker = apsw.Connection(str(settings.db_path))
+    blocker.set_busy_timeout(0)
+    blocker.execute("BEGIN IMMEDIATE")  # hold the write lock: the writer stalls
+    writer = TurnWriter(conn_factory(settings.db_path), max_message_bytes=1000, max_queue=3)
+    try:
+        started = time.monotonic()
+        accepted = [writer.submit(turn(ALICE, ("user", f"q{i}"))) for i in range(20)]
+        assert time.monotonic() - started < 0.5
+        assert accepted.count(False) >= 16
+        assert writer.dropped == accepted.count(False)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        writer.close()
+    # What was accepted was written, once.
+    assert rows(settings, "SELECT COUNT(*) FROM turns") == [(accepted.count(True),)]
+
+
+def test_tenants_do_not_see_each_other(memory: Memory) -> None:
+    bob = Identity(tenant="t-bob", project="/home/a/proj", session="s-1")
+    memory.submit_turn(turn(ALICE, ("user", "alice's deploy notes")))
+    memory.submit_turn(turn(bob, ("user", "bob's deploy notes")))
+    memory.flush(5)
+    assert [s.tenant for s in memory.sessions("t-alice")] == ["t-alice"]
+    assert [m.content for m in memory.session_messages("t-bob", "s-1")] == ["bob's deploy notes"]
+    bob_ref = memory.session_messages("t-bob", "s-1")[0].ref
+    assert memory.detail_sync(bob_ref, tenant="t-alice") == f"No entry found for id: {bob_ref}"
+    assert "bob's deploy notes" in memory.detail_sync(bob_ref, tenant="t-bob")
+    # Deleting alice's session leaves bob's session of the same id alone.
+    assert memory.delete("t-alice", session="s-1") == 1
+    assert [s.tenant for s in memory.sessions(None)] == ["t-bob"]
+
+
+def test_detail_returns_bounded_windows(memory: Memory) -> None:
+    text = "".join(f"{i:05d} " for i in range(5000))  # 30,000 characters
+    memory.submit_turn(turn(ALICE, ("tool", text)))
+    memory.flush(5)
+    ref = memory.session_messages("t-alice", "s-1")[0].ref
+    first = memory.detail_sync(ref, tenant="t-alice")
+    assert first.startswith(f"## Recall Detail: {ref}\n")
+    assert text[:12_000] in first and text[12_000:12_010] not in first
+    assert "detailOffset 12000" in first
+    last = memory.detail_sync(ref, tenant="t-alice", offset=24_000, limit=99_999)
+    assert text[24_000:] in last and "detailOffset" not in last
+    assert memory.detail_sync("k:1", tenant="t-alice") == 'Unknown source prefix "k" in id: k:1'
+
+
+def test_delete_project_removes_messages_index_rows_and_sessions(
+        memory: Memory, settings: Settings) -> None:
+    other = Identity(tenant="t-alice", project="/elsewhere", session="s-2")
+    memory.submit_turn(turn(ALICE, ("user", "zebra facts")))
+    memory.submit_turn(turn(ALICE, ("user", "more zebra")))
+    memory.submit_turn(turn(other, ("user", "zebra elsewhere")))
+    memory.flush(5)
+    seen: list[tuple[int, int]] = []
+    assert memory.delete("t-alice", project="/home/a/proj",
+                         progress=lambda done, total: seen.append((done, total))) == 2
+    assert seen[-1] == (2, 2)
+    assert rows(settings, "SELECT project FROM messages") == [("/elsewhere",)]
+    assert rows(settings, "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'zebra'") \
+        == rows(settings, "SELECT id FROM messages")
+    assert [s.session for s in memory.sessions("t-alice")] == ["s-2"]
+
+
+def test_schema_is_versioned_and_refuses_a_newer_database(settings: Settings) -> None:
+    Memory.open(settings, embedder=None).close()
+    Memory.open(settings, embedder=None).close()
+    assert rows(settings, "SELECT version FROM schema_version") == [
+        (m.version,) for m in schema.MIGRATIONS]
+    conn = apsw.Connection(str(settings.db_path))
+    conn.execute("INSERT INTO schema_version(version) VALUES (999)")
+    conn.close()
+    with pytest.raises(RuntimeError, match="schema version 999"):
+        Memory.open(settings, embedder=None)
+
+
+_CRASH_WRITER = """
+import sys, time
+from pathlib import Path
+from lore_gateway.config import Settings
+from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.service import Memory
+from lore_gateway.protocols.common import Message
+mem = Memory.open(Settings(data_dir=Path(sys.argv[1])), embedder=None)
+ident = Identity("t-crash", "/p", "s")
+i = 0
+while True:
+    msgs = tuple(Message("user" if k % 2 == 0 else "assistant", f"turn {i} part {k} " * 50)
+                 for k in range(4))
+    while not mem.submit_turn(TurnRecord(ident, "chat", None, msgs, time.time())):
+        time.sleep(0.001)
+    if i == 200:
+        print("writing", flush=True)
+    i += 1
+"""
+
+
+def test_a_writer_killed_mid_write_leaves_a_consistent_database(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", _CRASH_WRITER, str(tmp_path)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "writing"
+        time.sleep(0.3)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    conn = apsw.Connection(str(tmp_path / "lore.db"))
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")
+    turns = conn.execute("SELECT COUNT(*) FROM turns").fetchone()[0]
+    assert turns > 200
+    # Only whole turns: every stored turn has all four of its messages.
+    assert conn.execute(
+        "SELECT COUNT(*) FROM (SELECT turn_id, COUNT(*) AS n FROM messages GROUP BY turn_id)"
+        " WHERE n != 4").fetchone() == (0,)
+    assert conn.execute("SELECT COUNT(DISTINCT turn_id) FROM messages").fetchone() == (turns,)
+    assert conn.execute("SELECT turns FROM sessions").fetchone() == (turns,)
