@@ -26,13 +26,13 @@ import threading
 from collections.abc import Callable
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
     generate_latest,
 )
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +269,7 @@ def _read_queue_depth() -> float:
 
 def render() -> tuple[bytes, str]:
     """The body and Content-Type for ``GET /metrics`` (Prometheus text format 0.0.4)."""
-    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+    return generate_latest(REGISTRY), CONTENT_TYPE_PLAIN_0_0_4
 
 
 set_queue_depth_source(None)
