@@ -1,0 +1,134 @@
+"""Running one recall against the memory (lore-spec B.3, B.4, B.9).
+
+The executor turns validated arguments into the tool result the model reads, plus
+*private* coverage (which stored items came back, with their scores). Coverage
+feeds the chain budget and diagnostics only; it is deliberately a separate field
+and never rendered, so nothing downstream can leak it to the client by accident.
+
+Searches and detail reads run off the event loop (``Memory.search`` /
+``Memory.detail`` use the memory's thread pool).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from lore_gateway.memory.records import Identity
+from lore_gateway.recall.budget import Coverage
+from lore_gateway.recall.tool import DEFAULT_DETAIL_LIMIT, RecallArgs
+
+log = logging.getLogger(__name__)
+
+# B.4: the model's view of one search is at most 12,000 characters, 15 results.
+SEARCH_BUDGET_CHARS = 12_000
+SEARCH_LIMIT = 15
+# B.4: a batch of ids shares one 32,000 code-point budget.
+BATCH_BUDGET_CHARS = 32_000
+
+NO_RESULTS = "[No results found.]"
+EXECUTION_FAILED = "Recall search failed. The memory system encountered an error."
+
+
+class RecallMemory(Protocol):
+    """The part of :class:`lore_gateway.memory.service.Memory` recall uses."""
+
+    async def search(
+        self, query: str, *, identity: Identity, scope: str = "all", limit: int = 10
+    ) -> Any: ...
+
+    def render(self, result: Any, budget_chars: int = 12_000) -> str: ...
+
+    async def detail(self, ref: str, *, tenant: str, offset: int = 0, limit: int = ...) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RecallOutcome:
+    """``text`` goes to the model; ``coverage`` stays inside the gateway."""
+
+    text: str
+    coverage: tuple[Coverage, ...]
+    failed: bool = False
+
+
+def _revision(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _search_coverage(result: Any) -> tuple[Coverage, ...]:
+    """Coverage from a ``SearchResult``: one entry per hit, by its reference."""
+    out: list[Coverage] = []
+    for hit in getattr(result, "hits", ()) or ():
+        ref = getattr(hit, "ref", None)
+        if not isinstance(ref, str):
+            continue
+        score = getattr(hit, "score", None)
+        content = getattr(hit, "content", "")
+        out.append(
+            Coverage(
+                identity=ref,
+                revision=_revision(content if isinstance(content, str) else ""),
+                score=float(score) if isinstance(score, int | float) else None,
+            )
+        )
+    return tuple(out)
+
+
+class RecallExecutor:
+    """Runs recalls for one client request (one identity)."""
+
+    def __init__(self, memory: RecallMemory, identity: Identity) -> None:
+        self._memory = memory
+        self._identity = identity
+
+    async def run(self, args: RecallArgs) -> RecallOutcome:
+        """Execute; a memory failure becomes the B.4 failure text, never an exception
+        (the model can still answer without memory)."""
+        try:
+            if args.ids is not None:
+                return await self._batch(args.ids)
+            if args.id is not None:
+                return await self._detail(
+                    args.id, args.detail_offset or 0, args.detail_limit or DEFAULT_DETAIL_LIMIT
+                )
+            return await self._search(args.query or "", args.scope)
+        except Exception as exc:
+            log.warning("recall execution failed: %s", type(exc).__name__)
+            return RecallOutcome(text=EXECUTION_FAILED, coverage=(), failed=True)
+
+    async def _search(self, query: str, scope: str) -> RecallOutcome:
+        result = await self._memory.search(
+            query, identity=self._identity, scope=scope, limit=SEARCH_LIMIT
+        )
+        text = self._memory.render(result, SEARCH_BUDGET_CHARS)
+        return RecallOutcome(text=text or NO_RESULTS, coverage=_search_coverage(result))
+
+    async def _detail(self, ref: str, offset: int, limit: int) -> RecallOutcome:
+        text = await self._memory.detail(
+            ref, tenant=self._identity.tenant, offset=offset, limit=limit
+        )
+        found = not text.startswith(("No entry found", "Unknown source prefix"))
+        coverage = (
+            (Coverage(identity=ref, revision=_revision(text), kind="detail"),) if found else ()
+        )
+        return RecallOutcome(text=text or NO_RESULTS, coverage=coverage)
+
+    async def _batch(self, refs: tuple[str, ...]) -> RecallOutcome:
+        blocks = ["## Recall Details"]
+        coverage: list[Coverage] = []
+        remaining = BATCH_BUDGET_CHARS
+        for ref in dict.fromkeys(refs):
+            if remaining <= 0:
+                blocks.append(
+                    f"### Detail: {ref}\nOutcome: omitted — batch output limit reached; "
+                    "fetch this ID separately."
+                )
+                continue
+            one = await self._detail(ref, 0, min(DEFAULT_DETAIL_LIMIT, remaining))
+            outcome = "delivered" if one.coverage else "unavailable"
+            blocks.append(f"### Detail: {ref}\nOutcome: {outcome}\n\n{one.text}")
+            remaining -= len(one.text)
+            coverage.extend(one.coverage)
+        return RecallOutcome(text="\n\n".join(blocks), coverage=tuple(coverage))
