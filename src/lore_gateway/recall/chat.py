@@ -1,0 +1,360 @@
+"""Recall interception for OpenAI Chat Completions (lore-spec C.4), sans-IO.
+
+A Chat upstream's stream is accumulated strictly, chunk by chunk, while the
+parts the client may see are relayed live:
+
+* ``delta.content`` (and reasoning fields) go out as they arrive;
+* ``tool_calls`` deltas for ``recall`` are removed from their chunk, and the
+  indices of the client's own tool calls are renumbered without gaps;
+* once a recall was seen, the finish chunk, the usage chunk and ``[DONE]`` are
+  held back: the shell runs the recall and the follow-up, and the client gets
+  the marker as ordinary ``delta.content`` in the same single envelope.
+
+Chat clients read ``data:``-only frames (the openai SDK treats a frame with an
+``event:`` line as a different protocol), so every frame written here is
+``data: <json>`` and a blank line.
+
+The follow-up rule is the client's own stream flag: a streaming client gets a
+streamed follow-up, relayed live by :class:`ChatRecallStream`; a non-streaming
+client gets a ``stream:false`` follow-up whose JSON goes through
+:func:`completion_recalls` and :func:`marker_completion`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from lore_gateway.protocols.common import ProtocolError
+from lore_gateway.recall.anthropic_live import DEFAULT_MAX_STATE_BYTES, RecallCall
+from lore_gateway.recall.tool import RECALL_TOOL_NAME
+from lore_gateway.sse import SSEEvent
+
+_DONE = b"data: [DONE]\n\n"
+
+
+def _frame(payload: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def sum_chat_usage(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Add up Chat usage objects; nested ``cached_tokens`` only when reported."""
+    total: dict[str, Any] = {}
+    cached: int | None = None
+    for usage in rounds:
+        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+            value = usage.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                total[key] = total.get(key, 0) + value
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+            cached = (cached or 0) + int(details["cached_tokens"])
+    if cached is not None:
+        total["prompt_tokens_details"] = {"cached_tokens": cached}
+    return total
+
+
+@dataclass(slots=True)
+class _ToolCall:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+class ChatRound:
+    """Relays one upstream Chat stream with the recall tool calls removed."""
+
+    def __init__(
+        self,
+        *,
+        hold_terminal: bool = False,
+        response_id: str | None = None,
+        max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
+    ) -> None:
+        # A continuation holds its finish/usage chunks (the usage is summed over
+        # rounds) and takes the principal's id, so the client sees one envelope.
+        self._hold_terminal = hold_terminal
+        self._response_id = response_id
+        self._max_state_bytes = max_state_bytes
+        self._state_bytes = 0
+        self.id: str | None = None
+        self.model: str | None = None
+        self.created: int | None = None
+        self.content: list[str] = []
+        self.role = "assistant"
+        self.calls: dict[int, _ToolCall] = {}
+        self._hidden: set[int] = set()
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] = {}
+        self.held: list[dict[str, Any]] = []
+        self.done = False
+
+    @property
+    def recall_seen(self) -> bool:
+        return bool(self._hidden)
+
+    @property
+    def recalls(self) -> list[RecallCall]:
+        return [
+            RecallCall(self.calls[i].id, "".join(self.calls[i].arguments) or "{}", i)
+            for i in sorted(self._hidden)
+        ]
+
+    @property
+    def visible_tool_calls(self) -> int:
+        return len(self.calls) - len(self._hidden)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.content)
+
+    def feed(self, event: SSEEvent) -> bytes:
+        """Apply one upstream frame; return the bytes the client gets now."""
+        if not event.has_data:
+            return event.raw  # comments and keepalives pass through
+        if not event.data.strip():
+            return b""
+        if event.data.strip() == "[DONE]":
+            if self.done:
+                return b""
+            self.done = True
+            if self.finish_reason is None:
+                raise ProtocolError("upstream OpenAI request did not complete")
+            return b"" if self.recall_seen or self._hold_terminal else _DONE
+        if self.done:
+            raise ProtocolError("OpenAI chunk after [DONE]")
+        self._state_bytes += len(event.raw)
+        if self._state_bytes > self._max_state_bytes:
+            raise ProtocolError("Chat retained state exceeded byte limit")
+        try:
+            chunk = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            raise ProtocolError("malformed JSON in OpenAI chunk") from None
+        if not isinstance(chunk, dict):
+            raise ProtocolError("OpenAI payload type does not match chat.completion.chunk")
+        if "error" in chunk:
+            raise ProtocolError("upstream OpenAI stream reported an error")
+        return self._apply(event, chunk)
+
+    def close(self) -> None:
+        if self.finish_reason is None:
+            raise ProtocolError("upstream OpenAI request did not complete")
+
+    def _apply(self, event: SSEEvent, chunk: dict[str, Any]) -> bytes:
+        self.id = self.id or _str(chunk.get("id"))
+        self.model = self.model or _str(chunk.get("model"))
+        created = chunk.get("created")
+        if self.created is None and isinstance(created, int):
+            self.created = created
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = dict(chunk["usage"])
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list) or len(choices) > 1:
+            raise ProtocolError("malformed OpenAI response choice")
+        changed = False
+        terminal = not choices
+        if choices:
+            choice = choices[0]
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                raise ProtocolError("malformed OpenAI response choice")
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                self.content.append(delta["content"])
+            if isinstance(delta.get("tool_calls"), list):
+                kept = self._tool_deltas(delta["tool_calls"])
+                if kept != delta["tool_calls"]:
+                    changed = True
+                    delta = {k: v for k, v in delta.items() if k != "tool_calls"}
+                    if kept:
+                        delta["tool_calls"] = kept
+                    choice = {**choice, "delta": delta}
+                    chunk = {**chunk, "choices": [choice]}
+            if choice.get("finish_reason") is not None:
+                self.finish_reason = str(choice["finish_reason"])
+                terminal = True
+            elif changed and not delta:
+                return b""  # the chunk only carried recall arguments
+        if self._response_id is not None and chunk.get("id") != self._response_id:
+            chunk = {**chunk, "id": self._response_id}
+            changed = True
+        if terminal and (self.recall_seen or self._hold_terminal):
+            self.held.append(chunk)
+            return b""
+        return _frame(chunk) if changed else event.raw
+
+    def _tool_deltas(self, deltas: list[Any]) -> list[Any]:
+        kept: list[Any] = []
+        for delta in deltas:
+            if not isinstance(delta, dict) or not isinstance(delta.get("index"), int):
+                raise ProtocolError("malformed OpenAI response tool identity")
+            index = delta["index"]
+            fn = delta.get("function") or {}
+            call = self.calls.get(index)
+            if call is None:
+                name = fn.get("name")
+                if not isinstance(name, str) or not isinstance(delta.get("id"), str):
+                    raise ProtocolError("malformed OpenAI response tool identity")
+                call = self.calls[index] = _ToolCall(id=delta["id"], name=name)
+                if name == RECALL_TOOL_NAME:
+                    self._hidden.add(index)
+            if isinstance(fn.get("arguments"), str):
+                call.arguments.append(fn["arguments"])
+            if index in self._hidden:
+                continue
+            client_index = index - sum(1 for h in self._hidden if h < index)
+            kept.append(delta if client_index == index else {**delta, "index": client_index})
+        return kept
+
+    def message(self) -> dict[str, Any]:
+        """The assistant message as a non-stream completion would carry it."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.text or None}
+        if self.calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.name, "arguments": "".join(c.arguments)}}
+                for _, c in sorted(self.calls.items())
+            ]
+        return message
+
+    def accumulated(self) -> dict[str, Any]:
+        """The whole stream as a non-stream ``chat.completion`` body."""
+        body: dict[str, Any] = {
+            "id": self.id, "object": "chat.completion", "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "message": self.message(),
+                         "finish_reason": self.finish_reason}],
+        }
+        if self.usage:
+            body["usage"] = self.usage
+        return body
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+class ChatRecallStream:
+    """What a streaming Chat client sees of a response with hidden recalls:
+    one envelope, the marker as content, one finish_reason, one ``[DONE]``."""
+
+    def __init__(self, *, max_state_bytes: int = DEFAULT_MAX_STATE_BYTES) -> None:
+        self._max_state_bytes = max_state_bytes
+        self.round = ChatRound(max_state_bytes=max_state_bytes)
+        self.rounds: list[ChatRound] = [self.round]
+
+    def feed(self, event: SSEEvent) -> bytes:
+        return self.round.feed(event)
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        first = self.rounds[0]
+        return {
+            "id": first.id, "object": "chat.completion.chunk", "created": first.created,
+            "model": first.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        }
+
+    def marker_chunk(self, marker_text: str) -> bytes:
+        """The marker as ordinary content, set off by blank lines (see
+        :func:`marker_content`)."""
+        text = marker_content("".join(r.text for r in self.rounds), marker_text)
+        return _frame(self._chunk({"content": text}))
+
+    def begin_continuation(self) -> None:
+        principal_id = self.rounds[0].id
+        self.round = ChatRound(hold_terminal=True, response_id=principal_id,
+                               max_state_bytes=self._max_state_bytes)
+        self.rounds.append(self.round)
+
+    def finish(self) -> bytes:
+        """Release the last round's held chunks with the usage of every round, then
+        ``[DONE]``. A finish of ``tool_calls`` with no visible call becomes ``stop``."""
+        out = bytearray()
+        total = sum_chat_usage([r.usage for r in self.rounds if r.usage])
+        for chunk in self.round.held:
+            choices = chunk.get("choices") or []
+            if choices and choices[0].get("finish_reason") == "tool_calls" \
+                    and self.round.visible_tool_calls == 0:
+                chunk = {**chunk, "choices": [{**choices[0], "finish_reason": "stop"}]}
+            if "usage" in chunk and chunk["usage"] is not None and len(self.rounds) > 1:
+                chunk = {**chunk, "usage": {**chunk["usage"], **total}}
+            out += _frame(chunk)
+        self.round.held = []
+        return bytes(out + _DONE)
+
+
+# Blank lines set the marker off from the text around it, so a client that
+# renders markdown shows it as its own paragraph and expansion can cut the
+# message back into preamble, marker and continuation without guessing.
+MARKER_SEPARATOR = "\n\n"
+
+
+def marker_content(text_before: str, marker_text: str) -> str:
+    """The content a Chat client receives for a marker."""
+    lead = MARKER_SEPARATOR if text_before else ""
+    return lead + marker_text + MARKER_SEPARATOR
+
+
+# --- non-stream bodies --------------------------------------------------------
+
+
+def completion_message(body: dict[str, Any]) -> dict[str, Any]:
+    """The single assistant message of a ``chat.completion`` body (strict)."""
+    choices = body.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        raise ProtocolError("malformed OpenAI response choice")
+    message = choices[0].get("message")
+    if not isinstance(message, dict) or message.get("role") != "assistant":
+        raise ProtocolError("malformed OpenAI response choice")
+    if choices[0].get("finish_reason") not in ("stop", "tool_calls"):
+        raise ProtocolError("upstream OpenAI request did not complete")
+    return message
+
+
+def completion_recalls(body: dict[str, Any]) -> tuple[list[RecallCall], int]:
+    """The recall calls of a completion and the number of visible tool calls."""
+    message = completion_message(body)
+    recalls: list[RecallCall] = []
+    visible = 0
+    seen: set[str] = set()
+    for position, call in enumerate(message.get("tool_calls") or []):
+        fn = call.get("function") if isinstance(call, dict) else None
+        call_id = call.get("id") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(call_id, str) or call_id in seen:
+            raise ProtocolError("malformed OpenAI response tool identity")
+        seen.add(call_id)
+        if fn.get("name") == RECALL_TOOL_NAME:
+            recalls.append(RecallCall(call_id, str(fn.get("arguments") or "{}"), position))
+        else:
+            visible += 1
+    return recalls, visible
+
+
+def marker_completion(body: dict[str, Any], marker_text: str, prefix: str = "") -> dict[str, Any]:
+    """The completion with its recall calls removed and the marker appended to
+    the content. ``prefix`` is content already delivered by earlier rounds (the
+    client sees it in the same message)."""
+    message = completion_message(body)
+    calls = [c for c in message.get("tool_calls") or []
+             if c["function"].get("name") != RECALL_TOOL_NAME]
+    content = str(message.get("content") or "")
+    new_message = {**message,
+                   "content": prefix + content + marker_content(prefix + content, marker_text)}
+    if calls:
+        new_message["tool_calls"] = calls
+    else:
+        new_message.pop("tool_calls", None)
+    choice = {**body["choices"][0], "message": new_message,
+              "finish_reason": "tool_calls" if calls else "stop"}
+    return {**body, "choices": [choice]}
+
+
+def follow_up_messages(assistant: dict[str, Any], call: RecallCall,
+                       result: str) -> list[dict[str, Any]]:
+    """The two messages a follow-up appends: the assistant turn holding only the
+    recall call (other output replayed as content) and the ``tool`` result."""
+    calls = [c for c in assistant.get("tool_calls") or []
+             if c.get("id") == call.tool_use_id]
+    message = {"role": "assistant", "content": assistant.get("content"), "tool_calls": calls}
+    return [message, {"role": "tool", "tool_call_id": call.tool_use_id, "content": result}]
