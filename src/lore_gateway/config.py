@@ -47,6 +47,11 @@ class Settings(BaseSettings):
     # Non-streamed upstream bodies are read whole; bound them.
     max_response_body_bytes: int = 64 * MiB
 
+    # Seconds to open a connection to an upstream, and the longest silence
+    # tolerated while reading a response (Codex's own stream idle timeout is 300 s).
+    upstream_connect_timeout: float = 10.0
+    upstream_read_timeout: float = 300.0
+
     # Memory
     store: bool = True
     store_max_message_bytes: int = 256 * 1024

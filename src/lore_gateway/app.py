@@ -1,0 +1,98 @@
+"""The ASGI application: a table of routes to handlers.
+
+Plain ASGI, no framework on the data plane: each request is routed once
+(``routing.match``) and handed to one handler that reads top to bottom.
+"""
+
+from __future__ import annotations
+
+import logging
+from time import perf_counter
+from typing import Any
+
+import orjson
+
+from lore_gateway import __version__
+from lore_gateway.channel import ClientChannel, Receive, Send
+from lore_gateway.errors import error_body
+from lore_gateway.obs import metrics
+from lore_gateway.proxy import Proxy
+from lore_gateway.routing import Kind, Route, match
+
+log = logging.getLogger("lore.app")
+
+_HEALTH_BODY = orjson.dumps({"status": "ok", "version": __version__})
+
+
+class GatewayApp:
+    def __init__(self, proxy: Proxy) -> None:
+        self.proxy = proxy
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        started = perf_counter()
+        method: str = scope["method"]
+        path: str = scope["path"]
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        anthropic_version = upgrade = False
+        for name, value in headers:
+            lower = name.lower()
+            if lower == b"anthropic-version":
+                anthropic_version = True
+            elif lower == b"upgrade" and value.lower() == b"websocket":
+                upgrade = True
+        query = scope.get("query_string", b"").decode("latin-1")
+        route = match(method, path, query, anthropic_version=anthropic_version, upgrade=upgrade)
+        if route is None:
+            await ClientChannel(send).respond(
+                404, error_body("not_found", f"No route for {method} {path}")
+            )
+            metrics.record_request("unmatched", 404, "", None, None)
+            return
+        await self._dispatch(route, scope, receive, send, path, started)
+
+    async def _dispatch(self, route: Route, scope: dict[str, Any], receive: Receive, send: Send,
+                        path: str, started: float) -> None:
+        kind = route.kind
+        if kind is Kind.MODEL:
+            timing = await self.proxy.handle_model(scope, receive, send, route)
+            metrics.record_request(
+                path, timing.status, route.protocol.value if route.protocol else "",
+                timing.overhead(perf_counter() - started), timing.ttfb,
+            )
+            return
+        if kind is Kind.PASSTHROUGH or kind is Kind.JSON:
+            status = await self.proxy.handle_passthrough(scope, receive, send, route)
+            metrics.record_request("passthrough", status, "", None, None)
+            return
+        client = ClientChannel(send)
+        if kind is Kind.HEALTH:
+            await client.respond(200, _HEALTH_BODY, head=scope["method"] == "HEAD")
+        elif kind is Kind.METRICS:
+            body, content_type = metrics.render()
+            await client.respond(200, body, [(b"content-type", content_type.encode())])
+        elif kind is Kind.WEBSOCKET_REFUSED:
+            await client.respond(
+                426,
+                error_body(
+                    "websocket_not_supported",
+                    f"WebSocket transport is not supported for {path}; use HTTP.",
+                ),
+                [(b"content-type", b"application/json"), (b"connection", b"close")],
+            )
+        metrics.record_request(kind.value, client.status, "", None, None)
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    """Resources are owned by ``server.Gateway``; the lifespan protocol is acknowledged."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

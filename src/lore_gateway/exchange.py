@@ -1,0 +1,45 @@
+"""One client request as the gateway understood it, shared by every handler."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Any
+
+from lore_gateway.routing import Protocol, Route
+
+RawHeaders = list[tuple[bytes, bytes]]
+
+
+@dataclass(slots=True)
+class Exchange:
+    """A parsed model request and what the gateway decided to do with it.
+
+    ``body`` is the decoded client body; ``upstream_body`` the bytes sent upstream,
+    the same object when the gateway changed nothing (forwarded untouched).
+    """
+
+    route: Route
+    request_id: str
+    headers: RawHeaders
+    header_map: dict[str, str]
+    body: bytes
+    payload: dict[str, Any]
+    upstream_url: str
+    upstream_headers: list[tuple[str, str]]
+    upstream_body: bytes
+    # What the client asked for, and what the upstream is asked for.
+    client_stream: bool
+    upstream_stream: bool
+    identity: Any = None  # lore_gateway.memory.records.Identity when memory is on
+    started: float = field(default_factory=perf_counter)
+
+    @property
+    def protocol(self) -> Protocol:
+        assert self.route.protocol is not None
+        return self.route.protocol
+
+    @property
+    def model(self) -> str | None:
+        model = self.payload.get("model")
+        return model if isinstance(model, str) else None

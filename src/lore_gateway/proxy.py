@@ -1,0 +1,261 @@
+"""The request handlers: one client request, top to bottom.
+
+``handle_model`` serves conversation turns (Responses, the Codex backend, Chat
+Completions, Anthropic Messages): read and decode the body, parse it, decide
+what changes upstream (usually nothing), forward, relay the answer chunk by chunk
+while a collector accumulates it, and hand the finished turn to memory.
+``handle_passthrough`` serves everything else under ``/v1/``: bytes in, bytes out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+import orjson
+
+from lore_gateway.body import ClientDisconnected, decode_body, read_body
+from lore_gateway.channel import ClientChannel, ClientGone, Receive, Send, watch
+from lore_gateway.config import Settings
+from lore_gateway.errors import GatewayError, error_body, invalid_request
+from lore_gateway.exchange import Exchange
+from lore_gateway.headers import client_response_headers, header_map, upstream_request_headers
+from lore_gateway.routing import Protocol, Route
+from lore_gateway.turns import TurnCollector, TurnSink
+from lore_gateway.upstream import UpstreamClient, UpstreamResponse, UpstreamUnavailable
+
+log = logging.getLogger("lore.proxy")
+
+# Bodies above this size are parsed in a worker thread so one huge agent request
+# (a long session is several MB of JSON) does not stall every other stream.
+_PARSE_OFF_LOOP_BYTES = 256 * 1024
+
+
+@dataclass(slots=True)
+class RequestTiming:
+    """What the metrics need from one request: its status and where time went."""
+
+    status: int = 0
+    ttfb: float | None = None  # upstream: request sent -> response headers
+    upstream_wait: float = 0.0  # all time spent waiting on the upstream
+
+    def overhead(self, total: float) -> float | None:
+        """Time the gateway itself added: the total minus the upstream wait."""
+        return total - self.upstream_wait if self.ttfb is not None else None
+
+
+class Proxy:
+    def __init__(self, settings: Settings, upstream: UpstreamClient, turns: TurnSink) -> None:
+        self.settings = settings
+        self.upstream = upstream
+        self.turns = turns
+
+    # -- model routes -------------------------------------------------------------
+
+    async def handle_model(self, scope: dict[str, Any], receive: Receive, send: Send,
+                           route: Route) -> RequestTiming:
+        client = ClientChannel(send)
+        timing = RequestTiming()
+        try:
+            exchange = await self._read_exchange(scope, receive, route)
+        except ClientDisconnected:
+            return timing
+        except GatewayError as exc:
+            await client.respond(exc.status, exc.body())
+            timing.status = exc.status
+            return timing
+        pending = self.turns.begin(exchange)
+        try:
+            await watch(receive, self._forward(exchange, client, timing, pending))
+        except ClientGone:
+            log.info("client disconnected; upstream request cancelled")
+        finally:
+            # A no-op when the turn was already completed (PendingTurn ends once).
+            self.turns.abandoned(pending)
+        timing.status = client.status
+        return timing
+
+    async def _read_exchange(self, scope: dict[str, Any], receive: Receive,
+                             route: Route) -> Exchange:
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        hmap = header_map(headers)
+        limit = self.settings.max_request_bytes
+        raw = await read_body(receive, limit=limit, content_length=hmap.get("content-length"))
+        body = decode_body(raw, hmap.get("content-encoding"), limit=limit)
+        payload = await _parse_json(body)
+        client_stream = payload.get("stream") is True
+        upstream_body = body
+        upstream_stream = client_stream
+        if route.protocol is Protocol.CODEX:
+            upstream_body, upstream_stream = _codex_request(payload, body)
+        return Exchange(
+            route=route,
+            request_id=hmap.get("x-request-id") or uuid.uuid4().hex[:16],
+            headers=headers,
+            header_map=hmap,
+            body=body,
+            payload=payload,
+            upstream_url=self.upstream.url(route.upstream, route.upstream_path),  # type: ignore[arg-type]
+            upstream_headers=upstream_request_headers(headers),
+            upstream_body=upstream_body,
+            client_stream=client_stream,
+            upstream_stream=upstream_stream,
+            identity=self.turns.identify(route, hmap, payload),
+        )
+
+    async def _forward(self, exchange: Exchange, client: ClientChannel, timing: RequestTiming,
+                       pending: Any) -> None:
+        sent = perf_counter()
+        try:
+            resp = await self.upstream.send(
+                "POST", exchange.upstream_url, exchange.upstream_headers, exchange.upstream_body
+            )
+        except UpstreamUnavailable as exc:
+            await client.respond(502, _unreachable(exchange, exc))
+            return
+        timing.ttfb = perf_counter() - sent
+        timing.upstream_wait += timing.ttfb
+        collector = self.turns.collector(exchange, pending)
+        try:
+            if resp.status >= 300:
+                await self._relay_error(resp, client)
+            elif exchange.client_stream or not exchange.upstream_stream:
+                await self._relay(resp, client, collector, timing)
+                self.turns.completed(pending, collector)
+            elif await self._answer_json_from_stream(resp, client, collector, timing):
+                self.turns.completed(pending, collector)
+        except BaseException:
+            self.turns.abandoned(pending, collector)
+            raise
+        finally:
+            resp.close()
+
+    async def _relay(self, resp: UpstreamResponse, client: ClientChannel,
+                     collector: TurnCollector | None, timing: RequestTiming) -> None:
+        """Forward the body as it arrives, byte for byte, feeding the collector."""
+        await client.start(resp.status, client_response_headers(resp.raw_headers))
+        chunks = resp.chunks()
+        while True:
+            waited = perf_counter()
+            try:
+                chunk = await anext(chunks)
+            except StopAsyncIteration:
+                break
+            timing.upstream_wait += perf_counter() - waited
+            await client.write(chunk)
+            if collector is not None:
+                collector.feed(chunk)
+        await client.end()
+
+    async def _answer_json_from_stream(self, resp: UpstreamResponse, client: ClientChannel,
+                                       collector: TurnCollector | None,
+                                       timing: RequestTiming) -> bool:
+        """The Codex backend only streams; a non-streaming client gets the JSON it asked for."""
+        assert collector is not None
+        waited = perf_counter()
+        async for chunk in resp.chunks():
+            collector.feed(chunk)
+        timing.upstream_wait += perf_counter() - waited
+        try:
+            body = collector.response_body()
+        except Exception as exc:
+            await client.respond(502, error_body(
+                "api_error", f"The upstream stream could not be turned into a response: {exc}"))
+            return False
+        await client.respond(200, orjson.dumps(body))
+        return True
+
+    async def _relay_error(self, resp: UpstreamResponse, client: ClientChannel) -> None:
+        """Upstream errors reach the client unchanged, bounded to the configured size."""
+        body, cut = await resp.read(self.settings.max_error_body_bytes)
+        headers = client_response_headers(resp.raw_headers)
+        if cut:
+            headers.append((b"x-lore-body-truncated", b"true"))
+        await client.respond(resp.status, body, headers)
+
+    # -- everything else under /v1/ -------------------------------------------------
+
+    async def handle_passthrough(self, scope: dict[str, Any], receive: Receive, send: Send,
+                                 route: Route) -> int:
+        """Forward any other request as is; return the status the client got."""
+        client = ClientChannel(send)
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        hmap = header_map(headers)
+        limit = self.settings.max_request_bytes
+        try:
+            raw = await read_body(receive, limit=limit, content_length=hmap.get("content-length"))
+            body = decode_body(raw, hmap.get("content-encoding"), limit=limit)
+        except ClientDisconnected:
+            return 0
+        except GatewayError as exc:
+            await client.respond(exc.status, exc.body())
+            return exc.status
+        url = self.upstream.url(route.upstream, route.upstream_path)  # type: ignore[arg-type]
+        method: str = scope["method"]
+        with contextlib.suppress(ClientGone):
+            await watch(receive, self._passthrough(method, url, headers, body, client))
+        return client.status
+
+    async def _passthrough(self, method: str, url: str, headers: list[tuple[bytes, bytes]],
+                           body: bytes, client: ClientChannel) -> None:
+        try:
+            resp = await self.upstream.send(
+                method, url, upstream_request_headers(headers), body or None
+            )
+        except UpstreamUnavailable as exc:
+            await client.respond(502, error_body(
+                "api_error", f"Could not reach the upstream {url}: {exc}"))
+            return
+        try:
+            await client.start(resp.status, client_response_headers(resp.raw_headers))
+            async for chunk in resp.chunks():
+                await client.write(chunk)
+            await client.end()
+        finally:
+            resp.close()
+
+
+async def _parse_json(body: bytes) -> dict[str, Any]:
+    try:
+        if len(body) > _PARSE_OFF_LOOP_BYTES:
+            payload = await asyncio.to_thread(orjson.loads, body)
+        else:
+            payload = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise invalid_request(f"Invalid JSON body: {exc}") from None
+    if not isinstance(payload, dict):
+        raise invalid_request("Invalid JSON body: expected a JSON object")
+    return payload
+
+
+def _codex_request(payload: dict[str, Any], body: bytes) -> tuple[bytes, bool]:
+    """Apply the Codex backend's rules: it only streams, rejects ``max_output_tokens``
+    and requires ``store: false``. Returns the upstream body (the original bytes
+    when nothing had to change) and the upstream stream flag (always True)."""
+    changed = False
+    if payload.get("stream") is not True:
+        changed = True
+    if "max_output_tokens" in payload or payload.get("store", False) is not False:
+        changed = True
+    if not changed:
+        return body, True
+    upstream = dict(payload)
+    upstream["stream"] = True
+    upstream.pop("max_output_tokens", None)
+    upstream["store"] = False
+    return orjson.dumps(upstream), True
+
+
+def _unreachable(exchange: Exchange, exc: Exception) -> bytes:
+    return error_body(
+        "api_error",
+        f"Could not reach the upstream {exchange.upstream_url}: {exc}. "
+        "Check the LORE_UPSTREAM_* settings and your network.",
+    )
+
+

@@ -1,0 +1,118 @@
+"""The asyncio shell around the app: listener socket, uvicorn, lifecycle.
+
+The listener is created here rather than by uvicorn so that ``TCP_NODELAY`` is
+set on it (Linux copies it to every accepted socket). Without it, small SSE
+frames meet Nagle's algorithm and the peer's delayed ACK: about 40 ms per
+request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from typing import Any
+
+import uvicorn
+
+from lore_gateway.app import GatewayApp
+from lore_gateway.config import Settings
+from lore_gateway.proxy import Proxy
+from lore_gateway.turns import TurnSink
+from lore_gateway.upstream import UpstreamClient
+
+log = logging.getLogger("lore.server")
+
+
+class _QuietUpgradeWarnings(logging.Filter):
+    """uvicorn warns on every WebSocket attempt (Codex makes one per session);
+    the gateway answers those with 426 on purpose, so the warnings are noise."""
+
+    _NOISE = ("Unsupported upgrade request", "No supported WebSocket library")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self._NOISE)
+
+
+logging.getLogger("uvicorn.error").addFilter(_QuietUpgradeWarnings())
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A bound, listening TCP socket with ``TCP_NODELAY`` and ``SO_REUSEADDR``."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+class Gateway:
+    """A running gateway: ``await start()``, then ``url``; ``await stop()`` to end.
+
+    ``memory`` is the memory store to use; by default one is opened from the
+    settings (or none when ``LORE_STORE=false``).
+    """
+
+    def __init__(self, settings: Settings, *, memory: Any = "auto") -> None:
+        self.settings = settings
+        self._memory_arg = memory
+        self.memory: Any = None
+        self.upstream = UpstreamClient(settings)
+        self._server: uvicorn.Server | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._sock: socket.socket | None = None
+        self.port = settings.port
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.settings.host}:{self.port}"
+
+    async def start(self) -> None:
+        self._sock = listen_socket(self.settings.host, self.settings.port)
+        self.port = self._sock.getsockname()[1]
+        if self._memory_arg == "auto":
+            if self.settings.store:
+                from lore_gateway.memory.service import Memory
+
+                self.memory = await asyncio.to_thread(Memory.open, self.settings)
+        else:
+            self.memory = self._memory_arg
+        await self.upstream.start()
+        turns = TurnSink(self.memory, max_json_bytes=self.settings.max_response_body_bytes)
+        app = GatewayApp(Proxy(self.settings, self.upstream, turns))
+        config = uvicorn.Config(
+            app,
+            lifespan="off",
+            ws="none",
+            http="httptools",
+            log_config=None,
+            access_log=False,
+            server_header=False,
+            date_header=False,
+            timeout_keep_alive=75,
+        )
+        self._server = uvicorn.Server(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[self._sock]))
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()
+            await asyncio.sleep(0.005)
+
+    async def wait(self) -> None:
+        """Until the server stops (a signal, or ``stop()``)."""
+        assert self._task is not None
+        await self._task
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._task is not None:
+            await self._task
+        await self.upstream.close()
+        if self.memory is not None and self._memory_arg == "auto":
+            await asyncio.to_thread(self.memory.close)
+        if self._sock is not None:
+            self._sock.close()

@@ -1,0 +1,150 @@
+"""From relayed bytes to stored turns.
+
+The proxy relays bytes untouched; a ``TurnCollector`` watches the same bytes and
+accumulates them into the protocol's complete response, so the finished turn
+(new user input + the assistant's full output) can be handed to memory. A
+collector never raises into the relay: if the stream cannot be understood, the
+client still gets every byte and the turn is stored as incomplete.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from lore_gateway.exchange import Exchange
+from lore_gateway.protocols.common import Message
+from lore_gateway.routing import Protocol, Route
+from lore_gateway.sse import SSEDecoder, looks_like_sse
+
+log = logging.getLogger("lore.turns")
+
+_MODULE_NAMES = {
+    Protocol.RESPONSES: "responses",
+    Protocol.CODEX: "responses",
+    Protocol.CHAT: "chat",
+    Protocol.ANTHROPIC: "anthropic",
+}
+
+
+def _module(protocol: Protocol) -> Any:
+    """The protocol model module (``lore_gateway.protocols.<name>``)."""
+    return importlib.import_module(f"lore_gateway.protocols.{_MODULE_NAMES[protocol]}")
+
+
+class TurnCollector:
+    """Accumulates one upstream response (SSE or JSON) as it is relayed."""
+
+    def __init__(self, protocol: Protocol, *, max_json_bytes: int) -> None:
+        self._module = _module(protocol)
+        self._protocol = protocol
+        self._max_json_bytes = max_json_bytes
+        self._sse: SSEDecoder | None = None
+        self._acc: Any = None
+        self._json: bytearray | None = None
+        self.error: Exception | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        if self.error is not None:
+            return
+        try:
+            if self._sse is None and self._json is None:
+                if looks_like_sse(chunk[:64]):
+                    self._sse = SSEDecoder()
+                    self._acc = self._module.new_accumulator(codex=self._protocol is Protocol.CODEX)
+                else:
+                    self._json = bytearray()
+            if self._sse is not None:
+                for event in self._sse.feed(chunk):
+                    self._acc.feed_event(event)
+            else:
+                assert self._json is not None
+                if len(self._json) + len(chunk) > self._max_json_bytes:
+                    raise ValueError("response body exceeds the storage accumulation limit")
+                self._json += chunk
+        except Exception as exc:
+            self.error = exc
+            log.debug("turn collector stopped: %s", exc)
+
+    def _finish(self) -> None:
+        if self._sse is not None and self.error is None:
+            try:
+                for event in self._sse.close():
+                    self._acc.feed_event(event)
+            except Exception as exc:
+                self.error = exc
+            self._sse = None
+
+    def response_body(self) -> dict[str, Any]:
+        """The complete non-stream body (the Codex backend's stream answered as JSON)."""
+        self._finish()
+        if self.error is not None:
+            raise self.error
+        if self._acc is None:
+            raise ValueError("the upstream sent no event stream")
+        body: dict[str, Any] = self._module.response_body(self._acc)
+        return body
+
+    def outputs(self) -> list[Message]:
+        """The assistant's output so far (complete after a successful relay)."""
+        self._finish()
+        try:
+            if self._acc is not None:
+                return list(self._module.output_messages(self._acc))
+            if self._json:
+                return list(self._module.output_messages_from_body(orjson.loads(self._json)))
+        except Exception as exc:
+            log.debug("could not extract output messages: %s", exc)
+        return []
+
+
+class TurnSink:
+    """Where the proxy reports turns. Without memory every call is a no-op."""
+
+    def __init__(self, memory: Any | None, *, max_json_bytes: int) -> None:
+        self.memory = memory
+        self._max_json_bytes = max_json_bytes
+
+    def identify(self, route: Route, headers: Mapping[str, str], payload: dict[str, Any]) -> Any:
+        if self.memory is None or route.protocol is None:
+            return None
+        try:
+            return self.memory.identify(route.protocol.value, headers, payload)
+        except Exception:
+            log.exception("could not identify the session; the turn will not be stored")
+            return None
+
+    def collector(self, exchange: Exchange, pending: Any) -> TurnCollector | None:
+        """A collector when the response must be understood: for storage, or
+        because the client asked for JSON and the upstream streams (Codex)."""
+        if pending is None and exchange.client_stream == exchange.upstream_stream:
+            return None
+        return TurnCollector(exchange.protocol, max_json_bytes=self._max_json_bytes)
+
+    def begin(self, exchange: Exchange) -> Any:
+        """Start a pending turn with this request's new input (None without memory)."""
+        if self.memory is None or exchange.identity is None:
+            return None
+        try:
+            inputs = _module(exchange.protocol).new_input_messages(exchange.payload)
+        except Exception:
+            log.exception("could not read the turn's input messages")
+            inputs = []
+        return self.memory.begin_turn(
+            exchange.identity, protocol=exchange.protocol.value, model=exchange.model,
+            inputs=inputs,
+        )
+
+    @staticmethod
+    def completed(pending: Any, collector: TurnCollector | None) -> None:
+        if pending is not None and collector is not None:
+            pending.complete(collector.outputs())
+
+    @staticmethod
+    def abandoned(pending: Any, collector: TurnCollector | None = None) -> None:
+        if pending is not None:
+            pending.abandon(collector.outputs() if collector is not None else ())
