@@ -52,6 +52,10 @@ class Settings(BaseSettings):
     upstream_connect_timeout: float = 10.0
     upstream_read_timeout: float = 300.0
 
+    # Agent binaries launched by `lore run` (a name looked up on PATH, or a path).
+    codex_bin: str = "codex"
+    claude_bin: str = "claude"
+
     # Memory
     store: bool = True
     store_max_message_bytes: int = 256 * 1024
