@@ -1,0 +1,661 @@
+"""A scripted fake provider on 127.0.0.1 for tests and benchmarks.
+
+It speaks the four upstream shapes the gateway forwards to (OpenAI Responses,
+the ChatGPT Codex backend, Chat Completions, Anthropic Messages), records every
+request it receives, and misbehaves on demand. Tests pick the behaviour of one
+request with the ``x-fake-scenario`` header, or for the next requests with
+:meth:`FakeUpstream.script`, or for all of them with ``default_scenario``.
+
+Scenarios (``name`` or ``name:argument``; see docs/testing.md):
+
+``text[:words]``          a complete answer (the default)
+``recall[:query]``        a call to the ``recall`` tool; once the request ends
+                          with the tool's output, text quoting its first line
+``failed`` ``incomplete`` ``minimal`` ``no-completed``
+``status-<code>``         that HTTP status with the provider's error body and
+                          rate-limit / retry-after / request-id headers
+``reset-mid-stream[:n]``  n frames, then a TCP reset
+``malformed-event``       one frame with invalid JSON in the middle
+``stall[:seconds]``       3 frames, then silence (until the client leaves if
+                          no seconds are given); the disconnect is recorded
+``missing-terminal``      the stream ends cleanly without its terminal event
+``big-stream:<MiB>``      that many MiB of text deltas, generated on the fly
+
+``x-fake-replay: <file>`` replays a recorded fixture byte for byte instead.
+
+Run standalone for benchmarks: ``python -m lore_gateway.testing.fake_upstream
+--port 18081 --events 41``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gzip
+import itertools
+import socket
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import zstandard
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from lore_gateway.testing import fake_streams as fs
+from lore_gateway.testing.fake_streams import Answer
+
+# Recorded requests kept for inspection. A test sends a handful; the bound only
+# matters for a long benchmark, which records nothing (``max_recorded=0``).
+DEFAULT_MAX_RECORDED = 10_000
+# Scripted scenarios waiting for the next requests.
+MAX_SCRIPT = 1_000
+# Frames sent before a mid-stream misbehaviour, so the client has started.
+MISBEHAVE_AFTER = 3
+# Text per delta in big-stream: large enough that 50 MiB is ~12k frames.
+BIG_DELTA_BYTES = 4096
+# How often a stalled handler looks whether its client has gone.
+STALL_POLL_S = 0.01
+# Replayed .sse files are written in slices of this size, so frames straddle
+# chunk boundaries the way they do on a real network.
+REPLAY_SLICE_BYTES = 1024
+
+_Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+JSON_TYPE = "application/json"
+
+
+@dataclass
+class RecordedRequest:
+    """One request as the fake received it (body already decompressed)."""
+
+    method: str
+    path: str  # path and query string, e.g. "/v1/messages?beta=true"
+    headers: dict[str, str]  # lower-cased names
+    body: bytes
+    raw_body: bytes  # as received, possibly compressed
+    json: Any
+    scenario: str = ""
+    client_gone: threading.Event = field(default_factory=threading.Event, repr=False)
+    client_gone_at: float | None = None  # time.monotonic() when the client closed
+
+    @property
+    def route(self) -> str:
+        return self.path.split("?", 1)[0]
+
+    def mark_client_gone(self) -> None:
+        if self.client_gone_at is None:
+            self.client_gone_at = time.monotonic()
+        self.client_gone.set()
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    arg: str | None
+
+    @classmethod
+    def parse(cls, spec: str) -> Scenario:
+        name, _, arg = spec.strip().partition(":")
+        return cls(name.strip().lower(), arg.strip() or None)
+
+
+class _NoDelayServer(web.Server):
+    """aiohttp's low-level server, with TCP_NODELAY set on every accepted socket.
+
+    Small SSE frames otherwise wait for the peer's delayed ACK (Nagle), about
+    40 ms per request, which would swamp any latency the gateway adds.
+    """
+
+    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        super().connection_made(handler, transport)
+
+
+def _decode_body(raw: bytes, encoding: str) -> bytes:
+    encoding = encoding.strip().lower()
+    if encoding == "zstd":
+        return zstandard.ZstdDecompressor().decompressobj().decompress(raw)
+    if encoding == "gzip":
+        return gzip.decompress(raw)
+    return raw
+
+
+def _text_of(content: Any) -> str:
+    """Text of a tool output: a string, or a list of text parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p
+        )
+    return ""
+
+
+def tool_output(api: str, body: Any) -> str | None:
+    """The tool result the request's conversation ends with, if it ends with one.
+
+    ``api`` is ``responses``, ``chat`` or ``anthropic``. Only the last item
+    counts: a new user message after an old tool result starts a new turn.
+    """
+    if not isinstance(body, dict):
+        return None
+    items = body.get({"responses": "input"}.get(api, "messages"))
+    if not isinstance(items, list) or not items or not isinstance(items[-1], dict):
+        return None
+    last = items[-1]
+    if api == "anthropic":
+        if last.get("role") != "user" or not isinstance(last.get("content"), list):
+            return None
+        results = [
+            b for b in last["content"] if isinstance(b, dict) and b.get("type") == "tool_result"
+        ]
+        return _text_of(results[-1].get("content")) if results else None
+    if last.get("type") == "function_call_output":
+        return _text_of(last.get("output"))
+    if last.get("role") == "tool":
+        return _text_of(last.get("content"))
+    return None
+
+
+def recall_answer_text(output: str) -> str:
+    """What the fake model says after recall: it quotes the output's first line."""
+    first = output.strip().splitlines()[0] if output.strip() else ""
+    return f"According to memory: {first}"
+
+
+def _model_of(body: Any, default: str) -> str:
+    model = body.get("model") if isinstance(body, dict) else None
+    return model if isinstance(model, str) and model else default
+
+
+def error_body(shape: str, status: int, message: str) -> bytes:
+    if shape == "anthropic":
+        kind = "rate_limit_error" if status == 429 else "api_error"
+        return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
+    code = "rate_limit_exceeded" if status == 429 else f"fake_{status}"
+    return orjson.dumps(
+        {"error": {"message": message, "type": "server_error", "param": None, "code": code}}
+    )
+
+
+def _reply_headers(shape: str, request_id: str) -> dict[str, str]:
+    """Headers a real provider attaches and the gateway must relay unchanged."""
+    if shape == "anthropic":
+        return {
+            "request-id": request_id,
+            "anthropic-ratelimit-requests-limit": "50",
+            "anthropic-ratelimit-requests-remaining": "49",
+        }
+    headers = {
+        "x-request-id": request_id,
+        "x-ratelimit-limit-requests": "500",
+        "x-ratelimit-remaining-requests": "499",
+        "openai-processing-ms": "1",
+    }
+    if shape == "codex":
+        headers |= {
+            "x-codex-primary-used-percent": "12.5",
+            "x-codex-primary-window-minutes": "300",
+            "x-codex-secondary-used-percent": "3.0",
+            "x-codex-secondary-window-minutes": "10080",
+        }
+    return headers
+
+
+class FakeUpstream:
+    """The fake provider. ``await start()``, use ``url``, ``await stop()``."""
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        text: str = fs.DEFAULT_TEXT,
+        deltas: int | None = None,
+        fixtures_dir: Path | None = None,
+        max_recorded: int = DEFAULT_MAX_RECORDED,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.text = text
+        self.deltas = deltas
+        self.fixtures_dir = fixtures_dir
+        self.default_scenario = "text"
+        self._records: deque[RecordedRequest] = deque(maxlen=max_recorded)
+        self._script: deque[str] = deque(maxlen=MAX_SCRIPT)
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._server: _NoDelayServer | None = None
+        self._listener: asyncio.base_events.Server | None = None
+        self._routes: dict[tuple[str, str], _Handler] = {
+            ("POST", "/v1/responses"): self._model("responses"),
+            ("POST", "/backend-api/codex/responses"): self._model("codex"),
+            ("POST", "/v1/chat/completions"): self._model("chat"),
+            ("POST", "/v1/messages"): self._model("anthropic"),
+            ("POST", "/v1/messages/count_tokens"): self._count_tokens,
+            ("GET", "/v1/models"): self._models,
+            ("HEAD", "/"): self._root,
+            ("GET", "/"): self._root,
+            ("GET", "/backend-api/wham/accounts/check"): self._static(_ACCOUNTS),
+            ("GET", "/backend-api/codex/models"): self._static({"models": []}),
+            ("GET", "/backend-api/wham/settings/user"): self._static({}),
+            ("GET", "/backend-api/wham/usage"): self._static(_USAGE),
+        }
+
+    # ------------------------------------------------------------------ control
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every recorded request, oldest first."""
+        with self._lock:
+            return list(self._records)
+
+    @property
+    def model_requests(self) -> list[RecordedRequest]:
+        """The recorded POSTs, i.e. model calls and token counts."""
+        return [r for r in self.requests if r.method == "POST"]
+
+    def script(self, scenarios: Iterable[str]) -> None:
+        """Serve these scenarios to the next model requests, in order."""
+        with self._lock:
+            self._script.extend(scenarios)
+
+    def reset(self) -> None:
+        """Forget recorded requests and pending scripts; back to ``text``."""
+        with self._lock:
+            self._records.clear()
+            self._script.clear()
+        self.default_scenario = "text"
+
+    async def start(self) -> None:
+        self._server = _NoDelayServer(self._handle, handler_cancellation=True, access_log=None)
+        loop = asyncio.get_running_loop()
+        self._listener = await loop.create_server(self._server, self.host, self.port)
+        self.port = self._listener.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+        if self._server is not None:
+            await self._server.shutdown(1.0)
+        if self._listener is not None:
+            await self._listener.wait_closed()
+        self._listener = self._server = None
+
+    # ------------------------------------------------------------------ dispatch
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        if request.headers.get("Upgrade", "").lower() == "websocket":
+            return web.json_response(
+                {"error": {"message": "WebSocket is not supported here; use HTTP."}},
+                status=426, headers={"Connection": "close"},
+            )
+        handler = self._routes.get((request.method, request.path))
+        if handler is None:
+            await self._record(request)
+            message = f"No route for {request.method} {request.path}"
+            return web.json_response(
+                {"type": "error", "error": {"type": "not_found", "message": message}}, status=404
+            )
+        return await handler(request)
+
+    async def _record(self, request: web.BaseRequest, scenario: str = "") -> RecordedRequest:
+        raw = await request.read()
+        body = _decode_body(raw, request.headers.get("Content-Encoding", ""))
+        try:
+            parsed = orjson.loads(body) if body else None
+        except orjson.JSONDecodeError:
+            parsed = None
+        record = RecordedRequest(
+            method=request.method,
+            path=request.path_qs,
+            headers={k.lower(): v for k, v in request.headers.items()},
+            body=body,
+            raw_body=raw,
+            json=parsed,
+            scenario=scenario,
+        )
+        with self._lock:
+            self._records.append(record)
+        return record
+
+    def _next_scenario(self, request: web.BaseRequest) -> str:
+        header = request.headers.get("x-fake-scenario")
+        if header:
+            return header
+        with self._lock:
+            if self._script:
+                return self._script.popleft()
+        return self.default_scenario
+
+    def _static(self, payload: Any) -> _Handler:
+        body = orjson.dumps(payload)
+
+        async def handler(request: web.BaseRequest) -> web.StreamResponse:
+            await self._record(request)
+            return web.Response(body=body, content_type=JSON_TYPE)
+
+        return handler
+
+    async def _root(self, request: web.BaseRequest) -> web.StreamResponse:
+        await self._record(request)
+        return web.Response(status=200)
+
+    async def _models(self, request: web.BaseRequest) -> web.StreamResponse:
+        await self._record(request)
+        if "anthropic-version" in request.headers:
+            model = {"type": "model", "id": "claude-fake", "display_name": "Claude Fake",
+                     "created_at": "2026-11-30T00:00:00Z"}
+            payload: Any = {"data": [model], "has_more": False, "first_id": "claude-fake",
+                            "last_id": "claude-fake"}
+        else:
+            payload = {"object": "list", "data": [
+                {"id": "gpt-fake", "object": "model", "created": fs.CREATED_AT, "owned_by": "fake"}
+            ]}
+        return web.Response(body=orjson.dumps(payload), content_type=JSON_TYPE)
+
+    async def _count_tokens(self, request: web.BaseRequest) -> web.StreamResponse:
+        record = await self._record(request)
+        if record.json is None:
+            return web.Response(status=400, body=error_body("anthropic", 400, "invalid JSON body"),
+                                content_type=JSON_TYPE)
+        return web.json_response({"input_tokens": max(1, len(record.body) // 4)})
+
+    def _model(self, shape: str) -> _Handler:
+        async def handler(request: web.BaseRequest) -> web.StreamResponse:
+            return await self._answer(request, shape)
+
+        return handler
+
+    # ------------------------------------------------------------------ model calls
+
+    async def _answer(self, request: web.BaseRequest, shape: str) -> web.StreamResponse:
+        replay = request.headers.get("x-fake-replay")
+        spec = f"replay:{replay}" if replay else self._next_scenario(request)
+        record = await self._record(request, spec)
+        headers = _reply_headers(shape, f"req_fake_{next(self._ids)}")
+        body = record.json
+        if not isinstance(body, dict):
+            message = "We could not parse the JSON body of your request."
+            return self._error(shape, 400, message, headers)
+        if shape == "codex":
+            # The ChatGPT Codex backend's own rules, byte for byte where known.
+            if body.get("stream") is not True:
+                return web.Response(status=400, body=b'{"detail":"Stream must be set to true"}',
+                                    content_type=JSON_TYPE, headers=headers)
+            if "max_output_tokens" in body:
+                return web.Response(status=400,
+                                    body=b'{"detail":"Unsupported parameter: max_output_tokens"}',
+                                    content_type=JSON_TYPE, headers=headers)
+        if replay:
+            return await self._replay(request, record, replay, headers)
+        scenario = Scenario.parse(spec)
+        stream = body.get("stream") is True
+        if scenario.name.startswith("status-"):
+            code = int(scenario.name.removeprefix("status-"))
+            headers |= {"retry-after": "7"}
+            return self._error(shape, code, f"fake upstream error {code}", headers)
+        if scenario.name == "big-stream":
+            megabytes = float(scenario.arg or "1")
+            frames = _big_stream(shape, _model_of(body, "fake"), int(megabytes * 1024 * 1024))
+            return await self._stream(request, record, frames, headers)
+        answer = self._canned(shape, scenario, body)
+        if not stream:
+            return web.Response(body=answer.body, content_type=JSON_TYPE, headers=headers)
+        return await self._misbehave(request, record, scenario, shape, answer, headers)
+
+    def _error(
+        self, shape: str, status: int, message: str, headers: dict[str, str]
+    ) -> web.Response:
+        return web.Response(status=status, body=error_body(shape, status, message),
+                            content_type=JSON_TYPE, headers=headers)
+
+    def _canned(self, shape: str, scenario: Scenario, body: dict[str, Any]) -> Answer:
+        """The well-formed answer a scenario is built on (misbehaviours bend it later)."""
+        chat_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        api = "chat" if shape == "chat" else "anthropic" if shape == "anthropic" else "responses"
+        model = _model_of(body, "claude-fake" if api == "anthropic" else "gpt-fake")
+        name = scenario.name
+        text = self.text
+        if name == "text" and scenario.arg:
+            text = scenario.arg
+        if name == "recall":
+            output = tool_output(api, body)
+            if output is None:
+                query = scenario.arg or fs.DEFAULT_RECALL_QUERY
+                arguments = orjson.dumps({"query": query}).decode()
+                if api == "chat":
+                    return fs.chat_call(fs.RECALL_TOOL, arguments, model, chat_usage)
+                if api == "anthropic":
+                    return fs.anthropic_call(fs.RECALL_TOOL, arguments, model)
+                return fs.responses_call(fs.RECALL_TOOL, arguments, model)
+            text = recall_answer_text(output)
+        if name == "failed" and api == "responses":
+            return fs.responses_failed(model)
+        if name == "failed":
+            frames = fs.chat_error_frames() if api == "chat" else fs.anthropic_error_frames()
+            return Answer(frames, error_body(api, 500, "fake failure"))
+        if name == "incomplete":
+            if api == "chat":
+                return fs.chat_text(text, model, chat_usage, "length")
+            if api == "anthropic":
+                return fs.anthropic_text(text, model, "max_tokens")
+            return fs.responses_incomplete(text, model)
+        if name == "minimal":
+            if api == "chat":
+                return fs.chat_text(text, model, chat_usage, deltas=1)
+            if api == "anthropic":
+                return fs.anthropic_minimal(text, model)
+            return fs.responses_minimal(text, model)
+        if api == "chat":
+            return fs.chat_text(text, model, chat_usage, deltas=self.deltas)
+        if api == "anthropic":
+            return fs.anthropic_text(text, model, deltas=self.deltas)
+        return fs.responses_text(text, model, self.deltas)
+
+    async def _misbehave(
+        self,
+        request: web.BaseRequest,
+        record: RecordedRequest,
+        scenario: Scenario,
+        shape: str,
+        answer: Answer,
+        headers: dict[str, str],
+    ) -> web.StreamResponse:
+        frames = answer.frames
+        name = scenario.name
+        if name in ("missing-terminal", "no-completed"):
+            return await self._stream(request, record, frames[:-1], headers)
+        if name == "malformed-event":
+            kind = "response.output_text.delta" if shape != "anthropic" else "content_block_delta"
+            bad = (b"data: {\"choices\":[{\"delta\":\n\n" if shape == "chat"
+                   else b"event: " + kind.encode() + b"\ndata: {\"type\":\"" + kind.encode()
+                   + b"\",\"delta\":\n\n")
+            bent = (*frames[:MISBEHAVE_AFTER], bad, *frames[MISBEHAVE_AFTER:])
+            return await self._stream(request, record, bent, headers)
+        if name == "reset-mid-stream":
+            count = int(scenario.arg or MISBEHAVE_AFTER)
+            return await self._stream(request, record, frames[:count], headers, reset=True)
+        if name == "stall":
+            seconds = float(scenario.arg) if scenario.arg else None
+            return await self._stream(request, record, frames, headers, stall=True,
+                                      stall_seconds=seconds)
+        return await self._stream(request, record, frames, headers)
+
+    async def _stream(
+        self,
+        request: web.BaseRequest,
+        record: RecordedRequest,
+        frames: Iterable[bytes],
+        headers: dict[str, str],
+        *,
+        reset: bool = False,
+        stall: bool = False,
+        stall_seconds: float | None = None,
+    ) -> web.StreamResponse:
+        """Write ``frames`` one by one; optionally stall after a few, or reset the TCP link."""
+        response = web.StreamResponse(headers={**SSE_HEADERS, **headers})
+        try:
+            await response.prepare(request)
+            for index, frame in enumerate(frames):
+                if stall and index == MISBEHAVE_AFTER:
+                    await self._stall(request, record, stall_seconds)
+                    if record.client_gone.is_set():
+                        return response
+                await response.write(frame)
+            if reset:
+                await asyncio.sleep(0.05)  # let the client read what was sent first
+                _reset(request)
+                record.mark_client_gone()
+                return response
+            await response.write_eof()
+        except (ConnectionError, asyncio.CancelledError):
+            record.mark_client_gone()
+            raise
+        return response
+
+    async def _stall(self, request: web.BaseRequest, record: RecordedRequest,
+                     seconds: float | None) -> None:
+        """Send nothing for ``seconds`` (None: until the client goes away)."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        while deadline is None or time.monotonic() < deadline:
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                record.mark_client_gone()
+                return
+            await asyncio.sleep(STALL_POLL_S)
+
+    async def _replay(self, request: web.BaseRequest, record: RecordedRequest, name: str,
+                      headers: dict[str, str]) -> web.StreamResponse:
+        path = Path(name)
+        if not path.is_absolute() and self.fixtures_dir is not None:
+            path = self.fixtures_dir / path
+        if not path.is_file():
+            return web.Response(status=404, body=error_body("responses", 404, f"no fixture {path}"),
+                                content_type=JSON_TYPE)
+        data = path.read_bytes()
+        if path.name.endswith(".json"):
+            return web.Response(body=data, content_type=JSON_TYPE, headers=headers)
+        if path.name.endswith(".chunks.jsonl"):
+            frames: Iterable[bytes] = list(_jsonl_frames(data))
+        else:
+            step = REPLAY_SLICE_BYTES
+            frames = [data[i : i + step] for i in range(0, len(data), step)]
+        return await self._stream(request, record, frames, headers)
+
+
+def _jsonl_frames(data: bytes) -> Iterator[bytes]:
+    """``.chunks.jsonl``: one data object per line → ``event: <type>`` + ``data: <line>``."""
+    for line in data.splitlines():
+        line = line.strip()
+        if line:
+            kind = orjson.loads(line).get("type", "message")
+            yield b"event: " + str(kind).encode() + b"\ndata: " + line + b"\n\n"
+
+
+def replay_bytes(path: Path) -> bytes:
+    """Exactly the bytes the fake sends when replaying ``path`` (for assertions)."""
+    data = path.read_bytes()
+    return b"".join(_jsonl_frames(data)) if path.name.endswith(".chunks.jsonl") else data
+
+
+def _big_stream(shape: str, model: str, total: int) -> Iterator[bytes]:
+    """A text answer of about ``total`` bytes in 4 KiB deltas, never held in memory.
+
+    A two-delta answer is built once; its first delta frame is then repeated.
+    """
+    chunk = "x" * (BIG_DELTA_BYTES - 1) + " "
+    if shape == "chat":
+        frames = fs.chat_text(chunk * 2, model, False, deltas=2).frames
+        head, delta, tail = frames[:1], frames[1], frames[2:]
+    elif shape == "anthropic":
+        frames = fs.anthropic_text(chunk * 2, model, deltas=2).frames
+        head, delta, tail = frames[:4], frames[4], frames[5:]
+    else:
+        frames = fs.responses_text(chunk * 2, model, 2).frames
+        head, delta, tail = frames[:5], frames[5], frames[6:]
+    yield from head
+    for _ in range(max(1, total // BIG_DELTA_BYTES - 1)):
+        yield delta
+    yield from tail
+
+
+def _reset(request: web.BaseRequest) -> None:
+    """Close the connection with a TCP RST (SO_LINGER 0), as a crashed server would."""
+    transport = request.transport
+    if transport is None:
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+
+
+_ACCOUNTS = {
+    "accounts": [{
+        "id": "acct-fake-1234",
+        "workspace_backend_origin": "NO_CONSTRAINT",
+        "account_routing_override": "NO_CONSTRAINT",
+    }],
+    "account_ordering": ["acct-fake-1234"],
+}
+_USAGE = {
+    "plan_type": "plus",
+    "rate_limit": {
+        "allowed": True,
+        "limit_reached": False,
+        "primary_window": {"used_percent": 12, "limit_window_seconds": 18000,
+                           "reset_after_seconds": 3600, "reset_at": fs.CREATED_AT + 3600},
+        "secondary_window": {"used_percent": 3, "limit_window_seconds": 604800,
+                             "reset_after_seconds": 86400, "reset_at": fs.CREATED_AT + 86400},
+    },
+    "credits": None,
+}
+
+
+def bench_text(events: int) -> str:
+    """Text whose Responses stream has exactly ``events`` frames (8 fixed + deltas)."""
+    return " ".join(f"tok{i}" for i in range(max(1, events - 8)))
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    fake = FakeUpstream(
+        host=args.host, port=args.port, text=bench_text(args.events),
+        deltas=max(1, args.events - 8), max_recorded=0,
+    )
+    await fake.start()
+    print(f"fake upstream listening on {fake.url}", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await fake.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Run the scripted fake provider on loopback.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port (printed)")
+    parser.add_argument("--events", type=int, default=41,
+                        help="frames in a streamed Responses text answer (default 41)")
+    args = parser.parse_args(argv)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(args))
+
+
+if __name__ == "__main__":
+    main()
