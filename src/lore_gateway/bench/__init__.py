@@ -1,0 +1,1 @@
+"""Benchmarks behind ``lore bench``: each module measures one thing and returns figures."""
