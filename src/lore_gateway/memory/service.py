@@ -144,12 +144,13 @@ class Memory:
                    inputs: Sequence[Message]) -> PendingTurn:
         return PendingTurn(self, ident, protocol, model, inputs)
 
-    def submit_turn(self, turn: TurnRecord) -> bool:
-        """Queue a turn for the writer thread. Never blocks; ``False`` when not queued
-        (storage disabled, queue full, or closed)."""
+    def submit_turn(self, turn: TurnRecord, *, wait: bool = False) -> bool:
+        """Queue a turn for the writer thread; ``False`` when not queued (storage
+        disabled, queue full, or closed). Never blocks unless ``wait=True``, which
+        imports and benchmarks use for back-pressure (the proxy never does)."""
         if not self.settings.store:
             return False
-        return self._writer.submit(turn)
+        return self._writer.submit(turn, wait=wait)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every submitted turn is written (and, with embeddings, embedded)."""
@@ -167,6 +168,16 @@ class Memory:
     @property
     def dropped_turns(self) -> int:
         return self._writer.dropped
+
+    @property
+    def written_turns(self) -> int:
+        """Turns written by this process (imports report new vs. already stored)."""
+        return self._writer.written
+
+    @property
+    def skipped_turns(self) -> int:
+        """Turns not written: empty after cleaning, or their dedup key already stored."""
+        return self._writer.skipped
 
     # --- search and detail ---------------------------------------------------------
 

@@ -92,8 +92,17 @@ class TurnWriter:
     def queue_depth(self) -> int:
         return self._queue.qsize()
 
-    def submit(self, turn: TurnRecord) -> bool:
-        """Queue a turn; ``False`` (and a warning) when the queue is full or closed."""
+    def submit(self, turn: TurnRecord, *, wait: bool = False) -> bool:
+        """Queue a turn; ``False`` (and a warning) when the queue is full or closed.
+
+        ``wait=True`` blocks until there is room instead: back-pressure for imports
+        and benchmarks, never for the proxy.
+        """
+        if wait:
+            with self._progress:
+                self._submitted += 1
+            self._queue.put(turn)
+            return True
         return self._put(turn)
 
     def run_job(self, run: Callable[[apsw.Connection], T], timeout: float | None = None) -> T:
