@@ -1,0 +1,207 @@
+"""OpenAI Responses (public API and the ChatGPT Codex backend): requests and turns.
+
+The stream accumulator lives in :mod:`responses_stream` and the stream
+synthesiser in :mod:`responses_synth`; both are re-exported here so callers
+import one module per protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from lore_gateway.protocols.common import Message, ProtocolError
+from lore_gateway.protocols.responses_stream import (
+    Mode,
+    ResponsesAccumulator,
+    ResponsesResult,
+    ToolCall,
+)
+from lore_gateway.protocols.responses_synth import stream_from_response
+
+__all__ = [
+    "Mode",
+    "ResponsesAccumulator",
+    "ResponsesRequest",
+    "ResponsesResult",
+    "ToolCall",
+    "new_input_messages",
+    "output_messages",
+    "parse_request",
+    "stream_from_response",
+]
+
+RECALL_TOOL_NAME = "recall"
+
+_T = TypeVar("_T")
+
+# Codex CLI sends these as ``role: user`` messages, but they are context it
+# injected (working directory, AGENTS.md, skills), not what the user typed;
+# storing them would flood memory with the same boilerplate every turn.
+_INJECTED_PREFIXES = (
+    "<environment_context>",
+    "<user_instructions>",
+    "<skills_instructions>",
+    "<permissions instructions>",
+    "# AGENTS.md instructions",
+)
+# Item types the client sends back that the model produced on an earlier turn.
+_USER_SIDE_TYPES = frozenset({"message", "item_reference"})
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsesRequest:
+    """What the gateway needs to know about a Responses request.
+
+    ``parallel_tool_calls`` is None when the client did not send it (the API
+    default is true); the recall injector treats an explicit true as "do not
+    inject" (lore-spec B.8).
+    """
+
+    model: str
+    stream: bool
+    tool_names: tuple[str, ...]
+    has_recall_tool: bool
+    parallel_tool_calls: bool | None
+    instructions: str | None
+    store: bool | None
+    max_output_tokens: int | None
+    previous_response_id: str | None
+    input_items: int
+
+
+def parse_request(body: object) -> ResponsesRequest:
+    """Validate the shape of a Responses request body and extract its facts.
+
+    Only what the gateway relies on is checked; unknown fields and tool types
+    are the provider's business and pass through untouched.
+    """
+    if not isinstance(body, dict):
+        raise ProtocolError("Responses request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise ProtocolError("Responses request needs a non-empty string model")
+    inp = body.get("input")
+    if inp is not None and not isinstance(inp, str | list):
+        raise ProtocolError("Responses request input must be a string or an array of items")
+    if isinstance(inp, list) and not all(isinstance(i, dict) for i in inp):
+        raise ProtocolError("Responses request input items must be objects")
+    tools = body.get("tools")
+    if tools is not None and (
+        not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)
+    ):
+        raise ProtocolError("Responses request tools must be an array of objects")
+    names = tuple(t["name"] for t in tools or [] if isinstance(t.get("name"), str))
+    recall = any(
+        t.get("name") == RECALL_TOOL_NAME and t.get("type") in ("function", "custom")
+        for t in tools or []
+    )
+    return ResponsesRequest(
+        model=model,
+        stream=_optional(body, "stream", bool) is True,
+        tool_names=names,
+        has_recall_tool=recall,
+        parallel_tool_calls=_optional(body, "parallel_tool_calls", bool),
+        instructions=_optional(body, "instructions", str),
+        store=_optional(body, "store", bool),
+        max_output_tokens=_optional(body, "max_output_tokens", int),
+        previous_response_id=_optional(body, "previous_response_id", str),
+        input_items=len(inp) if isinstance(inp, list) else int(inp is not None),
+    )
+
+
+def _optional(body: dict[str, Any], key: str, kind: type[_T]) -> _T | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ProtocolError(f"Responses request {key} must be a {kind.__name__}")
+    return value
+
+
+def _content_text(content: object) -> str:
+    """Text of a message's content: a string, or the text of its parts."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    texts = [
+        part["text"]
+        for part in content
+        if isinstance(part, dict) and isinstance(part.get("text"), str)
+    ]
+    return "\n".join(texts)
+
+
+def _is_assistant_item(item: dict[str, Any]) -> bool:
+    kind = item.get("type", "message")
+    if kind == "message":
+        return item.get("role") == "assistant"
+    return not (kind in _USER_SIDE_TYPES or str(kind).endswith("_output"))
+
+
+def new_input_messages(body: dict[str, Any]) -> list[Message]:
+    """The user-side items this turn added: everything after the last item the
+    model produced (assistant message, function call, reasoning, ...).
+
+    User messages become ``user`` text; ``*_output`` items become ``tool``
+    messages ``[tool:<call_id>] <output>``. Developer/system messages and
+    Codex's injected context blocks are skipped.
+    """
+    inp = body.get("input")
+    if isinstance(inp, str):
+        return [Message("user", inp)] if inp else []
+    if not isinstance(inp, list):
+        return []
+    items = [i for i in inp if isinstance(i, dict)]
+    start = 0
+    for pos, item in enumerate(items):
+        if _is_assistant_item(item):
+            start = pos + 1
+    out: list[Message] = []
+    for item in items[start:]:
+        kind = item.get("type", "message")
+        if kind == "message" and item.get("role") == "user":
+            text = _content_text(item.get("content"))
+            if text and not text.lstrip().startswith(_INJECTED_PREFIXES):
+                out.append(Message("user", text))
+        elif str(kind).endswith("_output"):
+            output = item.get("output")
+            text = output if isinstance(output, str) else _content_text(output)
+            out.append(Message("tool", f"[tool:{item.get('call_id', '')}] {text}"))
+    return out
+
+
+def output_messages(acc: ResponsesAccumulator | ResponsesResult) -> list[Message]:
+    """The assistant's complete output, in output order. Reasoning appears only
+    as its readable summary; encrypted content is never stored."""
+    result = acc.result() if isinstance(acc, ResponsesAccumulator) else acc
+    out: list[Message] = []
+    for item in result.output:
+        kind = item.get("type")
+        if kind == "message":
+            text = _message_text(item.get("content"))
+            if text:
+                out.append(Message("assistant", text))
+        elif kind in ("function_call", "custom_tool_call"):
+            args = item.get("arguments") if kind == "function_call" else item.get("input")
+            out.append(Message("assistant", f"[tool_call:{item.get('name', '')}] {args or ''}"))
+        elif kind == "reasoning":
+            for part in item.get("summary") or []:
+                if isinstance(part, dict) and part.get("text"):
+                    out.append(Message("assistant", f"[reasoning] {part['text']}"))
+    return out
+
+
+def _message_text(content: object) -> str:
+    if not isinstance(content, list):
+        return ""
+    texts: list[str] = []
+    for part in content:
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") == "output_text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
+            texts.append(part["refusal"])
+    return "\n".join(texts)
