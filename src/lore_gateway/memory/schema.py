@@ -87,8 +87,41 @@ CREATE TABLE sessions(
 CREATE TABLE kv(key TEXT PRIMARY KEY, value TEXT);
 """
 
+# v2 (search): ``context_fts`` indexes each message together with the message
+# before it in the same session, so a search can score an answer by the question
+# it answers (docs/search.md). Contentless: it stores only the index, not a second
+# copy of the text. The previous message contributes its first 2,000 characters.
+_V2 = """
+CREATE VIRTUAL TABLE context_fts USING fts5(
+    content, content='', contentless_delete=1, tokenize='porter unicode61'
+);
+CREATE TRIGGER context_fts_ai AFTER INSERT ON messages BEGIN
+    INSERT INTO context_fts(rowid, content) VALUES (new.id, coalesce((
+        SELECT substr(p.content, 1, 2000) FROM messages p
+        WHERE p.tenant = new.tenant AND p.session = new.session AND p.id < new.id
+        ORDER BY p.id DESC LIMIT 1), '') || char(10) || new.content);
+END;
+CREATE TRIGGER context_fts_ad AFTER DELETE ON messages BEGIN
+    DELETE FROM context_fts WHERE rowid = old.id;
+END;
+CREATE TRIGGER context_fts_au AFTER UPDATE OF content ON messages BEGIN
+    DELETE FROM context_fts WHERE rowid = old.id;
+    INSERT INTO context_fts(rowid, content) VALUES (new.id, coalesce((
+        SELECT substr(p.content, 1, 2000) FROM messages p
+        WHERE p.tenant = new.tenant AND p.session = new.session AND p.id < new.id
+        ORDER BY p.id DESC LIMIT 1), '') || char(10) || new.content);
+END;
+INSERT INTO context_fts(rowid, content)
+    SELECT m.id, coalesce((
+        SELECT substr(p.content, 1, 2000) FROM messages p
+        WHERE p.tenant = m.tenant AND p.session = m.session AND p.id < m.id
+        ORDER BY p.id DESC LIMIT 1), '') || char(10) || m.content
+    FROM messages m;
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "turns, messages + FTS5, embeddings, sessions, kv", _V1),
+    Migration(2, "context_fts: each message with its predecessor, for search", _V2),
 ]
 
 

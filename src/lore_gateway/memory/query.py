@@ -1,0 +1,92 @@
+"""Turning a free-text recall query into FTS5 MATCH expressions.
+
+A recall query is written by a model ("When did Caroline go to the support
+group?"), not by a search expert, so every FTS5 operator in it is treated as text:
+terms are extracted with a Unicode word pattern, lower-cased, stripped of stop
+words (question words included) and quoted. Quoting means ``AND``, ``NEAR`` or a
+stray ``"`` in the query can never become FTS syntax or a syntax error.
+
+Two expressions are built: the conjunction of all terms (precise) and their
+disjunction (recall). :mod:`lore_gateway.memory.search` runs the disjunction for
+ranking, because natural-language questions rarely share *every* content word
+with the answer turn; the conjunction exists for callers that want exact matches.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Longest query we parse; recall queries are a sentence or two. Anything longer is
+# most likely pasted content, and 32 terms already make a broad OR query.
+MAX_TERMS = 32
+# Single characters are noise for BM25 (and the porter stemmer leaves them alone).
+MIN_TERM_CHARS = 2
+
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
+
+# English function words plus question words: they carry no topic. Kept short on
+# purpose; content-bearing words ("first", "last", "before") stay, because temporal
+# questions depend on them less than on the nouns, but they do no harm to BM25.
+STOP_WORDS = frozenset("""
+a about above after again against all am an and any are aren't as at be because been
+being below between both but by can can't cannot could couldn't did didn't do does
+doesn't doing don't down during each few for from further had hadn't has hasn't have
+haven't having he he'd he'll he's her here here's hers herself him himself his how
+how's i i'd i'll i'm i've if in into is isn't it it's its itself let's me more most
+mustn't my myself no nor not of off on once only or other ought our ours ourselves out
+over own same shan't she she'd she'll she's should shouldn't so some such than that
+that's the their theirs them themselves then there there's these they they'd they'll
+they're they've this those through to too under until up very was wasn't we we'd we'll
+we're we've were weren't what what's when when's where where's which while who who's
+whom why why's with won't would wouldn't you you'd you'll you're you've your yours
+yourself yourselves also just will would like likely kind sort thing things get got
+""".split())
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedQuery:
+    """The content terms of a query and the FTS5 expressions built from them."""
+
+    terms: tuple[str, ...]
+
+    @property
+    def empty(self) -> bool:
+        return not self.terms
+
+    @property
+    def match_any(self) -> str:
+        """FTS5 disjunction of the quoted terms (``"a" OR "b"``)."""
+        return " OR ".join(_quote(t) for t in self.terms)
+
+    @property
+    def match_all(self) -> str:
+        """FTS5 conjunction of the quoted terms (``"a" "b"``: implicit AND)."""
+        return " ".join(_quote(t) for t in self.terms)
+
+
+def _quote(term: str) -> str:
+    return '"' + term.replace('"', '""') + '"'
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased word tokens, apostrophes normalised, possessive ``'s`` dropped."""
+    out = []
+    for match in _WORD.finditer(text.lower()):
+        word = match.group(0).replace("’", "'")
+        if word.endswith("'s"):
+            word = word[:-2]
+        out.append(word)
+    return out
+
+
+def parse_query(text: str) -> ParsedQuery:
+    """Content terms of ``text``, in first-seen order, de-duplicated and capped."""
+    seen: dict[str, None] = {}
+    for word in tokenize(text):
+        if len(word) < MIN_TERM_CHARS or word in STOP_WORDS or word in seen:
+            continue
+        seen[word] = None
+        if len(seen) >= MAX_TERMS:
+            break
+    return ParsedQuery(terms=tuple(seen))

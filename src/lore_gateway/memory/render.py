@@ -1,0 +1,103 @@
+"""Search results as the text of a ``recall`` tool result (lore-spec B.4).
+
+The model reads this, so it is compact and stable: tiers by normalised score,
+one line per message with its role, age and ``t:<id>`` reference, each line cut to
+a per-result budget that favours strong matches, and the whole block kept within
+``budget_chars``. Truncated lines keep their id so the model can fetch the rest.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from lore_gateway.memory.search import Hit, SearchResult
+
+DEFAULT_BUDGET_CHARS = 12_000
+# lore-spec B.4: at most 15 results; drop those under 0.15 of the best, keep ≥ 3.
+MAX_RESULTS = 15
+RELEVANCE_FLOOR = 0.15
+MIN_RESULTS = 3
+# Per-result content budget, clamped, and weighted by tier; raw messages weigh 0.8.
+MIN_RESULT_CHARS = 80
+MAX_RESULT_CHARS = 1200
+RAW_SOURCE_WEIGHT = 0.8
+TIERS = (("Strong Matches", 0.6, 3.0), ("Supporting", 0.3, 1.5), ("Peripheral", 0.0, 0.7))
+NO_RESULTS = "No results found for this query."
+
+_SPACE = re.compile(r"\s+")
+
+
+def age(created_at: float, now: float) -> str:
+    seconds = max(0.0, now - created_at)
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m ago"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)}h ago"
+    return f"{int(seconds // 86400)}d ago"
+
+
+def _tier(score: float) -> tuple[str, float]:
+    for name, floor, weight in TIERS:
+        if score >= floor:
+            return name, weight
+    return TIERS[-1][0], TIERS[-1][2]
+
+
+def _select(hits: list[Hit]) -> list[Hit]:
+    kept = [h for i, h in enumerate(hits) if h.score >= RELEVANCE_FLOOR or i < MIN_RESULTS]
+    return kept[:MAX_RESULTS]
+
+
+def render(result: SearchResult, budget_chars: int = DEFAULT_BUDGET_CHARS,
+           now: float | None = None) -> str:
+    """The B.4 result block for ``result``, at most ``budget_chars`` characters."""
+    if not result.hits:
+        return NO_RESULTS
+    now = time.time() if now is None else now
+    shown = _select(result.hits)
+    total = max(result.total, len(result.hits))
+    scores = [h.score for h in shown]
+    header = [
+        "## Recall Results",
+        f"Found {total} results, showing top {len(shown)} "
+        f"(score range: {min(scores):.2f}–{max(scores):.2f}).",
+    ]
+    footer_room = 160
+    room = max(0, budget_chars - sum(len(x) + 1 for x in header) - footer_room)
+    per_result = room / max(1, len(shown))
+
+    body: list[str] = []
+    used = 0
+    count = 0
+    truncated_any = False
+    current_tier = None
+    for hit in shown:
+        tier, weight = _tier(hit.score)
+        cap = int(min(MAX_RESULT_CHARS, max(MIN_RESULT_CHARS,
+                                              per_result * weight * RAW_SOURCE_WEIGHT)))
+        text = _SPACE.sub(" ", hit.content).strip()
+        cut = len(text) > cap
+        if cut:
+            text = text[:cap - 1].rstrip() + "…"
+            truncated_any = True
+        lines = []
+        if tier != current_tier:
+            lines += ["", f"### {tier}", "#### Conversation"]
+        lines.append(f"- ({hit.role}, {age(hit.created_at, now)}) {text} ({hit.ref})")
+        size = sum(len(x) + 1 for x in lines)
+        if used + size > room and count >= 1:
+            truncated_any = truncated_any or count < len(shown)
+            break
+        body += lines
+        used += size
+        count += 1
+        current_tier = tier
+    if count < len(shown):
+        header[1] = (f"Found {total} results, showing top {count} "
+                     f"(score range: {min(scores[:count]):.2f}–{max(scores[:count]):.2f}).")
+    note = (f"*{count} of {total} results shown. Use recall with id parameter to see full "
+            "content of truncated results.*" if truncated_any
+            else f"*{count} of {total} results shown.*")
+    text = "\n".join([*header, *body, "", "---", note])
+    return text[:budget_chars]

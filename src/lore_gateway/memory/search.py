@@ -1,0 +1,226 @@
+"""Hybrid search over stored messages: BM25 on the turn and on its context, plus vectors.
+
+The ranking (measured on LoCoMo, see docs/search.md) scores each candidate message
+``m`` as a weighted sum of normalised signals::
+
+    score(m) = bm25(m) + CONTEXT_WEIGHT · bm25_ctx(m) + VECTOR_WEIGHT · vec(m)
+             + PREV_WEIGHT · bm25(prev(m)) + NEXT_WEIGHT · bm25(next(m))
+
+- ``bm25(m)``: FTS5 BM25 of the message text, divided by the best in the scope;
+- ``bm25_ctx(m)``: BM25 over ``context_fts``, which indexes each message together
+  with the message before it in its session (an answer rarely repeats the
+  question's words; the question it answers does);
+- ``vec(m)``: cosine to the query above the cosine of the ``VECTOR_FLOOR_RANK``-th
+  best message, divided by the best margin (only clearly similar messages count);
+- the neighbour terms let a strong match lift the adjacent messages of the same
+  session, which is where its answer or its question usually is.
+
+Weighted sums of normalised scores beat reciprocal rank fusion here: RRF throws
+away how much better the first BM25 hit is than the tenth, and on LoCoMo it lost
+to BM25 alone (docs/search.md has the figures).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import apsw
+import numpy as np
+import orjson
+
+from lore_gateway.memory.embed import Embedder
+from lore_gateway.memory.query import ParsedQuery, parse_query
+from lore_gateway.memory.vectors import VectorIndex
+
+log = logging.getLogger(__name__)
+
+# Signal weights (docs/search.md: a plateau of nearby values scores within ±0.005).
+CONTEXT_WEIGHT = 0.8
+VECTOR_WEIGHT = 0.6
+PREV_WEIGHT = 0.3
+NEXT_WEIGHT = 0.3
+# BM25 candidates read per list. Below ~100 the neighbour and vector terms have too
+# little to work with; above ~300 latency grows with no gain in recall@10.
+BM25_CANDIDATES = 200
+# Vector candidates, and the rank whose cosine is the "not similar" floor.
+VECTOR_CANDIDATES = 100
+VECTOR_FLOOR_RANK = 50
+# Neighbours are looked up for this many of the best BM25 hits only: further down,
+# PREV/NEXT_WEIGHT × a small score cannot move anything into the top results.
+NEIGHBOUR_SOURCES = 40
+MAX_LIMIT = 100
+
+Scope = str
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One stored message found by a search. ``score`` is in (0, 1], 1 for the best."""
+
+    ref: str
+    score: float
+    role: str
+    content: str
+    created_at: float
+    session: str
+    project: str
+    meta: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """Ranked hits plus how many candidates matched (for "Found N results")."""
+
+    query: str
+    scope: Scope
+    hits: list[Hit]
+    total: int
+    # Private coverage info (lore-spec B.9): the message ids considered. Never rendered.
+    _candidates: tuple[int, ...] = field(default=(), repr=False)
+
+
+ConnFactory = Callable[[], apsw.Connection]
+
+
+class Searcher:
+    """Runs searches on a per-thread read connection."""
+
+    def __init__(self, conn_factory: ConnFactory, embedder: Embedder | None) -> None:
+        self._conn_factory = conn_factory
+        self._embedder = embedder
+        self._local = threading.local()
+        self._vectors = (VectorIndex(embedder.model_name, embedder.dim)
+                         if embedder is not None else None)
+        # The vector index is per process; one lock keeps concurrent searches from
+        # refreshing it twice (the Memory facade runs one search thread anyway).
+        self._vector_lock = threading.Lock()
+
+    def _conn(self) -> apsw.Connection:
+        conn: apsw.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._conn_factory()
+            self._local.conn = conn
+        return conn
+
+    def search(self, query: str, *, tenant: str, project: str, session: str,
+               scope: Scope = "all", limit: int = 10) -> SearchResult:
+        """The best ``limit`` messages of the scope for ``query``."""
+        limit = max(1, min(limit, MAX_LIMIT))
+        where, args = _scope_filter(scope, tenant, project, session)
+        conn = self._conn()
+        parsed = parse_query(query)
+        own = _bm25(conn, "messages_fts", parsed, where, args)
+        ctx = _bm25(conn, "context_fts", parsed, where, args)
+        vec = self._vector_scores(conn, query, tenant, project, session, scope)
+        prev_next = _neighbours(conn, own, NEIGHBOUR_SOURCES)
+
+        scores: dict[int, float] = {}
+        for mid, s in own.items():
+            scores[mid] = scores.get(mid, 0.0) + s
+        for mid, s in ctx.items():
+            scores[mid] = scores.get(mid, 0.0) + CONTEXT_WEIGHT * s
+        for mid, s in vec.items():
+            scores[mid] = scores.get(mid, 0.0) + VECTOR_WEIGHT * s
+        for mid, (prev_id, next_id) in prev_next.items():
+            s = own[mid]
+            if next_id is not None:  # mid is the previous message of next_id
+                scores[next_id] = scores.get(next_id, 0.0) + PREV_WEIGHT * s
+            if prev_id is not None:
+                scores[prev_id] = scores.get(prev_id, 0.0) + NEXT_WEIGHT * s
+        ranked = sorted(scores.items(), key=lambda kv: (-kv[1], -kv[0]))
+        hits = _load_hits(conn, ranked[:limit], tenant)
+        return SearchResult(query=query, scope=scope, hits=hits, total=len(ranked),
+                            _candidates=tuple(mid for mid, _ in ranked[:limit]))
+
+    def _vector_scores(self, conn: apsw.Connection, query: str, tenant: str, project: str,
+                       session: str, scope: Scope) -> dict[int, float]:
+        if self._embedder is None or self._vectors is None or not query.strip():
+            return {}
+        qvec = self._embedder.embed([query])[0]
+        with self._vector_lock:
+            sims = self._vectors.search(
+                conn, qvec, tenant=tenant,
+                project=project if scope == "project" else None,
+                session=session if scope == "session" else None,
+                k=VECTOR_CANDIDATES)
+        if not sims:
+            return {}
+        ordered = sorted(sims.values(), reverse=True)
+        floor = ordered[min(VECTOR_FLOOR_RANK, len(ordered)) - 1] if len(ordered) > 1 else 0.0
+        margins = {mid: s - floor for mid, s in sims.items() if s > floor}
+        top = max(margins.values(), default=0.0)
+        if top <= 0:
+            return {}
+        return {mid: m / top for mid, m in margins.items()}
+
+
+def _scope_filter(scope: Scope, tenant: str, project: str,
+                  session: str) -> tuple[str, tuple[str, ...]]:
+    if scope == "session":
+        return "m.tenant = ? AND m.session = ?", (tenant, session)
+    if scope == "project":
+        return "m.tenant = ? AND m.project = ?", (tenant, project)
+    if scope == "all":
+        return "m.tenant = ?", (tenant,)
+    raise ValueError(f"unknown scope {scope!r}; use session, project or all")
+
+
+def _bm25(conn: apsw.Connection, table: str, parsed: ParsedQuery, where: str,
+          args: tuple[str, ...]) -> dict[int, float]:
+    """BM25 of the best matches in scope, each divided by the best (so 1.0 is the top)."""
+    if parsed.empty:
+        return {}
+    rows: list[tuple[Any, ...]] = conn.execute(
+        f"SELECT m.id, -bm25({table}) AS s FROM {table} JOIN messages m ON m.id = {table}.rowid"
+        f" WHERE {table} MATCH ? AND {where} ORDER BY s DESC LIMIT {BM25_CANDIDATES}",
+        (parsed.match_any, *args)).fetchall()
+    if not rows:
+        return {}
+    top = max(float(rows[0][1]), 1e-9)
+    return {int(r[0]): float(r[1]) / top for r in rows}
+
+
+def _neighbours(conn: apsw.Connection, own: dict[int, float],
+                count: int) -> dict[int, tuple[int | None, int | None]]:
+    """(previous, next) message id in the same session for the ``count`` best hits."""
+    best = sorted(own, key=lambda mid: -own[mid])[:count]
+    if not best:
+        return {}
+    marks = ",".join("?" * len(best))
+    rows: list[tuple[Any, ...]] = conn.execute(
+        f"SELECT id, tenant, session FROM messages WHERE id IN ({marks})", best).fetchall()
+    out: dict[int, tuple[int | None, int | None]] = {}
+    for mid, tenant, session in rows:
+        prev = conn.execute(
+            "SELECT id FROM messages WHERE tenant = ? AND session = ? AND id < ?"
+            " ORDER BY id DESC LIMIT 1", (tenant, session, mid)).fetchone()
+        nxt = conn.execute(
+            "SELECT id FROM messages WHERE tenant = ? AND session = ? AND id > ?"
+            " ORDER BY id LIMIT 1", (tenant, session, mid)).fetchone()
+        out[int(mid)] = (int(prev[0]) if prev else None, int(nxt[0]) if nxt else None)
+    return out
+
+
+def _load_hits(conn: apsw.Connection, ranked: list[tuple[int, float]], tenant: str) -> list[Hit]:
+    if not ranked:
+        return []
+    ids = [mid for mid, _ in ranked]
+    marks = ",".join("?" * len(ids))
+    rows: dict[int, tuple[Any, ...]] = {int(r[0]): r for r in conn.execute(
+        f"SELECT id, role, content, created_at, session, project, meta FROM messages"
+        f" WHERE id IN ({marks}) AND tenant = ?", (*ids, tenant))}
+    top = max(ranked[0][1], 1e-9)
+    hits = []
+    for mid, score in ranked:
+        row = rows.get(mid)
+        if row is None:  # deleted since it was indexed, or another tenant's
+            continue
+        meta = orjson.loads(str(row[6])) if row[6] else None
+        hits.append(Hit(ref=f"t:{mid}", score=float(np.clip(score / top, 0.0, 1.0)),
+                        role=str(row[1]), content=str(row[2]), created_at=float(row[3]),
+                        session=str(row[4]), project=str(row[5]), meta=meta))
+    return hits
