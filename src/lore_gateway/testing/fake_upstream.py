@@ -283,7 +283,11 @@ class FakeUpstream:
         self.default_scenario = "text"
 
     async def start(self) -> None:
-        self._server = _NoDelayServer(self._handle, handler_cancellation=True, access_log=None)
+        # auto_decompress=False: bodies are recorded as sent and decoded here,
+        # zstd included (aiohttp would need an extra package for it).
+        self._server = _NoDelayServer(
+            self._handle, handler_cancellation=True, access_log=None, auto_decompress=False
+        )
         loop = asyncio.get_running_loop()
         self._listener = await loop.create_server(self._server, self.host, self.port)
         self.port = self._listener.sockets[0].getsockname()[1]

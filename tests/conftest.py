@@ -1,0 +1,157 @@
+"""Shared fixtures: the fake upstream, a gateway in front of it, SDK clients.
+
+The fake and the gateway each run in a background thread with their own event
+loop (``BackgroundServer``), so both the synchronous SDK clients and the
+async tests (on pytest-asyncio's session loop) can talk to them over loopback.
+Both servers live for the whole session; ``fake_upstream`` resets the fake's
+records and scripts before every test that uses it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from lore_gateway.config import Settings
+from lore_gateway.testing import BackgroundServer, FakeUpstream
+
+# CI clones the repository into a fresh folder with ``shared/`` beside it.
+FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+REPO = Path(__file__).resolve().parents[1]
+
+# Fake credentials: the gateway must send these upstream and nowhere else.
+OPENAI_KEY = "sk-test-fake-key-0123456789"
+ANTHROPIC_KEY = "sk-ant-test-fake-key-0123456789"
+
+
+def gateway_settings(fake: FakeUpstream, data_dir: Path, **overrides: Any) -> Settings:
+    """Settings for a gateway on a free loopback port, all upstreams on the fake."""
+    values: dict[str, Any] = {
+        "host": "127.0.0.1",
+        "port": 0,
+        "upstream_openai": fake.url,
+        "upstream_chatgpt": fake.url + "/backend-api",
+        "upstream_anthropic": fake.url,
+        "data_dir": data_dir,
+        "store": True,
+        "embeddings": False,
+    }
+    return Settings(**(values | overrides))
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    """The recorded provider streams and requests (``shared/fixtures``)."""
+    assert FIXTURES.is_dir(), f"{FIXTURES} is missing: clone shared/ beside the repository"
+    return FIXTURES
+
+
+def recorded_streams() -> list[Path]:
+    """Every recorded stream: ``*.sse`` and ``*.chunks.jsonl`` under the fixtures."""
+    found = [*FIXTURES.rglob("*.sse"), *FIXTURES.rglob("*.chunks.jsonl")]
+    return sorted(found)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test with a ``recorded_stream`` argument runs once per recorded stream."""
+    if "recorded_stream" in metafunc.fixturenames:
+        streams = recorded_streams()
+        ids = [str(p.relative_to(FIXTURES)) for p in streams]
+        metafunc.parametrize("recorded_stream", streams, ids=ids)
+
+
+@pytest.fixture(scope="session")
+def fake_server() -> Iterator[FakeUpstream]:
+    runner = BackgroundServer(FakeUpstream(fixtures_dir=FIXTURES), name="fake-upstream")
+    yield runner.start()
+    runner.stop()
+
+
+@pytest.fixture
+def fake_upstream(fake_server: FakeUpstream) -> FakeUpstream:
+    """The session's fake upstream, with no recorded requests and no script."""
+    fake_server.reset()
+    return fake_server
+
+
+@pytest.fixture(scope="session")
+def gateway_server(
+    fake_server: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    from lore_gateway.server import Gateway
+
+    settings = gateway_settings(fake_server, tmp_path_factory.mktemp("lore-data"))
+    runner = BackgroundServer(Gateway(settings), name="gateway")
+    yield runner.start()
+    runner.stop()
+
+
+@pytest.fixture
+def gateway(gateway_server: Any, fake_upstream: FakeUpstream) -> Any:
+    """A running gateway (storage on) whose upstreams are the (reset) fake."""
+    return gateway_server
+
+
+@pytest.fixture
+def make_gateway(
+    fake_upstream: FakeUpstream, tmp_path: Path
+) -> Iterator[Callable[..., Any]]:
+    """Start an extra gateway with setting overrides; stopped after the test."""
+    from lore_gateway.server import Gateway
+
+    runners: list[BackgroundServer[Any]] = []
+
+    def make(**overrides: Any) -> Any:
+        settings = gateway_settings(fake_upstream, tmp_path / f"data{len(runners)}", **overrides)
+        runner = BackgroundServer(Gateway(settings), name="extra-gateway")
+        runners.append(runner)
+        return runner.start()
+
+    yield make
+    for runner in runners:
+        runner.stop()
+
+
+@pytest.fixture
+def openai_client(gateway: Any) -> Any:
+    import openai
+
+    return openai.OpenAI(base_url=gateway.url + "/v1", api_key=OPENAI_KEY, max_retries=0)
+
+
+@pytest.fixture
+def openai_direct(fake_upstream: FakeUpstream) -> Any:
+    import openai
+
+    return openai.OpenAI(base_url=fake_upstream.url + "/v1", api_key=OPENAI_KEY, max_retries=0)
+
+
+@pytest.fixture
+def anthropic_client(gateway: Any) -> Any:
+    import anthropic
+
+    return anthropic.Anthropic(base_url=gateway.url, api_key=ANTHROPIC_KEY, max_retries=0)
+
+
+@pytest.fixture
+def anthropic_direct(fake_upstream: FakeUpstream) -> Any:
+    import anthropic
+
+    return anthropic.Anthropic(base_url=fake_upstream.url, api_key=ANTHROPIC_KEY, max_retries=0)
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    """A raw HTTP client that shows bytes as sent (no decompression, no retries)."""
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(auto_decompress=False, timeout=timeout) as session:
+        yield session
+
+
+def in_ci() -> bool:
+    return bool(os.environ.get("CI"))
