@@ -1,0 +1,359 @@
+"""The asyncio shell around the Anthropic recall interceptor (lore-spec C.2, C.3).
+
+It reads the upstream, writes what :class:`AnthropicRecallStream` says, runs the
+recall, and sends the follow-up through ``followup.send_follow_up`` with the
+client's own stream flag: a streaming client gets a streamed follow-up relayed
+live, a non-streaming client a ``stream:false`` follow-up read as JSON.
+
+Failure semantics (shared with the Responses path): a failed follow-up gets one
+recovery attempt (the same request with the final-round instruction, so the
+model answers without recalling again); if that fails too, a non-streaming
+client gets 502 "Recall continuation failed" and a streaming client an
+Anthropic ``error`` event, never a success terminal. Staged recalls are handed
+to ``on_delivered`` only after the client received the whole response.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from lore_gateway.errors import error_body
+from lore_gateway.protocols.common import ProtocolError
+from lore_gateway.recall.anthropic_live import AnthropicRecallStream, RecallCall, sum_usage
+from lore_gateway.recall.budget import FINAL_ROUND_TEXT, RecallChainBudget
+from lore_gateway.recall.executor import RecallExecutor
+from lore_gateway.recall.followup import FollowUpError, JSONFollowUp, send_follow_up
+from lore_gateway.recall.markers import anchored_marker, new_anchor_id, visible_marker
+from lore_gateway.recall.tool import RECALL_TOOL_NAME, RecallArgumentError, parse_arguments
+from lore_gateway.sse import SSEDecoder, SSEEvent, encode_event
+from lore_gateway.upstream import UpstreamClient, UpstreamResponse
+
+log = logging.getLogger("lore.recall")
+
+RECALL_FAILED = "Recall continuation failed"
+STREAM_RECALL_FAILED = "Lore could not continue the response after recall"
+RECALL_INVOKED_HEADER = (b"x-lore-recall-invoked", b"true")
+# A non-stream answer larger than this is not a plausible single message.
+MAX_JSON_BYTES = 4 * 1024 * 1024
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+class RecallFailed(Exception):
+    """The recall chain cannot deliver an answer. ``category`` is the C.7 code."""
+
+    def __init__(self, category: str, message: str) -> None:
+        super().__init__(message)
+        self.category = category
+
+
+@dataclass(frozen=True, slots=True)
+class StagedRecall:
+    """A recall that ran, to be stored for expansion once the client got the answer.
+
+    ``assistant`` and ``tool_result`` are the exact two messages the follow-up
+    appended, so expansion can restore upstream history byte for byte.
+    """
+
+    anchor_id: str | None
+    marker: str | None
+    call: RecallCall
+    result: str
+    assistant: dict[str, Any]
+    tool_result: dict[str, Any]
+
+
+@dataclass(slots=True)
+class RecallContext:
+    """Everything one client request's recall chain needs."""
+
+    upstream: UpstreamClient
+    url: str
+    headers: list[tuple[str, str]]
+    body: dict[str, Any]  # the upstream request that produced the principal
+    executor: RecallExecutor
+    budget: RecallChainBudget
+    on_delivered: Callable[[list[StagedRecall]], None] | None = None
+    staged: list[StagedRecall] = field(default_factory=list)
+
+    def delivered(self) -> None:
+        if self.on_delivered is not None and self.staged:
+            self.on_delivered(list(self.staged))
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutedRecall:
+    result: str  # what the model reads (budget guidance included)
+    marker: str | None  # None for an invalid call: nothing visible, nothing stored
+    anchor_id: str | None
+
+
+async def execute_recall(ctx: RecallContext, recalls: list[RecallCall]) -> ExecutedRecall:
+    """Admit, run and account one recall; the shared step of every protocol."""
+    if len(recalls) > 1:
+        raise RecallFailed("parallel_recall", "more than one recall call in one response")
+    (call,) = recalls
+    try:
+        args = parse_arguments(_decoded(call.arguments))
+    except RecallArgumentError as exc:
+        return ExecutedRecall(exc.tool_result(), None, None)
+    refused = ctx.budget.admit(args)
+    if refused is not None:
+        raise RecallFailed("depth_exhausted", f"recall budget refused: {refused}")
+    outcome = await ctx.executor.run(args)
+    ctx.budget.record(outcome.text, outcome.coverage)
+    anchor = new_anchor_id()
+    return ExecutedRecall(ctx.budget.result_for_model(outcome.text),
+                          anchored_marker(visible_marker(args), anchor), anchor)
+
+
+def _decoded(arguments: str) -> Any:
+    try:
+        return orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        raise RecallArgumentError("expected_object", "recall arguments are not JSON") from None
+
+
+# --- Anthropic message shapes --------------------------------------------------
+
+
+def follow_up_pair(content: list[dict[str, Any]], call: RecallCall,
+                   result: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The assistant message (every block the model produced up to and including
+    the recall, thinking and redacted thinking replayed as required when
+    extended thinking is on) and the user message with the tool_result."""
+    blocks = [b for i, b in enumerate(content) if i <= call.position]
+    assistant = {"role": "assistant", "content": blocks}
+    tool_result = {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": call.tool_use_id, "content": result}]}
+    return assistant, tool_result
+
+
+def _final_round_result(result: str) -> str:
+    return result if FINAL_ROUND_TEXT in result else f"{result}\n\n{FINAL_ROUND_TEXT}"
+
+
+def message_recalls(message: dict[str, Any]) -> tuple[list[RecallCall], int]:
+    """Recall tool_use blocks of a non-stream message, and the visible tool count."""
+    recalls: list[RecallCall] = []
+    visible = 0
+    for position, block in enumerate(message.get("content") or []):
+        if isinstance(block, dict) and block.get("type") == "tool_use":
+            if block.get("name") == RECALL_TOOL_NAME:
+                recalls.append(RecallCall(str(block.get("id", "")),
+                                          orjson.dumps(block.get("input") or {}).decode(),
+                                          position))
+            else:
+                visible += 1
+    return recalls, visible
+
+
+def _check_message(payload: dict[str, Any]) -> dict[str, Any]:
+    if payload.get("type") != "message" or not isinstance(payload.get("content"), list):
+        raise ProtocolError("upstream Anthropic request did not complete")
+    if payload.get("stop_reason") not in ("end_turn", "tool_use", "stop_sequence", "refusal"):
+        raise ProtocolError("upstream Anthropic request did not complete")
+    return payload
+
+
+def _usable(message: dict[str, Any]) -> bool:
+    """C.1 "usable continuation": some text or a tool call, and not cut short."""
+    if message.get("stop_reason") in ("max_tokens", "pause_turn",
+                                      "model_context_window_exceeded"):
+        return False
+    for block in message.get("content") or []:
+        if block.get("type") == "tool_use":
+            return True
+        if block.get("type") == "text" and str(block.get("text", "")).strip():
+            return True
+    return False
+
+
+# --- streaming client ---------------------------------------------------------------
+
+
+async def _events(resp: UpstreamResponse) -> AsyncIterator[SSEEvent]:
+    decoder = SSEDecoder()
+    async for chunk in resp.chunks():
+        for event in decoder.feed(chunk):
+            yield event
+    for event in decoder.close():
+        yield event
+
+
+def _stream_error(message: str) -> bytes:
+    return encode_event("error", orjson.dumps(
+        {"type": "error", "error": {"type": "api_error", "message": message}}))
+
+
+async def stream_recall(ctx: RecallContext, principal: UpstreamResponse, client: Any,
+                        response_headers: list[tuple[bytes, bytes]]) -> None:
+    """Relay a streamed Anthropic principal to a streaming Anthropic client,
+    running hidden recalls and splicing in their continuations."""
+    stream = AnthropicRecallStream()
+    await client.start(200, response_headers)
+    messages: list[dict[str, Any]] | None = list(ctx.body.get("messages") or [])
+    try:
+        async for event in _events(principal):
+            await client.write(stream.feed(event))
+        stream.round.close()
+        while messages is not None and stream.round.recalls:
+            messages = await _stream_one_recall(ctx, stream, client, messages)
+    except (RecallFailed, FollowUpError, ProtocolError) as exc:
+        log.warning("recall stream failed: %s", getattr(exc, "category", type(exc).__name__))
+        ctx.staged.clear()
+        await client.end(_stream_error(STREAM_RECALL_FAILED))
+        return
+    finally:
+        principal.close()
+    await client.end(stream.finish())
+    ctx.delivered()
+
+
+async def _stream_one_recall(ctx: RecallContext, stream: AnthropicRecallStream, client: Any,
+                             messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """One recall round; returns the follow-up's messages, or None when the
+    response ends here (the model also called a visible tool)."""
+    round_ = stream.round
+    executed = await execute_recall(ctx, round_.recalls)
+    call = round_.recalls[0]
+    assistant, tool_result = follow_up_pair(round_.content(), call, executed.result)
+    ctx.staged.append(StagedRecall(executed.anchor_id, executed.marker, call,
+                                   executed.result, assistant, tool_result))
+    if round_.visible_tool_uses:
+        # Mixed: the client runs its own tool; the recall is replayed next turn.
+        if executed.marker is not None:
+            await client.write(stream.inline_marker(executed.marker))
+        return None
+    await client.write(stream.close_preamble())
+    if executed.marker is not None:
+        await client.write(stream.marker_message(executed.marker))
+    follow_up = [*messages, assistant, tool_result]
+    stream.begin_continuation()
+    await _stream_follow_up(ctx, stream, client, follow_up, assistant, tool_result)
+    return follow_up
+
+
+async def _stream_follow_up(ctx: RecallContext, stream: AnthropicRecallStream, client: Any,
+                            follow_up: list[dict[str, Any]], assistant: dict[str, Any],
+                            tool_result: dict[str, Any]) -> None:
+    body = {**ctx.body, "messages": follow_up}
+    try:
+        answer = await send_follow_up(ctx.upstream, ctx.url, ctx.headers, body, stream=True)
+    except FollowUpError as exc:
+        log.warning("recall follow-up failed (%s); trying recovery", exc.category)
+        if not ctx.budget.can_recover():
+            raise
+        recovery = _recovery_messages(follow_up, tool_result)
+        answer = await send_follow_up(ctx.upstream, ctx.url, ctx.headers,
+                                      {**ctx.body, "messages": recovery}, stream=True)
+    assert not isinstance(answer, JSONFollowUp)
+    try:
+        async for event in answer.events:
+            await client.write(stream.feed(event))
+        stream.round.close()
+    finally:
+        answer.close()
+
+
+def _recovery_messages(follow_up: list[dict[str, Any]],
+                       tool_result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The follow-up once more, telling the model to answer without recall."""
+    block = tool_result["content"][0]
+    recovered = {**tool_result, "content": [
+        {**block, "content": _final_round_result(str(block["content"]))}]}
+    return [*follow_up[:-1], recovered]
+
+
+# --- non-streaming client -------------------------------------------------------------
+
+
+async def buffered_recall(ctx: RecallContext, principal: dict[str, Any]) -> tuple[
+        int, bytes, list[tuple[bytes, bytes]]]:
+    """The buffered loop (C.3) for a non-streaming Anthropic client. Returns the
+    status, body and extra headers the client gets."""
+    try:
+        message = await _buffered_loop(ctx, _check_message(principal))
+    except (RecallFailed, FollowUpError, ProtocolError) as exc:
+        log.warning("buffered recall failed: %s", getattr(exc, "category", type(exc).__name__))
+        ctx.staged.clear()
+        return 502, error_body("server_error", RECALL_FAILED), _JSON_HEADERS
+    headers = _JSON_HEADERS + ([RECALL_INVOKED_HEADER] if ctx.staged else [])
+    return 200, orjson.dumps(message), headers
+
+
+async def _buffered_loop(ctx: RecallContext, message: dict[str, Any]) -> dict[str, Any]:
+    messages = list(ctx.body.get("messages") or [])
+    delivered: list[dict[str, Any]] = []
+    usages = [message.get("usage") or {}]
+    while True:
+        recalls, visible = message_recalls(message)
+        if not recalls:
+            break
+        executed = await execute_recall(ctx, recalls)
+        call = recalls[0]
+        assistant, tool_result = follow_up_pair(message["content"], call, executed.result)
+        ctx.staged.append(StagedRecall(executed.anchor_id, executed.marker, call,
+                                       executed.result, assistant, tool_result))
+        shown = [b for i, b in enumerate(message["content"]) if i != call.position]
+        if executed.marker is not None:
+            shown.insert(call.position, {"type": "text", "text": executed.marker})
+        if visible:
+            delivered += shown
+            return {**message, "content": delivered, "usage": _merged(message, usages)}
+        delivered += shown
+        messages = [*messages, assistant, tool_result]
+        message = await _json_follow_up(ctx, messages, tool_result)
+        usages.append(message.get("usage") or {})
+    if not _usable(message) and ctx.staged:
+        raise RecallFailed("follow_up_failed", "recall continuation was not usable")
+    return {**message, "content": delivered + message["content"],
+            "usage": _merged(message, usages)}
+
+
+def _merged(message: dict[str, Any], usages: list[dict[str, Any]]) -> dict[str, Any]:
+    usage = dict(message.get("usage") or {})
+    usage.update(sum_usage(usages))
+    return usage
+
+
+async def _json_follow_up(ctx: RecallContext, messages: list[dict[str, Any]],
+                          tool_result: dict[str, Any]) -> dict[str, Any]:
+    """A ``stream:false`` follow-up, with one recovery attempt on failure."""
+    try:
+        answer = await send_follow_up(ctx.upstream, ctx.url, ctx.headers,
+                                      {**ctx.body, "messages": messages}, stream=False)
+        assert isinstance(answer, JSONFollowUp)
+        return _check_message(answer.payload)
+    except (FollowUpError, ProtocolError) as exc:
+        log.warning("recall follow-up failed (%s); trying recovery",
+                    getattr(exc, "category", "follow_up_protocol"))
+        if not ctx.budget.can_recover():
+            raise
+    answer = await send_follow_up(ctx.upstream, ctx.url, ctx.headers,
+                                  {**ctx.body, "messages": _recovery_messages(messages,
+                                                                              tool_result)},
+                                  stream=False)
+    assert isinstance(answer, JSONFollowUp)
+    recovered = _check_message(answer.payload)
+    if message_recalls(recovered)[0] or not _usable(recovered):
+        raise RecallFailed("follow_up_failed", "upstream recovery output was unsafe")
+    return recovered
+
+
+async def read_json_principal(resp: UpstreamResponse) -> dict[str, Any]:
+    """Read a non-stream principal answer."""
+    body, cut = await resp.read(MAX_JSON_BYTES)
+    if cut:
+        raise ProtocolError(f"foreground response exceeded {MAX_JSON_BYTES} byte limit")
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise ProtocolError("upstream Anthropic request did not complete") from None
+    if not isinstance(payload, dict):
+        raise ProtocolError("upstream Anthropic request did not complete")
+    return payload
