@@ -36,6 +36,7 @@ def _root(
 def _register() -> None:
     # Each module attaches its commands to ``app`` / ``bench_app`` on import.
     from lore_gateway.cli import bench_gateway, doctor, logs, run, serve, setup  # noqa: F401
+    from lore_gateway.cli import memory_cmds  # noqa: F401
 
 
 def main() -> None:

@@ -1,0 +1,286 @@
+"""``lore recall``, ``lore data list|show|delete`` and ``lore import codex|claude-code``.
+
+The CLI reads the local database as its owner, so it could see every tenant. It
+still keeps tenants apart by default: with one tenant in the database that tenant
+is used; with several, the user picks one (``--tenant``, or ``--key-env`` naming an
+environment variable that holds the API key) or explicitly asks for
+``--all-tenants``. Nothing here prints a credential.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from lore_gateway.cli.main import app
+from lore_gateway.config import Settings
+from lore_gateway.memory import catalog
+from lore_gateway.memory.identity import ANONYMOUS, tenant_for_credential
+from lore_gateway.memory.records import Identity
+from lore_gateway.memory.service import SCOPES, Memory
+
+data_app = typer.Typer(help="Look inside the memory: list, show and delete sessions.",
+                       no_args_is_help=True)
+import_app = typer.Typer(help="Import existing agent histories into the memory.",
+                         no_args_is_help=True)
+app.add_typer(data_app, name="data")
+app.add_typer(import_app, name="import")
+
+console = Console()
+err = Console(stderr=True)
+
+TenantOpt = typer.Option(None, "--tenant", help="Tenant id (or a unique prefix) from "
+                         "`lore data list --all-tenants`.")
+KeyEnvOpt = typer.Option(None, "--key-env", metavar="VAR", help="Use the tenant of the API key "
+                         "held in environment variable VAR (the key is not printed or stored).")
+AllTenantsOpt = typer.Option(False, "--all-tenants", help="Include every tenant's memory.")
+
+
+@contextmanager
+def open_memory(embedder: Literal["auto"] | None = None) -> Iterator[Memory]:
+    memory = Memory.open(Settings(), embedder=embedder)
+    try:
+        yield memory
+    finally:
+        memory.close()
+
+
+def fail(message: str) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}")
+    return typer.Exit(code=2)
+
+
+def resolve_tenant(memory: Memory, tenant: str | None, key_env: str | None,
+                   all_tenants: bool) -> str | None:
+    """The one tenant a command acts on, or ``None`` for ``--all-tenants``."""
+    if sum((tenant is not None, key_env is not None, all_tenants)) > 1:
+        raise fail("give only one of --tenant, --key-env and --all-tenants")
+    if all_tenants:
+        return None
+    if key_env is not None:
+        credential = os.environ.get(key_env, "").strip()
+        if not credential:
+            raise fail(f"environment variable {key_env} is not set or empty")
+        return tenant_for_credential(credential, salt=memory.salt)
+    known = [t.tenant for t in memory.tenants()]
+    if tenant is not None:
+        matches = [t for t in known if t == tenant] or [t for t in known if t.startswith(tenant)]
+        if len(matches) == 1:
+            return matches[0]
+        if tenant == ANONYMOUS:
+            return ANONYMOUS
+        raise fail(f"tenant {tenant!r} matches {len(matches)} of the {len(known)} tenants; "
+                   "see `lore data list --all-tenants`")
+    if len(known) <= 1:
+        return known[0] if known else ANONYMOUS
+    raise fail(f"this database holds {len(known)} tenants (one per credential): choose one with "
+               "--tenant or --key-env, or pass --all-tenants; `lore data list --all-tenants` "
+               "lists them")
+
+
+def _hit_json(hit: Any) -> dict[str, Any]:
+    return {"ref": hit.ref, "score": round(hit.score, 4), "role": hit.role,
+            "content": hit.content, "created_at": hit.created_at, "session": hit.session,
+            "project": hit.project}
+
+
+# --- lore recall ---------------------------------------------------------------------
+
+
+@app.command("recall")
+def recall_command(
+    query: str = typer.Argument(..., help="What to look for."),
+    scope: str = typer.Option("all", "--scope", help="session, project or all."),
+    project: str = typer.Option(None, "--project", help="Project for --scope project "
+                                "(default: the current directory)."),
+    session: str = typer.Option(None, "--session", help="Session for --scope session."),
+    limit: int = typer.Option(10, "--limit", min=1, max=50, help="How many results."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    tenant: str = TenantOpt, key_env: str = KeyEnvOpt, all_tenants: bool = AllTenantsOpt,
+) -> None:
+    """Search the memory the way the model's recall tool does."""
+    if scope not in SCOPES:
+        raise fail(f"--scope must be one of {', '.join(SCOPES)}, not {scope!r}")
+    if scope == "session" and not session:
+        raise fail("--scope session needs --session <id> (see `lore data list`)")
+    project = project or os.getcwd()
+    with open_memory("auto") as memory:
+        chosen = resolve_tenant(memory, tenant, key_env, all_tenants)
+        tenants = [t.tenant for t in memory.tenants()] if chosen is None else [chosen]
+        results = [memory.search_sync(query, identity=Identity(t, project, session or ""),
+                                      scope=scope, limit=limit) for t in tenants]
+        hits = sorted((h for r in results for h in r.hits), key=lambda h: -h.score)[:limit]
+        if as_json:
+            typer.echo(json.dumps({
+                "query": query, "scope": scope, "tenants": tenants,
+                "total": sum(r.total for r in results), "hits": [_hit_json(h) for h in hits],
+            }, ensure_ascii=False))
+            return
+        if not results:
+            typer.echo("No results found for this query.")
+            return
+        merged = results[0] if len(results) == 1 else type(results[0])(
+            query=query, scope=scope, hits=hits, total=sum(r.total for r in results))
+        typer.echo(memory.render(merged))
+
+
+# --- lore data -----------------------------------------------------------------------
+
+
+@data_app.command("list")
+def data_list(
+    project: str = typer.Option(None, "--project", help="Only this project."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    tenant: str = TenantOpt, key_env: str = KeyEnvOpt, all_tenants: bool = AllTenantsOpt,
+) -> None:
+    """Projects and sessions, with turn and message counts and last activity."""
+    with open_memory() as memory:
+        chosen = resolve_tenant(memory, tenant, key_env, all_tenants)
+        sessions = memory.sessions(chosen, project=project)
+        tenants = memory.tenants() if chosen is None else []
+    if as_json:
+        typer.echo(json.dumps({"tenant": chosen, "sessions": [
+            {"tenant": s.tenant, "project": s.project, "session": s.session, "turns": s.turns,
+             "messages": s.messages, "first_seen": s.first_seen, "last_seen": s.last_seen}
+            for s in sessions]}))
+        return
+    if not sessions:
+        typer.echo("No stored sessions" + (f" for project {project}." if project else "."))
+        return
+    if tenants:
+        table = Table("tenant", "sessions", "messages", "last activity", title="Tenants")
+        for t in tenants:
+            table.add_row(t.tenant, str(t.sessions), str(t.messages), catalog.age(t.last_seen))
+        console.print(table)
+    by_project: dict[str, list[catalog.SessionSummary]] = {}
+    for s in sessions:
+        by_project.setdefault(s.project, []).append(s)
+    table = Table(title="Sessions")
+    # Ids are printed whole: they are what `lore data show|delete` take.
+    table.add_column("project", overflow="fold")
+    table.add_column("session", overflow="fold", no_wrap=True)
+    for name in ("turns", "messages", "last activity", *(("tenant",) if chosen is None else ())):
+        table.add_column(name, justify="right" if name in ("turns", "messages") else "left")
+    for name, group in by_project.items():
+        for i, s in enumerate(group):
+            table.add_row(name if i == 0 else "", s.session, str(s.turns), str(s.messages),
+                          catalog.age(s.last_seen), *((s.tenant,) if chosen is None else ()))
+    console.print(table)
+
+
+@data_app.command("show")
+def data_show(
+    session: str = typer.Argument(..., help="Session id (see `lore data list`)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    tenant: str = TenantOpt, key_env: str = KeyEnvOpt, all_tenants: bool = AllTenantsOpt,
+) -> None:
+    """Every stored message of one session, in order."""
+    with open_memory() as memory:
+        chosen = resolve_tenant(memory, tenant, key_env, all_tenants)
+        messages = memory.session_messages(chosen, session)
+    if not messages:
+        raise fail(f"no stored session {session!r}; see `lore data list`")
+    if as_json:
+        typer.echo(json.dumps({"session": session, "messages": [
+            {"ref": m.ref, "turn": m.turn_id, "role": m.role, "content": m.content,
+             "tokens": m.tokens, "created_at": m.created_at, "truncated": m.truncated,
+             "complete": m.complete} for m in messages]}, ensure_ascii=False))
+        return
+    last_turn = None
+    for m in messages:
+        if m.turn_id != last_turn:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(m.created_at))
+            note = "" if m.complete else " [incomplete]"
+            console.rule(f"turn {m.turn_id} · {stamp}{note}", style="dim")
+            last_turn = m.turn_id
+        console.print(f"[bold]{m.role}[/bold] [dim]({m.ref})[/dim]")
+        console.print(m.content, markup=False, highlight=False)
+
+
+@data_app.command("delete")
+def data_delete(
+    target: str = typer.Argument(..., help="A session id, or a project."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    tenant: str = TenantOpt, key_env: str = KeyEnvOpt, all_tenants: bool = AllTenantsOpt,
+) -> None:
+    """Delete a session or a whole project (asks first unless --yes)."""
+    with open_memory() as memory:
+        chosen = resolve_tenant(memory, tenant, key_env, all_tenants)
+        kind, selector = "session", {"session": target}
+        turns = memory.count_turns(chosen, session=target)
+        if turns == 0:
+            kind, selector = "project", {"project": target}
+            turns = memory.count_turns(chosen, project=target)
+        if turns == 0:
+            raise fail(f"no stored session or project {target!r}; see `lore data list`")
+        if not yes and not typer.confirm(f"Delete {kind} {target} ({turns} turns)?"):
+            raise typer.Exit(code=1)
+        with _progress() as progress:
+            task = progress.add_task(f"deleting {kind}", total=turns)
+            deleted = memory.delete(
+                chosen, **selector,
+                progress=lambda done, total: progress.update(task, completed=done, total=total))
+    typer.echo(f"Deleted {kind} {target}: {deleted} turns.")
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=err, transient=True)
+
+
+# --- lore import ---------------------------------------------------------------------
+
+
+def _run_import(source: str, path: Path | None, tenant: str | None, key_env: str | None) -> None:
+    from lore_gateway.memory.importers import claude_code, codex, import_files
+
+    module = codex if source == "codex" else claude_code
+    root = path or module.default_root()
+    if not root.exists():
+        raise fail(f"{root} does not exist; pass the path of your {source} history")
+    files = module.find_files(root)
+    if not files:
+        raise fail(f"no {source} history files under {root}")
+    with open_memory("auto") as memory:
+        chosen = resolve_tenant(memory, tenant, key_env, False)
+        assert chosen is not None
+        with _progress() as progress:
+            task = progress.add_task(f"importing {source}", total=len(files))
+            stats = import_files(memory, files, module.parse, tenant=chosen,
+                                 on_file=lambda _: progress.advance(task))
+    typer.echo(f"Imported {stats.files} files: {stats.turns_new} new turns, "
+               f"{stats.turns_already_stored} already stored (tenant {chosen}).")
+
+
+CodexPathArg = typer.Argument(None, help="A rollout file or a directory "
+                              "(default ~/.codex/sessions).")
+ClaudePathArg = typer.Argument(None, help="A transcript or a directory "
+                               "(default ~/.claude/projects).")
+
+
+@import_app.command("codex")
+def import_codex(
+    path: Path = CodexPathArg,
+    tenant: str = TenantOpt, key_env: str = KeyEnvOpt,
+) -> None:
+    """Import Codex CLI rollouts (rollout-*.jsonl). Safe to run again."""
+    _run_import("codex", path, tenant, key_env)
+
+
+@import_app.command("claude-code")
+def import_claude_code(
+    path: Path = ClaudePathArg,
+    tenant: str = TenantOpt, key_env: str = KeyEnvOpt,
+) -> None:
+    """Import Claude Code transcripts (projects/*/*.jsonl). Safe to run again."""
+    _run_import("claude-code", path, tenant, key_env)
