@@ -21,6 +21,18 @@ class Message:
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call the model made. ``arguments`` is the raw JSON string the
+    model wrote (Responses custom tools: their free-form input; Anthropic: the
+    parsed input re-serialised)."""
+
+    call_id: str
+    name: str
+    arguments: str
+    item_id: str = ""
+
+
 class ProtocolError(Exception):
     """The upstream or the client broke the wire protocol.
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from lore_gateway.protocols.common import Message, ProtocolError
+from lore_gateway.protocols.common import Message, ProtocolError, ToolCall
 from lore_gateway.protocols.responses_stream import (
     Mode,
     ResponsesAccumulator,
     ResponsesResult,
-    ToolCall,
 )
 from lore_gateway.protocols.responses_synth import stream_from_response
 

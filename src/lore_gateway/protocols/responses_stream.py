@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from lore_gateway.protocols.common import ProtocolError
+from lore_gateway.protocols.common import ProtocolError, ToolCall
 from lore_gateway.protocols.ratelimits import RATE_LIMITS_EVENT, RateLimitLog
 from lore_gateway.protocols.usage import Usage, usage_from_responses, usage_to_responses
 from lore_gateway.sse import SSEEvent
@@ -54,17 +54,6 @@ _KIND_BY_PREFIX = (
     ("response.reasoning_text.", "reasoning"),
 )
 _TOOL_TYPES = frozenset({"function_call", "custom_tool_call"})
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    """One tool call of the output. ``arguments`` is the raw string the model
-    wrote (custom tools: their free-form input)."""
-
-    call_id: str
-    name: str
-    arguments: str
-    item_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
