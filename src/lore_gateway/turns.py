@@ -23,25 +23,46 @@ from lore_gateway.sse import SSEDecoder, looks_like_sse
 
 log = logging.getLogger("lore.turns")
 
+class _Model:
+    """How the collector drives one protocol model: the accumulator to build
+    and how to read a turn out of it. Accumulation for storage is always in the
+    lenient mode: storage wants what the client got, not a protocol verdict."""
+
+    def __init__(self, protocol: Protocol) -> None:
+        self.module = importlib.import_module(f"lore_gateway.protocols.{_MODULE_NAMES[protocol]}")
+        self.name = _MODULE_NAMES[protocol]
+
+    def accumulator(self) -> Any:
+        if self.name == "responses":
+            return self.module.ResponsesAccumulator(mode="codex")
+        return self.module.new_accumulator()
+
+    def response_body(self, acc: Any) -> dict[str, Any]:
+        body: dict[str, Any] = acc.response_body()
+        return body
+
+
 _MODULE_NAMES = {
     Protocol.RESPONSES: "responses",
     Protocol.CODEX: "responses",
     Protocol.CHAT: "chat",
     Protocol.ANTHROPIC: "anthropic",
 }
+_MODELS: dict[Protocol, _Model] = {}
 
 
-def _module(protocol: Protocol) -> Any:
-    """The protocol model module (``lore_gateway.protocols.<name>``)."""
-    return importlib.import_module(f"lore_gateway.protocols.{_MODULE_NAMES[protocol]}")
+def _model(protocol: Protocol) -> _Model:
+    model = _MODELS.get(protocol)
+    if model is None:
+        model = _MODELS[protocol] = _Model(protocol)
+    return model
 
 
 class TurnCollector:
     """Accumulates one upstream response (SSE or JSON) as it is relayed."""
 
     def __init__(self, protocol: Protocol, *, max_json_bytes: int) -> None:
-        self._module = _module(protocol)
-        self._protocol = protocol
+        self._model = _model(protocol)
         self._max_json_bytes = max_json_bytes
         self._sse: SSEDecoder | None = None
         self._acc: Any = None
@@ -55,7 +76,7 @@ class TurnCollector:
             if self._sse is None and self._json is None:
                 if looks_like_sse(chunk[:64]):
                     self._sse = SSEDecoder()
-                    self._acc = self._module.new_accumulator(codex=self._protocol is Protocol.CODEX)
+                    self._acc = self._model.accumulator()
                 else:
                     self._json = bytearray()
             if self._sse is not None:
@@ -75,6 +96,7 @@ class TurnCollector:
             try:
                 for event in self._sse.close():
                     self._acc.feed_event(event)
+                self._acc.close()
             except Exception as exc:
                 self.error = exc
             self._sse = None
@@ -86,17 +108,26 @@ class TurnCollector:
             raise self.error
         if self._acc is None:
             raise ValueError("the upstream sent no event stream")
-        body: dict[str, Any] = self._module.response_body(self._acc)
-        return body
+        return self._model.response_body(self._acc)
+
+    def _accumulate_body(self, body: dict[str, Any]) -> None:
+        """Run a non-stream body through the same accumulator as a stream (via the
+        model's stream synthesiser), so every stored turn is built one way."""
+        self._acc = self._model.accumulator()
+        decoder = SSEDecoder()
+        for frame in self._model.module.stream_from_response(body):
+            for event in decoder.feed(frame):
+                self._acc.feed_event(event)
+        self._acc.close()
 
     def outputs(self) -> list[Message]:
         """The assistant's output so far (complete after a successful relay)."""
         self._finish()
         try:
+            if self._acc is None and self._json:
+                self._accumulate_body(orjson.loads(self._json))
             if self._acc is not None:
-                return list(self._module.output_messages(self._acc))
-            if self._json:
-                return list(self._module.output_messages_from_body(orjson.loads(self._json)))
+                return list(self._model.module.output_messages(self._acc))
         except Exception as exc:
             log.debug("could not extract output messages: %s", exc)
         return []
@@ -130,7 +161,7 @@ class TurnSink:
         if self.memory is None or exchange.identity is None:
             return None
         try:
-            inputs = _module(exchange.protocol).new_input_messages(exchange.payload)
+            inputs = _model(exchange.protocol).module.new_input_messages(exchange.payload)
         except Exception:
             log.exception("could not read the turn's input messages")
             inputs = []

@@ -1,0 +1,94 @@
+"""Every turn through the gateway is stored exactly once, streamed or not, per protocol."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import openai
+import pytest
+
+from lore_gateway.testing import FakeUpstream
+
+KEY = "sk-storage-test-0123456789"
+
+
+def stored(gw: Any, session: str) -> list[tuple[str, str, bool]]:
+    """The session's stored messages, once its turn is written.
+
+    The gateway hands a turn to memory after the client got the whole response,
+    so the test may get here first: wait for the turn, then for the writer.
+    """
+    deadline = time.monotonic() + 10
+    while gw.memory.count_turns(None, session=session) == 0 and time.monotonic() < deadline:
+        gw.memory.flush(timeout=10)
+        time.sleep(0.01)
+    gw.memory.flush(timeout=10)
+    return [(m.role, m.content, m.complete) for m in gw.memory.session_messages(None, session)]
+
+
+def client(gw: Any, session: str, path: str = "/v1") -> openai.OpenAI:
+    return openai.OpenAI(base_url=gw.url + path, api_key=KEY, max_retries=0,
+                         default_headers={"x-lore-session-id": session})
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
+def test_responses_turn_stored_once(make_gateway: Any, fake_upstream: FakeUpstream,
+                                    stream: bool) -> None:
+    gw = make_gateway()
+    session = f"responses-{stream}"
+    c = client(gw, session)
+    if stream:
+        with c.responses.stream(model="gpt-x", input="where is the config loader?") as s:
+            text = s.get_final_response().output_text
+    else:
+        text = c.responses.create(model="gpt-x", input="where is the config loader?").output_text
+    assert text
+    rows = stored(gw, session)
+    assert rows[0] == ("user", "where is the config loader?", True)
+    assert [r[0] for r in rows[1:]] == ["assistant"]
+    assert rows[1][1] == text
+    assert gw.memory.count_turns(None, session=session) == 1
+
+
+def test_codex_stream_false_answered_as_json_and_stored(make_gateway: Any,
+                                                        fake_upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    c = client(gw, "codex-json", "/backend-api/codex")
+    resp = c.responses.create(model="gpt-x", input="hello codex", max_output_tokens=50,
+                              store=True)
+    assert resp.output_text
+    (upstream,) = fake_upstream.model_requests
+    assert upstream.json["stream"] is True
+    assert upstream.json["store"] is False
+    assert "max_output_tokens" not in upstream.json
+    rows = stored(gw, "codex-json")
+    assert rows == [("user", "hello codex", True), ("assistant", resp.output_text, True)]
+
+
+def test_upstream_failure_stores_input_as_incomplete(make_gateway: Any,
+                                                     fake_upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    c = client(gw, "failing")
+    with pytest.raises(openai.InternalServerError):
+        c.with_options(default_headers={"x-lore-session-id": "failing",
+                                        "x-fake-scenario": "status-500"}).responses.create(
+            model="gpt-x", input="this request fails")
+    assert stored(gw, "failing") == [("user", "this request fails", False)]
+
+
+def test_untouched_request_forwarded_as_original_bytes(make_gateway: Any,
+                                                      fake_upstream: FakeUpstream) -> None:
+    import urllib.request
+
+    gw = make_gateway()
+    body = b'{"model": "gpt-x",   "input": "spacing \\u00e9 kept", "stream": true}'
+    request = urllib.request.Request(
+        gw.url + "/v1/responses", data=body, method="POST",
+        headers={"content-type": "application/json", "authorization": "Bearer " + KEY})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        assert r.status == 200
+        r.read()
+    (upstream,) = fake_upstream.model_requests
+    assert upstream.body == body
+    assert upstream.headers["authorization"] == "Bearer " + KEY
