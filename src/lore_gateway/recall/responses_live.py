@@ -1,0 +1,829 @@
+"""Live recall interception on a Responses stream (lore-spec C.5), sans-IO.
+
+:class:`LiveInterceptor` is a state machine in the style of h11. The asyncio shell
+(:mod:`lore_gateway.recall.responses_handler`) feeds it upstream SSE events and
+carries out the actions it returns:
+
+* :class:`Send` — bytes for the client;
+* :class:`RunRecall` — execute this recall, then call :meth:`recall_done`;
+* :class:`FollowUp` — send a follow-up whose input is the original input plus
+  these items, feed its events, then call :meth:`end_of_stream`;
+* :class:`Done` — the client has the whole answer (``ok``: commit staged recalls).
+
+What the client sees: events stream live until a recall appears. The recall's own
+events (added, argument deltas, done) are hidden; everything after it is deferred
+(bounded) until the round ends. A recall-only round is followed by a follow-up whose
+events are spooled; when the chain succeeds the client gets the anchor item, the
+spooled continuation and one rebuilt terminal carrying the principal's response id
+and the merged usage. ``output_index`` is renumbered to visible positions and
+``sequence_number`` kept contiguous. If the chain fails after one recovery attempt,
+the client gets one ``response.failed``.
+
+Every event, forwarded, deferred or hidden, is applied to the round's item state;
+:meth:`LiveInterceptor.turn_items` is the whole turn (recall calls and results
+included) for storage.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from lore_gateway.protocols.common import ProtocolError
+from lore_gateway.protocols.ratelimits import RateLimitLog, sanitize_rate_limits
+from lore_gateway.protocols.usage import (
+    Usage,
+    merge_usage,
+    usage_from_responses,
+    usage_to_responses,
+)
+from lore_gateway.recall.budget import RecallChainBudget
+from lore_gateway.recall.markers import anchor_text
+from lore_gateway.recall.tool import (
+    RecallArgs,
+    RecallArgumentError,
+    RecallFrameError,
+    decode_arguments,
+    is_recall_call,
+    parse_arguments,
+)
+from lore_gateway.sse import SSEEvent, encode_event
+
+MiB = 1024 * 1024
+# E.1 defaults. A real answer is a few hundred KiB; 64 MiB bounds a runaway stream.
+MAX_STREAM_BYTES = 64 * MiB
+# Item snapshots and the continuation spool kept until the chain ends.
+MAX_RETAINED_BYTES = 16 * MiB
+# Events held back (and hidden recall events) while a recall is open.
+MAX_DEFERRED_BYTES = 1 * MiB
+
+RECALL_FAILED_MESSAGE = "Lore could not continue the response after recall"
+GATEWAY_FAILED_MESSAGE = "Gateway request failed"
+RATE_LIMITS = "codex.rate_limits"
+TERMINALS = ("response.completed", "response.incomplete", "response.failed", "response.done")
+FailureCategory = str
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    stream_bytes: int = MAX_STREAM_BYTES
+    retained_bytes: int = MAX_RETAINED_BYTES
+    deferred_bytes: int = MAX_DEFERRED_BYTES
+
+
+# --- actions --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecall:
+    """Execute ``args``; ``invalid`` is set instead when the arguments were rejected
+    (the interceptor already knows the tool result; the shell just reports back)."""
+
+    call_id: str
+    arguments: str
+    args: RecallArgs | None
+    invalid: RecallArgumentError | None
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    """Send the follow-up: the request's input plus ``items``."""
+
+    items: tuple[dict[str, Any], ...]
+    recovery: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    ok: bool
+    category: FailureCategory | None = None
+
+
+Action = Send | RunRecall | FollowUp | Done
+
+
+class RecallChainFailure(Exception):
+    """The chain cannot continue; ``category`` is the C.7 failure category."""
+
+    def __init__(self, category: FailureCategory, message: str) -> None:
+        super().__init__(message)
+        self.category = category
+
+
+# --- per-round state ------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Item:
+    index: int
+    raw: dict[str, Any]
+    kind: str
+    recall: bool = False
+    unresolved: bool = False
+    arguments: str = ""
+    text: str = ""
+    done: bool = False
+
+    @property
+    def call_id(self) -> str:
+        value = self.raw.get("call_id") or self.raw.get("id") or ""
+        return str(value)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The item as stored: the done item, or the added one completed from deltas."""
+        raw = dict(self.raw)
+        if self.kind == "function_call":
+            raw["arguments"] = raw.get("arguments") or self.arguments
+        elif self.kind == "message" and not raw.get("content") and self.text:
+            raw["content"] = [{"type": "output_text", "text": self.text, "annotations": []}]
+        return raw
+
+
+@dataclass(slots=True)
+class _Round:
+    number: int
+    recovery: bool = False
+    items: dict[int, _Item] = field(default_factory=dict)
+    by_item_id: dict[str, int] = field(default_factory=dict)
+    last_index: int = -1
+    created: dict[str, Any] | None = None
+    terminal_name: str | None = None
+    terminal: dict[str, Any] | None = None
+
+    def recalls(self) -> list[_Item]:
+        return [i for i in self.items.values() if i.recall]
+
+    def open_hold(self) -> bool:
+        return any(i.recall or i.unresolved for i in self.items.values())
+
+
+class LiveInterceptor:
+    """One streaming client request whose upstream got the recall tool."""
+
+    def __init__(
+        self,
+        *,
+        budget: RecallChainBudget,
+        codex: bool = False,
+        limits: Limits | None = None,
+    ) -> None:
+        self._budget = budget
+        self._codex = codex
+        self._limits = limits or Limits()
+        self._round = _Round(0)
+        self._rounds: list[_Round] = [self._round]
+        self._state: Literal["streaming", "recall", "follow_up", "done"] = "streaming"
+        self.response_id: str | None = None
+        self._created_at: Any = None
+        self._model: Any = None
+        self._created_sent = False
+        self._pre_created: list[bytes] = []
+        self._seq = 0
+        self._public: dict[tuple[int, int], int] = {}
+        self._next_public = 0
+        self._visible: dict[int, dict[str, Any]] = {}
+        self._deferred: list[tuple[int, SSEEvent]] = []
+        self._deferred_bytes = 0
+        self._spool: list[bytes] = []
+        self._spool_bytes = 0
+        self._stream_bytes = 0
+        self._terminal_sent = False
+        self._usage: Usage | None = None
+        self._extra_items: list[dict[str, Any]] = []
+        self._stored_outputs: list[dict[str, Any]] = []
+        self._recovered = False
+        self.depth = 0
+        self.rate_limits = RateLimitLog()
+        self.recall_ran = False
+        self.pending: RunRecall | None = None
+        # (category, exact reason) of the failure, for diagnostics; never sent.
+        self.failure: tuple[FailureCategory, str | None] | None = None
+
+    # --- feeding ------------------------------------------------------------------
+
+    def feed(self, event: SSEEvent) -> list[Action]:
+        """Apply one upstream event of the current round."""
+        if self._state == "done":
+            return []
+        try:
+            return self._feed(event)
+        except RecallChainFailure as exc:
+            return self._fail(exc.category)
+        except ProtocolError as exc:
+            return self._fail(
+                "follow_up_protocol" if self._round.number else "principal_protocol", str(exc)
+            )
+
+    def end_of_stream(self) -> list[Action]:
+        """The current round's upstream body ended."""
+        if self._state == "done":
+            return []
+        if self._round.terminal_name is None:
+            return self._fail(
+                "follow_up_failed" if self._round.number else "principal_missing_terminal",
+                "upstream Responses stream ended without a terminal event",
+            )
+        try:
+            return self._end_round()
+        except RecallChainFailure as exc:
+            return self._fail(exc.category)
+
+    def _feed(self, event: SSEEvent) -> list[Action]:
+        self._stream_bytes += len(event.raw)
+        if self._stream_bytes > self._limits.stream_bytes:
+            raise ProtocolError("Responses stream exceeded byte limit")
+        if self._round.terminal_name is not None:
+            return []  # bytes after the terminal are discarded (D.4)
+        if not event.has_data:
+            return self._pass_through(event)
+        data = event.data.strip()
+        if not data or data == "[DONE]":
+            return []
+        name = event.name
+        try:
+            payload = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            if name.startswith("response."):
+                raise ProtocolError(f"malformed JSON in Responses event {name}") from None
+            if name == RATE_LIMITS or name == "message":
+                return []
+            return self._pass_through(event)
+        if not isinstance(payload, dict):
+            raise ProtocolError(f"malformed JSON in Responses event {name}")
+        kind = payload.get("type")
+        if event.event is not None and kind is not None and kind != name:
+            raise ProtocolError(f"Responses payload type does not match {name}")
+        if event.event is None and isinstance(kind, str):
+            name = kind
+        if name == RATE_LIMITS:
+            return self._rate_limits(event, payload)
+        if not name.startswith("response."):
+            return self._pass_through(event)
+        if name in ("response.created", "response.in_progress", "response.queued"):
+            return self._lifecycle(event, name, payload)
+        if name in TERMINALS:
+            return self._terminal(event, name, payload)
+        return self._item_event(event, name, payload)
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    def _lifecycle(self, event: SSEEvent, name: str, payload: dict[str, Any]) -> list[Action]:
+        response = payload.get("response")
+        if not isinstance(response, dict):
+            raise ProtocolError(f"malformed Responses event {name}")
+        if self._round.number > 0:
+            return []  # a continuation's own created/in_progress never reach the client
+        if name == "response.created":
+            if self._created_sent:
+                raise ProtocolError("duplicate response.created")
+            self.response_id = response.get("id")
+            self._created_at = response.get("created_at")
+            self._model = response.get("model")
+            self._created_sent = True
+            out: list[Action] = [Send(self._reframe(event, name, payload))]
+            out.extend(Send(raw) for raw in self._pre_created)
+            self._pre_created.clear()
+            return out
+        if not self._created_sent:
+            raise ProtocolError(f"Responses event before response.created: {name}")
+        return self._emit_or_defer(event, name, payload)
+
+    def _rate_limits(self, event: SSEEvent, payload: dict[str, Any]) -> list[Action]:
+        sanitised = sanitize_rate_limits(payload)
+        self.rate_limits.append(payload)
+        if sanitised is None:
+            return []
+        # The sanitised copy is what the gateway keeps; the client gets the frame
+        # byte-identical (the recorded-stream acceptance) once it passed the check.
+        raw = event.raw
+        if not self._created_sent:
+            if len(self._pre_created) < 64:
+                self._pre_created.append(raw)
+            return []
+        return [Send(raw)]
+
+    # --- items --------------------------------------------------------------------
+
+    def _locate(self, name: str, payload: dict[str, Any]) -> _Item:
+        rnd = self._round
+        index = payload.get("output_index")
+        item_id = payload.get("item_id")
+        if not isinstance(index, int):
+            if isinstance(item_id, str) and item_id in rnd.by_item_id:
+                index = rnd.by_item_id[item_id]
+            elif rnd.last_index >= 0:
+                index = rnd.last_index
+            else:
+                index = 0
+        if index < 0 or index >= 100_000:
+            raise ProtocolError(f"invalid Responses output_index for {name}")
+        item = rnd.items.get(index)
+        if item is None:
+            # Codex may send data events or a done without an added: an implicit item.
+            seed = payload.get("item") if isinstance(payload.get("item"), dict) else None
+            if seed is None:
+                implicit = "function_call" if "arguments" in name else "message"
+                seed = {"type": implicit, "id": item_id or ""}
+                if implicit == "message":
+                    seed["role"] = "assistant"
+                else:
+                    seed.update(call_id="", name="", arguments="")
+            item = self._add_item(index, seed)
+        return item
+
+    def _add_item(self, index: int, raw: dict[str, Any]) -> _Item:
+        rnd = self._round
+        if index in rnd.items:
+            raise ProtocolError(f"duplicate Responses output_item.added for index {index}")
+        kind = str(raw.get("type") or "")
+        item = _Item(index=index, raw=dict(raw), kind=kind)
+        self._classify(item)
+        rnd.items[index] = item
+        rnd.last_index = max(rnd.last_index, index)
+        if isinstance(raw.get("id"), str) and raw["id"]:
+            rnd.by_item_id[raw["id"]] = index
+        self._retain(len(orjson.dumps(raw)))
+        return item
+
+    def _classify(self, item: _Item) -> None:
+        if item.kind != "function_call":
+            return
+        name = item.raw.get("name")
+        item.recall = is_recall_call(name)
+        item.unresolved = not item.recall and not name and self._codex
+
+    def _item_event(self, event: SSEEvent, name: str, payload: dict[str, Any]) -> list[Action]:
+        if name == "response.output_item.added":
+            raw = payload.get("item")
+            if not isinstance(raw, dict):
+                raise ProtocolError("malformed Responses event response.output_item.added")
+            index = payload.get("output_index")
+            if not isinstance(index, int):
+                index = self._round.last_index + 1
+            item = self._add_item(index, raw)
+        else:
+            item = self._locate(name, payload)
+            self._apply(item, name, payload)
+        if item.recall:
+            self._charge_deferred(len(event.raw))
+            return []
+        return self._emit_or_defer(event, name, payload, item)
+
+    def _apply(self, item: _Item, name: str, payload: dict[str, Any]) -> None:
+        if name == "response.function_call_arguments.delta":
+            if item.done:
+                raise ProtocolError(
+                    f"Responses event after output_item.done for index {item.index}"
+                )
+            item.arguments += str(payload.get("delta") or "")
+        elif name == "response.function_call_arguments.done":
+            arguments = payload.get("arguments")
+            if isinstance(arguments, str):
+                item.arguments = arguments
+            item.raw["arguments"] = item.arguments
+        elif name == "response.output_text.delta":
+            item.text += str(payload.get("delta") or "")
+        elif name == "response.output_text.done":
+            text = payload.get("text")
+            if isinstance(text, str):
+                item.text = text
+        elif name == "response.output_item.done":
+            done = payload.get("item")
+            if not isinstance(done, dict):
+                raise ProtocolError("malformed Responses event response.output_item.done")
+            merged = {**item.raw, **{k: v for k, v in done.items() if v not in (None, "")}}
+            if item.kind == "function_call" and not merged.get("arguments"):
+                merged["arguments"] = item.arguments
+            was_unresolved = item.unresolved
+            item.raw = merged
+            item.kind = str(merged.get("type") or item.kind)
+            item.done = True
+            self._classify(item)
+            if item.recall and was_unresolved:
+                # The deferred events of this item were a recall after all.
+                self._drop_deferred_of(item.index)
+            item.unresolved = False
+
+    def _drop_deferred_of(self, index: int) -> None:
+        kept: list[tuple[int, SSEEvent]] = []
+        for rnd, ev in self._deferred:
+            try:
+                payload = orjson.loads(ev.data)
+            except orjson.JSONDecodeError:
+                payload = None
+            if (
+                rnd == self._round.number
+                and isinstance(payload, dict)
+                and (payload.get("output_index") == index)
+            ):
+                continue
+            kept.append((rnd, ev))
+        self._deferred = kept
+
+    # --- emission -----------------------------------------------------------------
+
+    def _emit_or_defer(
+        self, event: SSEEvent, name: str, payload: dict[str, Any], item: _Item | None = None
+    ) -> list[Action]:
+        if self._holding():
+            self._hold(event)
+            return []
+        return [Send(self._reframe(event, name, payload))]
+
+    def _holding(self) -> bool:
+        """Continuations are spooled whole; a principal defers once a recall (or a
+        Codex call whose name is not yet known) has appeared."""
+        return self._round.number > 0 or self._round.open_hold()
+
+    def _hold(self, event: SSEEvent) -> None:
+        if self._round.number > 0:
+            self._retain(len(event.raw))
+        else:
+            self._charge_deferred(len(event.raw))
+        self._deferred.append((self._round.number, event))
+
+    def _visible_key(self, rnd: int, index: int) -> int:
+        key = (rnd, index)
+        if key not in self._public:
+            self._public[key] = self._next_public
+            self._next_public += 1
+        return self._public[key]
+
+    def _pass_through(self, event: SSEEvent) -> list[Action]:
+        if self._holding():
+            self._hold(event)
+            return []
+        return [Send(event.raw)]
+
+    def _reframe(
+        self, event: SSEEvent, name: str, payload: dict[str, Any], rnd: int | None = None
+    ) -> bytes:
+        """The event as the client must see it: contiguous sequence numbers, public
+        output indices, the principal's response id. Unchanged events keep their
+        exact bytes."""
+        changed = False
+        if "sequence_number" in payload:
+            if payload["sequence_number"] != self._seq:
+                payload = {**payload, "sequence_number": self._seq}
+                changed = True
+            self._seq += 1
+        index = payload.get("output_index")
+        if isinstance(index, int):
+            public = self._visible_key(self._round.number if rnd is None else rnd, index)
+            if public != index:
+                payload = {**payload, "output_index": public}
+                changed = True
+        response = payload.get("response")
+        if (
+            isinstance(response, dict)
+            and self.response_id
+            and response.get("id") != self.response_id
+        ):
+            payload = {**payload, "response": {**response, "id": self.response_id}}
+            changed = True
+        if not changed and event.event == name:
+            return event.raw
+        return encode_event(name, orjson.dumps(payload))
+
+    def _charge_deferred(self, size: int) -> None:
+        self._deferred_bytes += size
+        if self._deferred_bytes > self._limits.deferred_bytes:
+            raise ProtocolError("recall stream exceeded deferred event limit")
+
+    def _retain(self, size: int) -> None:
+        self._spool_bytes += size
+        if self._spool_bytes > self._limits.retained_bytes:
+            raise ProtocolError("Responses retained state exceeded byte limit")
+
+    def _flush_deferred(self) -> list[bytes]:
+        out: list[bytes] = []
+        for rnd, ev in self._deferred:
+            try:
+                payload = orjson.loads(ev.data) if ev.has_data else None
+            except orjson.JSONDecodeError:
+                payload = None
+            if not isinstance(payload, dict):
+                out.append(ev.raw)
+                continue
+            name = ev.event or str(payload.get("type") or ev.name)
+            out.append(self._reframe(ev, name, payload, rnd))
+        self._deferred.clear()
+        self._deferred_bytes = 0
+        return out
+
+    # --- end of a round -----------------------------------------------------------
+
+    def _terminal(self, event: SSEEvent, name: str, payload: dict[str, Any]) -> list[Action]:
+        rnd = self._round
+        response = payload.get("response")
+        if not isinstance(response, dict):
+            raise ProtocolError(f"malformed Responses terminal event {name}")
+        rnd.terminal_name = name
+        rnd.terminal = payload
+        if response.get("usage") is not None:
+            self._usage = merge_usage(self._usage, usage_from_responses(response["usage"]))
+        if rnd.number == 0 and not rnd.recalls():
+            # No recall happened: forward verbatim, nothing to rebuild.
+            self._state = "done"
+            self._terminal_sent = True
+            failed = name == "response.failed" or response.get("status") in ("failed", "cancelled")
+            return [
+                *[Send(b) for b in self._flush_deferred()],
+                Send(self._reframe(event, name, payload)),
+                Done(ok=not failed),
+            ]
+        return []
+
+    def _end_round(self) -> list[Action]:
+        rnd = self._round
+        assert rnd.terminal is not None and rnd.terminal_name is not None
+        response = rnd.terminal["response"]
+        status = response.get("status")
+        recalls = rnd.recalls()
+        if rnd.number == 0 and not recalls:
+            return []  # already finished in _terminal
+        failed = rnd.terminal_name == "response.failed" or status in ("failed", "cancelled")
+        incomplete = rnd.terminal_name == "response.incomplete" or status == "incomplete"
+        if recalls:
+            if failed:
+                raise RecallChainFailure(
+                    "follow_up_failed", "recall principal returned response.failed"
+                )
+            if incomplete:
+                raise RecallChainFailure(
+                    "follow_up_failed", "incomplete recall principal cannot execute recall"
+                )
+            if len(recalls) > 1:
+                raise RecallChainFailure("parallel_recall", "more than one recall in one response")
+            if rnd.recovery:
+                raise RecallChainFailure("follow_up_failed", "upstream recovery output was unsafe")
+            return self._start_recall(recalls[0])
+        if failed:
+            raise RecallChainFailure("follow_up_failed", "recall continuation failed")
+        if not self._usable(rnd) and not incomplete:
+            raise RecallChainFailure(
+                "follow_up_missing_output", "recall continuation was not usable"
+            )
+        return self._deliver(rnd)
+
+    def _usable(self, rnd: _Round) -> bool:
+        for item in rnd.items.values():
+            if item.kind == "function_call" and not item.recall:
+                return True
+            if item.kind == "message":
+                snap = item.snapshot()
+                for part in snap.get("content") or []:
+                    if isinstance(part, dict) and (
+                        part.get("type") == "refusal" or str(part.get("text") or "").strip()
+                    ):
+                        return True
+        return False
+
+    # --- recall ------------------------------------------------------------------
+
+    def _start_recall(self, recall: _Item) -> list[Action]:
+        if self._budget.final_round:
+            raise RecallChainFailure("depth_exhausted", "recall requested in the final round")
+        arguments = recall.raw.get("arguments") or recall.arguments
+        args: RecallArgs | None = None
+        invalid: RecallArgumentError | None = None
+        try:
+            args = parse_arguments(decode_arguments(arguments))
+        except RecallFrameError as exc:
+            raise RecallChainFailure("follow_up_protocol", str(exc)) from None
+        except RecallArgumentError as exc:
+            invalid = exc
+            if any(i.kind == "function_call" and not i.recall for i in self._round.items.values()):
+                raise RecallChainFailure(
+                    "recall_execution", "invalid call alongside a visible tool"
+                ) from None
+        if args is not None:
+            refusal = self._budget.admit(args)
+            if refusal is not None:
+                raise RecallChainFailure("depth_exhausted", f"recall budget exhausted: {refusal}")
+        self._state = "recall"
+        self.pending = RunRecall(
+            call_id=recall.call_id, arguments=str(arguments), args=args, invalid=invalid
+        )
+        return [self.pending]
+
+    def recall_done(self, result_text: str, anchor_id: str | None) -> list[Action]:
+        """The shell ran the pending recall. ``result_text`` is the raw tool result
+        (before budget notes); ``anchor_id`` names the staged store entry, None for
+        an invalid call (no marker then)."""
+        pending = self.pending
+        assert pending is not None and self._state == "recall", "no recall is pending"
+        self.pending = None
+        rnd = self._round
+        recall = next(i for i in rnd.items.values() if i.recall)
+        if pending.invalid is not None:
+            tool_result = pending.invalid.tool_result()
+        else:
+            self.depth += 1
+            self.recall_ran = True
+            tool_result = self._budget.result_for_model(result_text)
+        call = {
+            "type": "function_call",
+            "call_id": pending.call_id,
+            "name": recall.raw.get("name") or "recall",
+            "arguments": pending.arguments,
+        }
+        output = {"type": "function_call_output", "call_id": pending.call_id, "output": tool_result}
+        visible_calls = [
+            i for i in rnd.items.values() if i.kind == "function_call" and not i.recall
+        ]
+        marker: list[bytes] = []
+        if anchor_id is not None:
+            marker = self._marker_item(anchor_id)
+        if visible_calls:
+            # Mixed: no follow-up; the client runs its tool, the recall is replayed
+            # from the store on the next request.
+            self._stored_outputs.extend([call, output])
+            frames = [*marker, *self._flush_deferred()]
+            return [*(Send(f) for f in frames), *self._finish(rnd)]
+        for item in sorted(rnd.items.values(), key=lambda i: i.index):
+            if not item.recall:
+                self._extra_items.append(item.snapshot())
+        self._extra_items.extend([call, output])
+        self._spool.extend(marker)
+        self._spool.extend(self._flush_deferred())
+        self._state = "follow_up"
+        return [FollowUp(items=tuple(self._extra_items), recovery=False)]
+
+    def begin_continuation(self, *, recovery: bool = False) -> None:
+        """The follow-up (or recovery) stream is about to be fed."""
+        self._round = _Round(len(self._rounds), recovery=recovery)
+        self._rounds.append(self._round)
+        self._state = "streaming"
+
+    def follow_up_failed(self, category: FailureCategory) -> list[Action]:
+        """The follow-up could not be sent or read; try recovery once, else fail."""
+        return self._fail(category)
+
+    # --- delivery -----------------------------------------------------------------
+
+    def _marker_item(self, anchor_id: str) -> list[bytes]:
+        public = self._next_public
+        self._next_public += 1
+        item_id = f"msg_{self.response_id or 'lore'}_{public}"
+        text = anchor_text(anchor_id)
+        part = {"type": "output_text", "text": "", "annotations": []}
+        done_item = {
+            "id": item_id,
+            "type": "message",
+            "status": "completed",
+            "role": "assistant",
+            "content": [{**part, "text": text}],
+        }
+        self._visible[public] = done_item
+        self._stored_outputs.append(done_item)
+        common = {"item_id": item_id, "output_index": public}
+        events = [
+            (
+                "response.output_item.added",
+                {
+                    "output_index": public,
+                    "item": {**done_item, "status": "in_progress", "content": []},
+                },
+            ),
+            ("response.content_part.added", {**common, "content_index": 0, "part": part}),
+            (
+                "response.output_text.delta",
+                {**common, "content_index": 0, "delta": text, "logprobs": []},
+            ),
+            (
+                "response.output_text.done",
+                {**common, "content_index": 0, "text": text, "logprobs": []},
+            ),
+            (
+                "response.content_part.done",
+                {**common, "content_index": 0, "part": {**part, "text": text}},
+            ),
+            ("response.output_item.done", {"output_index": public, "item": done_item}),
+        ]
+        out = []
+        for name, payload in events:
+            out.append(
+                encode_event(
+                    name, orjson.dumps({"type": name, "sequence_number": self._seq, **payload})
+                )
+            )
+            self._seq += 1
+        return out
+
+    def _deliver(self, rnd: _Round) -> list[Action]:
+        frames = [*self._spool, *self._flush_deferred()]
+        self._spool.clear()
+        return [*(Send(f) for f in frames), *self._finish(rnd)]
+
+    def _finish(self, rnd: _Round) -> list[Action]:
+        assert rnd.terminal is not None and rnd.terminal_name is not None
+        self._state = "done"
+        self._terminal_sent = True
+        status = rnd.terminal["response"].get("status")
+        ok = rnd.terminal_name in ("response.completed", "response.done") and status in (
+            None,
+            "completed",
+        )
+        return [Send(self._rebuilt_terminal(rnd.terminal_name, rnd.terminal)), Done(ok=ok)]
+
+    def _rebuilt_terminal(self, name: str, payload: dict[str, Any]) -> bytes:
+        """The last round's terminal, carrying the principal's id and creation time,
+        every visible item in public order, and the usage of all rounds."""
+        response = dict(payload["response"])
+        response["id"] = self.response_id or response.get("id")
+        if self._created_at is not None:
+            response["created_at"] = self._created_at
+        response["output"] = self._visible_output()
+        if self._usage is not None:
+            response["usage"] = usage_to_responses(self._usage)
+        rebuilt = {**payload, "response": response}
+        if "sequence_number" in rebuilt:
+            rebuilt["sequence_number"] = self._seq
+            self._seq += 1
+        return encode_event(name, orjson.dumps(rebuilt))
+
+    def _visible_output(self) -> list[dict[str, Any]]:
+        out: dict[int, dict[str, Any]] = dict(self._visible)
+        for rnd in self._rounds:
+            for item in rnd.items.values():
+                key = (rnd.number, item.index)
+                if not item.recall and key in self._public:
+                    out[self._public[key]] = item.snapshot()
+        return [out[k] for k in sorted(out)]
+
+    # --- failure ------------------------------------------------------------------
+
+    def _fail(self, category: FailureCategory, message: str | None = None) -> list[Action]:
+        if self._terminal_sent:
+            self._state = "done"
+            return [Done(ok=False, category=category)]
+        can_recover = (
+            self.depth > 0
+            and not self._recovered
+            and self._state != "recall"
+            and category not in ("parallel_recall", "follow_up_usage_missing", "resource_limit")
+            and self._budget.can_recover()
+        )
+        self.failure = (category, message)
+        if can_recover and self._extra_items:
+            # Drop what the failed continuation produced; it never reached the client.
+            self._recovered = True
+            if self._round.number > 0 and self._round is self._rounds[-1]:
+                self._rounds.pop()
+                self._round = self._rounds[-1]
+            self._deferred = [(r, e) for r, e in self._deferred if r < len(self._rounds)]
+            self._state = "follow_up"
+            return [FollowUp(items=tuple(self._extra_items), recovery=True)]
+        self._state = "done"
+        self._terminal_sent = True
+        recall_involved = self.depth > 0 or any(r.recalls() for r in self._rounds)
+        text = RECALL_FAILED_MESSAGE if recall_involved else GATEWAY_FAILED_MESSAGE
+        return [Send(self._failed_frame(text)), Done(ok=False, category=category)]
+
+    def _failed_frame(self, message: str) -> bytes:
+        response: dict[str, Any] = {
+            "id": self.response_id or "resp_error",
+            "object": "response",
+            "created_at": self._created_at if self._created_at is not None else int(time.time()),
+            "model": self._model or "unknown",
+            "status": "failed",
+            "output": [],
+            "usage": None,
+            "error": {"type": "server_error", "code": "server_error", "message": message},
+        }
+        payload = {"type": "response.failed", "sequence_number": self._seq, "response": response}
+        self._seq += 1
+        return encode_event("response.failed", orjson.dumps(payload))
+
+    # --- results for the shell ----------------------------------------------------
+
+    @property
+    def usage(self) -> Usage | None:
+        return self._usage
+
+    def turn_items(self) -> list[dict[str, Any]]:
+        """Everything the model produced this turn, in order, recall calls and
+        their results included (what storage writes)."""
+        out: list[dict[str, Any]] = []
+        recall_pairs = iter(_pairs(self._extra_items + self._stored_outputs))
+        for rnd in self._rounds:
+            for item in sorted(rnd.items.values(), key=lambda i: i.index):
+                out.append(item.snapshot())
+                if item.recall:
+                    out.extend(next(recall_pairs, []))
+        return out
+
+
+def _pairs(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The ``function_call_output`` of each recall, in order (its call is already in
+    the round's items)."""
+    return [[i] for i in items if i.get("type") == "function_call_output"]

@@ -1,0 +1,310 @@
+"""The live Responses recall interceptor, fed bytes directly (sans-IO)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from lore_gateway.recall.budget import RecallChainBudget
+from lore_gateway.recall.responses_live import (
+    Action,
+    Done,
+    FollowUp,
+    Limits,
+    LiveInterceptor,
+    RunRecall,
+    Send,
+)
+from lore_gateway.sse import SSEDecoder
+from lore_gateway.testing import fake_streams as fs
+
+FIXTURES = Path("/work/shared/fixtures")
+ANCHOR = "0b6c5d0e-8a4f-4c1e-9d2a-3f4b5c6d7e8f"
+MODEL = "gpt-fake"
+
+
+def _events(data: bytes) -> list[Any]:
+    dec = SSEDecoder()
+    return [*dec.feed(data), *dec.close()]
+
+
+def _feed_all(icpt: LiveInterceptor, data: bytes) -> list[Action]:
+    out: list[Action] = []
+    for ev in _events(data):
+        out.extend(icpt.feed(ev))
+    out.extend(icpt.end_of_stream())
+    return out
+
+
+def _sent(actions: list[Action]) -> bytes:
+    return b"".join(a.data for a in actions if isinstance(a, Send))
+
+
+def _client_events(data: bytes) -> list[tuple[str, dict[str, Any]]]:
+    return [(e.name, orjson.loads(e.data)) for e in _events(data) if e.has_data]
+
+
+def _recall_stream(query: str = "deploy target", text_before: str | None = None) -> bytes:
+    frames = b"".join(
+        fs.responses_call("recall", orjson.dumps({"query": query}).decode(), MODEL).frames
+    )
+    if text_before is None:
+        return frames
+    # Prepend a visible message item at index 0 and shift the call to index 1.
+    events = _client_events(frames)
+    text = _client_events(b"".join(fs.responses_text(text_before, MODEL).frames))
+    items = [
+        (n, p)
+        for n, p in text
+        if n.startswith("response.output") or n.startswith("response.content_part")
+    ]
+    out = [events[0], *([events[1]] if events[1][0] == "response.in_progress" else [])]
+    out += items
+    for name, payload in events[len(out) - len(items) :]:
+        if "output_index" in payload:
+            payload = {**payload, "output_index": payload["output_index"] + 1}
+        out.append((name, payload))
+    return b"".join(fs.named_frame(n, p) for n, p in out)
+
+
+def _interceptor(**kw: Any) -> LiveInterceptor:
+    return LiveInterceptor(budget=RecallChainBudget(), **kw)
+
+
+def _run_chain(
+    icpt: LiveInterceptor, principal: bytes, continuation: bytes
+) -> tuple[bytes, list[Action]]:
+    actions = _feed_all(icpt, principal)
+    sent = _sent(actions)
+    run = [a for a in actions if isinstance(a, RunRecall)]
+    assert len(run) == 1
+    actions = icpt.recall_done("## Recall Results\nblue cluster", ANCHOR)
+    follow = [a for a in actions if isinstance(a, FollowUp)]
+    assert follow and not _sent(actions)
+    icpt.begin_continuation()
+    tail = _feed_all(icpt, continuation)
+    return sent + _sent(tail), [*actions, *tail]
+
+
+def test_no_recall_stream_passes_through_byte_identical() -> None:
+    for path in [FIXTURES / "openai-responses/function_call_single_get_weather.chunks.jsonl"]:
+        lines = [orjson.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        stream = b"".join(fs.named_frame(p["type"], p) for p in lines)
+        actions = _feed_all(_interceptor(), stream)
+        assert _sent(actions) == stream
+        assert actions[-1] == Done(ok=True)
+    text = b"".join(fs.responses_text("hello", MODEL).frames)
+    assert _sent(_feed_all(_interceptor(), text)) == text
+
+
+def test_rate_limits_before_created_move_just_after_it_byte_identical() -> None:
+    path = FIXTURES / "codex/served-streams/text_with_codex_rate_limits_first_accepted.sse"
+    raw = path.read_bytes()
+    frames = [e.raw for e in _events(raw)]
+    assert b"codex.rate_limits" in frames[0]
+    out = _sent(_feed_all(_interceptor(codex=True), raw))
+    assert out == frames[1] + frames[0] + b"".join(frames[2:])
+
+
+def test_recall_is_hidden_and_continuation_spliced_with_principal_id() -> None:
+    icpt = _interceptor()
+    principal = _recall_stream()
+    continuation = b"".join(fs.responses_text("The deploy target is blue.", MODEL).frames)
+    client, actions = _run_chain(icpt, principal, continuation)
+    events = _client_events(client)
+    names = [n for n, _ in events]
+    assert b"recall" not in client.replace(b"lore-recall", b"")
+    assert names.count("response.created") == 1
+    assert names[-1] == "response.completed" and names.count("response.completed") == 1
+    assert "response.function_call_arguments.delta" not in names
+    principal_id = events[0][1]["response"]["id"]
+    assert all(p["response"]["id"] == principal_id for n, p in events if "response" in p)
+    seqs = [p["sequence_number"] for _, p in events if "sequence_number" in p]
+    assert seqs == list(range(len(seqs)))
+    indices = sorted({p["output_index"] for _, p in events if "output_index" in p})
+    assert indices == [0, 1]
+    terminal = events[-1][1]["response"]
+    assert [i["type"] for i in terminal["output"]] == ["message", "message"]
+    assert terminal["output"][0]["content"][0]["text"] == f"<!-- lore-recall:{ANCHOR} -->"
+    assert terminal["output"][1]["content"][0]["text"] == "The deploy target is blue."
+    assert terminal["usage"]["output_tokens"] > 0
+    assert actions[-1] == Done(ok=True)
+    assert icpt.recall_ran and icpt.depth == 1
+
+
+def test_follow_up_items_carry_call_and_output() -> None:
+    icpt = _interceptor()
+    actions = _feed_all(icpt, _recall_stream(text_before="Let me check."))
+    run = next(a for a in actions if isinstance(a, RunRecall))
+    assert run.args is not None and run.args.query == "deploy target"
+    follow = icpt.recall_done("result text", ANCHOR)[0]
+    assert isinstance(follow, FollowUp)
+    kinds = [i["type"] for i in follow.items]
+    assert kinds == ["message", "function_call", "function_call_output"]
+    assert follow.items[1]["call_id"] == run.call_id == follow.items[2]["call_id"]
+    assert follow.items[2]["output"] == "result text"
+
+
+def test_text_before_recall_streams_live_and_indices_stay_contiguous() -> None:
+    icpt = _interceptor()
+    principal = _recall_stream(text_before="Let me check.")
+    actions = _feed_all(icpt, principal)
+    live = _client_events(_sent(actions))
+    assert any(n == "response.output_text.delta" for n, _ in live)  # before recall: live
+    icpt.recall_done("r", ANCHOR)
+    icpt.begin_continuation()
+    tail = _client_events(
+        _sent(_feed_all(icpt, b"".join(fs.responses_text("Answer.", MODEL).frames)))
+    )
+    indices = [p["output_index"] for _, p in live + tail if "output_index" in p]
+    assert sorted(set(indices)) == [0, 1, 2]
+    assert [i["content"][0]["text"] for i in tail[-1][1]["response"]["output"]] == [
+        "Let me check.",
+        f"<!-- lore-recall:{ANCHOR} -->",
+        "Answer.",
+    ]
+
+
+def test_turn_items_include_hidden_recall_and_its_result() -> None:
+    icpt = _interceptor()
+    _run_chain(icpt, _recall_stream(), b"".join(fs.responses_text("Done.", MODEL).frames))
+    items = icpt.turn_items()
+    kinds = [i["type"] for i in items]
+    assert kinds == ["function_call", "function_call_output", "message"]
+    assert items[0]["name"] == "recall"
+
+
+def test_mixed_recall_and_visible_tool_has_no_follow_up() -> None:
+    icpt = _interceptor()
+    recall = _client_events(_recall_stream())
+    tool = _client_events(b"".join(fs.responses_call("exec", '{"cmd":"ls"}', MODEL).frames))
+    body = [p for p in recall if p[0] not in ("response.completed",)]
+    body += [
+        (n, {**p, "output_index": 1})
+        for n, p in tool
+        if n.startswith("response.output_item") or "arguments" in n
+    ]
+    body.append(recall[-1])
+    actions = _feed_all(icpt, b"".join(fs.named_frame(n, p) for n, p in body))
+    assert any(isinstance(a, RunRecall) for a in actions)
+    after = icpt.recall_done("r", ANCHOR)
+    assert not any(isinstance(a, FollowUp) for a in after)
+    out = _client_events(_sent(actions) + _sent(after))
+    terminal = out[-1][1]["response"]
+    assert [i["type"] for i in terminal["output"]] == ["message", "function_call"]
+    assert terminal["output"][1]["name"] == "exec"
+    assert after[-1] == Done(ok=True)
+
+
+def test_parallel_recalls_fail_without_running_recall() -> None:
+    icpt = _interceptor()
+    one = _client_events(_recall_stream())
+    body = [p for p in one if p[0] != "response.completed"]
+    body += [
+        (
+            n,
+            {
+                **p,
+                "output_index": 1,
+                **(
+                    {"item": {**p["item"], "id": "fc_2", "call_id": "call_2"}}
+                    if "item" in p
+                    else {}
+                ),
+            },
+        )
+        for n, p in one
+        if n.startswith("response.output_item")
+    ]
+    body.append(one[-1])
+    actions = _feed_all(icpt, b"".join(fs.named_frame(n, p) for n, p in body))
+    assert not any(isinstance(a, RunRecall) for a in actions)
+    out = _client_events(_sent(actions))
+    assert out[-1][0] == "response.failed"
+    assert out[-1][1]["response"]["error"]["message"] == (
+        "Lore could not continue the response after recall"
+    )
+    assert actions[-1] == Done(ok=False, category="parallel_recall")
+
+
+def test_failed_continuation_gets_one_recovery_then_fails() -> None:
+    icpt = _interceptor()
+    _feed_all(icpt, _recall_stream())
+    icpt.recall_done("r", ANCHOR)
+    icpt.begin_continuation()
+    failed = b"".join(fs.responses_failed(MODEL).frames)
+    actions = _feed_all(icpt, failed)
+    assert actions == [FollowUp(items=actions[0].items, recovery=True)]  # type: ignore[union-attr]
+    icpt.begin_continuation(recovery=True)
+    final = _feed_all(icpt, failed)
+    out = _client_events(_sent(final))
+    assert [n for n, _ in out] == ["response.failed"]
+    assert b"lore-recall" not in _sent(final)
+    assert final[-1] == Done(ok=False, category="follow_up_failed")
+
+
+def test_recovery_success_delivers_marker_and_answer() -> None:
+    icpt = _interceptor()
+    _feed_all(icpt, _recall_stream())
+    icpt.recall_done("r", ANCHOR)
+    icpt.begin_continuation()
+    _feed_all(icpt, b"".join(fs.responses_failed(MODEL).frames))
+    icpt.begin_continuation(recovery=True)
+    final = _feed_all(icpt, b"".join(fs.responses_text("Recovered.", MODEL).frames))
+    out = _client_events(_sent(final))
+    assert out[-1][0] == "response.completed"
+    texts = [i["content"][0]["text"] for i in out[-1][1]["response"]["output"]]
+    assert texts == [f"<!-- lore-recall:{ANCHOR} -->", "Recovered."]
+
+
+def test_invalid_arguments_become_a_tool_result_without_marker() -> None:
+    icpt = _interceptor()
+    actions = _feed_all(icpt, _recall_stream(query="x" * 600))
+    run = next(a for a in actions if isinstance(a, RunRecall))
+    assert run.args is None and run.invalid is not None
+    follow = icpt.recall_done("", None)[0]
+    assert isinstance(follow, FollowUp)
+    assert follow.items[-1]["output"].startswith("Invalid recall arguments (query_length).")
+    icpt.begin_continuation()
+    out = _sent(_feed_all(icpt, b"".join(fs.responses_text("ok", MODEL).frames)))
+    assert b"lore-recall" not in out
+
+
+def test_malformed_json_and_type_mismatch_fail_the_stream() -> None:
+    created = fs.responses_text("x", MODEL).frames[0]
+    for bad in (
+        b"event: response.output_text.delta\ndata: {nope\n\n",
+        b'event: response.output_text.delta\ndata: {"type":"response.other"}\n\n',
+    ):
+        icpt = _interceptor()
+        out = _client_events(_sent(_feed_all(icpt, created + bad)))
+        assert out[-1][0] == "response.failed"
+        assert out[-1][1]["response"]["error"]["message"] == "Gateway request failed"
+    icpt = _interceptor()
+    _feed_all(icpt, created + b"event: response.output_text.delta\ndata: {nope\n\n")
+    assert icpt.failure == (
+        "principal_protocol",
+        "malformed JSON in Responses event response.output_text.delta",
+    )
+
+
+def test_deferred_limit_and_stream_limit() -> None:
+    icpt = _interceptor(limits=Limits(deferred_bytes=200))
+    out = _client_events(_sent(_feed_all(icpt, _recall_stream())))
+    assert out[-1][0] == "response.failed"
+    assert icpt.failure is not None and icpt.failure[1] == (
+        "recall stream exceeded deferred event limit"
+    )
+    icpt = _interceptor(limits=Limits(stream_bytes=300))
+    _feed_all(icpt, b"".join(fs.responses_text("hello", MODEL).frames))
+    assert icpt.failure is not None and icpt.failure[1] == "Responses stream exceeded byte limit"
+
+
+def test_done_and_empty_data_are_ignored_and_unknown_events_forwarded() -> None:
+    frames = list(fs.responses_text("hi", MODEL).frames)
+    extra = b"data: [DONE]\n\ndata: \n\nevent: vendor.note\ndata: not json\n\n"
+    stream = frames[0] + extra + b"".join(frames[1:])
+    out = _sent(_feed_all(_interceptor(), stream))
+    assert b"[DONE]" not in out and b"event: vendor.note\ndata: not json\n\n" in out
