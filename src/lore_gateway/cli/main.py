@@ -35,8 +35,16 @@ def _root(
 
 def _register() -> None:
     # Each module attaches its commands to ``app`` / ``bench_app`` on import.
-    from lore_gateway.cli import bench_gateway, doctor, logs, run, serve, setup  # noqa: F401
-    from lore_gateway.cli import memory_cmds  # noqa: F401
+    from lore_gateway.cli import (  # noqa: F401
+        bench_gateway,
+        bench_memory,
+        doctor,
+        logs,
+        memory_cmds,
+        run,
+        serve,
+        setup,
+    )
 
 
 def main() -> None:

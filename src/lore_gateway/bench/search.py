@@ -1,0 +1,197 @@
+"""``lore bench search``: insert throughput and search latency on a synthetic corpus.
+
+The corpus is N messages written through the proxy's write path
+(``Memory.submit_turn``, two messages per turn) into a throw-away database:
+one tenant, sessions of 200 messages, 50 sessions per project. Text is drawn
+from a Zipf-distributed synthetic vocabulary, so common words are common (which
+is what makes BM25 OR-queries expensive) and rare words are rare.
+
+Vectors: embedding a million messages with MiniLM would take hours of CPU, so
+the benchmark stores *synthetic* unit vectors (topic centroid + noise) directly
+in ``embeddings``. Search cost does not depend on what the vectors mean; the
+query itself is embedded with the real model, so hybrid latency includes it.
+
+Queries are 3–5 words taken from random stored messages plus filler words, so
+every query has matches, and are run with scopes ``project`` and ``all``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lore_gateway.config import Settings
+from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.protocols.common import Message
+
+TENANT = "bench-search"
+SESSION_MESSAGES = 200
+SESSIONS_PER_PROJECT = 50
+VOCABULARY = 50_000
+QUERY_FILLER = ("how", "did", "we", "the", "what", "about", "fix")
+TOPICS = 256
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(slots=True)
+class SearchBenchReport:
+    messages: int = 0
+    insert_s: float = 0.0
+    vectors_s: float = 0.0
+    db_bytes: int = 0
+    latencies: dict[str, list[float]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "messages": self.messages,
+            "insert_s": round(self.insert_s, 2),
+            "insert_msgs_per_s": round(self.messages / self.insert_s) if self.insert_s else None,
+            "vectors_s": round(self.vectors_s, 2),
+            "db_mb": round(self.db_bytes / 1e6, 1),
+        }
+        for name, values in sorted(self.latencies.items()):
+            ordered = sorted(values)
+            out[name] = {
+                "p50_ms": round(statistics.median(ordered), 2),
+                "p99_ms": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 2),
+                "n": len(ordered),
+            }
+        return out
+
+
+def _vocabulary(rng: np.random.Generator) -> list[str]:
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    lengths = rng.integers(3, 10, size=VOCABULARY)
+    words = {"".join(rng.choice(letters, size=n)) for n in lengths}
+    return sorted(words)
+
+
+def _texts(rng: np.random.Generator, vocab: list[str], count: int) -> list[str]:
+    # Zipf(1.1) ranks, clipped to the vocabulary; 8–60 words per message.
+    ranks = np.minimum(rng.zipf(1.1, size=count * 40), len(vocab)) - 1
+    lengths = rng.integers(8, 60, size=count)
+    out, pos = [], 0
+    for n in lengths:
+        take = ranks[pos:pos + n] if pos + n <= len(ranks) else rng.integers(0, len(vocab), n)
+        out.append(" ".join(vocab[i] for i in take))
+        pos += n
+    return out
+
+
+def _identity(index: int) -> Identity:
+    session = index // SESSION_MESSAGES
+    return Identity(TENANT, f"project-{session // SESSIONS_PER_PROJECT}", f"session-{session}")
+
+
+def run(messages: int = 100_000, *, queries: int = 200, seed: int = 7,
+        progress: Progress | None = None) -> SearchBenchReport:
+    from lore_gateway.memory import db
+    from lore_gateway.memory.embed import load_embedder
+    from lore_gateway.memory.search import Searcher
+    from lore_gateway.memory.service import Memory
+
+    rng = np.random.default_rng(seed)
+    vocab = _vocabulary(rng)
+    report = SearchBenchReport(messages=messages)
+    with tempfile.TemporaryDirectory(prefix="lore-bench-search-") as tmp:
+        settings = Settings(data_dir=Path(tmp), embeddings=False)
+        memory = Memory.open(settings, embedder=None)
+        sample: list[tuple[int, str]] = []
+        try:
+            started = time.perf_counter()
+            chunk = 10_000
+            for start in range(0, messages, chunk):
+                texts = _texts(rng, vocab, min(chunk, messages - start))
+                for i in range(0, len(texts), 2):
+                    index = start + i
+                    pair = texts[i:i + 2]
+                    roles = ("user", "assistant")[:len(pair)]
+                    record = TurnRecord(
+                        identity=_identity(index), protocol="bench:search", model=None,
+                        messages=tuple(Message(r, t) for r, t in zip(roles, pair, strict=True)),
+                        created_at=1.7e9 + index)
+                    while not memory.submit_turn(record):
+                        time.sleep(0.005)
+                if len(sample) < queries:
+                    sample.append((start, texts[int(rng.integers(0, len(texts)))]))
+                if progress is not None:
+                    progress("insert", start + len(texts), messages)
+            memory.flush()
+            report.insert_s = time.perf_counter() - started
+        finally:
+            memory.close()
+
+        started = time.perf_counter()
+        _store_synthetic_vectors(settings.db_path, rng, progress)
+        report.vectors_s = time.perf_counter() - started
+
+        embedder = load_embedder()
+        factory = db.conn_factory(settings.db_path)
+        searchers = {"bm25": Searcher(factory, None)}
+        if embedder is not None:
+            searchers["hybrid"] = Searcher(factory, embedder)
+        query_set = _queries(rng, sample, queries)
+        for name, searcher in searchers.items():
+            for scope in ("project", "all"):
+                timings = report.latencies.setdefault(f"{name}_{scope}", [])
+                # Warm-up: the first hybrid search loads the tenant's vector index.
+                searcher.search(query_set[0][1], tenant=TENANT, project=query_set[0][0].project,
+                                session=query_set[0][0].session, scope=scope)
+                for ident, text in query_set:
+                    t0 = time.perf_counter()
+                    searcher.search(text, tenant=TENANT, project=ident.project,
+                                    session=ident.session, scope=scope, limit=10)
+                    timings.append((time.perf_counter() - t0) * 1000)
+                if progress is not None:
+                    progress(f"search {name} {scope}", len(query_set), len(query_set))
+        report.db_bytes = sum(p.stat().st_size for p in Path(tmp).glob("lore.db*"))
+    return report
+
+
+def _queries(rng: np.random.Generator, sample: list[tuple[int, str]],
+             count: int) -> list[tuple[Identity, str]]:
+    out = []
+    for i in range(count):
+        start, text = sample[i % len(sample)]
+        words = text.split()
+        picked = list(rng.choice(words, size=min(len(words), int(rng.integers(3, 6))),
+                                 replace=False))
+        picked.insert(int(rng.integers(0, len(picked) + 1)),
+                      QUERY_FILLER[int(rng.integers(0, len(QUERY_FILLER)))])
+        out.append((_identity(start), " ".join(str(w) for w in picked)))
+    return out
+
+
+def _store_synthetic_vectors(db_path: Path, rng: np.random.Generator,
+                             progress: Progress | None) -> None:
+    """One unit vector per message: a random topic centroid plus noise."""
+    from lore_gateway.memory import db
+    from lore_gateway.memory.embed import MODEL_NAME
+
+    centroids = rng.standard_normal((TOPICS, 384)).astype(np.float32)
+    conn = db.connect(db_path)
+    try:
+        ids = [int(r[0]) for r in conn.execute("SELECT id FROM messages ORDER BY id")]
+        batch = 20_000
+        for start in range(0, len(ids), batch):
+            chunk = ids[start:start + batch]
+            vectors = centroids[rng.integers(0, TOPICS, len(chunk))] + rng.standard_normal(
+                (len(chunk), 384)).astype(np.float32) * 0.8
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+            with conn:
+                conn.executemany(
+                    "INSERT INTO embeddings(message_id, model, vector) VALUES (?,?,?)",
+                    ((mid, MODEL_NAME, vec.astype("<f4").tobytes())
+                     for mid, vec in zip(chunk, vectors, strict=True)))
+            if progress is not None:
+                progress("vectors", start + len(chunk), len(ids))
+    finally:
+        conn.close()
