@@ -16,6 +16,7 @@ from lore_gateway import __version__
 from lore_gateway.channel import ClientChannel, Receive, Send
 from lore_gateway.errors import error_body
 from lore_gateway.obs import metrics
+from lore_gateway.obs.logging import bind_request
 from lore_gateway.proxy import Proxy
 from lore_gateway.routing import Kind, Route, match
 
@@ -34,6 +35,7 @@ class GatewayApp:
             return
         if scope["type"] != "http":
             return
+        bind_request()
         started = perf_counter()
         method: str = scope["method"]
         path: str = scope["path"]
@@ -60,10 +62,11 @@ class GatewayApp:
         kind = route.kind
         if kind is Kind.MODEL:
             timing = await self.proxy.handle_model(scope, receive, send, route)
-            metrics.record_request(
-                path, timing.status, route.protocol.value if route.protocol else "",
-                timing.overhead(perf_counter() - started), timing.ttfb,
-            )
+            protocol = route.protocol.value if route.protocol else ""
+            overhead = timing.overhead(perf_counter() - started)
+            metrics.record_request(path, timing.status, protocol, overhead, timing.ttfb)
+            log.info("%s %s %s protocol=%s overhead_ms=%s ttfb_ms=%s", scope["method"], path,
+                     timing.status, protocol, _ms(overhead), _ms(timing.ttfb))
             return
         if kind is Kind.PASSTHROUGH or kind is Kind.JSON:
             status = await self.proxy.handle_passthrough(scope, receive, send, route)
@@ -85,6 +88,10 @@ class GatewayApp:
                 [(b"content-type", b"application/json"), (b"connection", b"close")],
             )
         metrics.record_request(kind.value, client.status, "", None, None)
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.2f}"
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:
