@@ -82,6 +82,8 @@ def _render_exception_then_redact(
     # Tracebacks are rendered into a string first so that redaction sees them:
     # an exception message can quote a header value.
     event_dict = structlog.processors.format_exc_info(logger, method, event_dict)
+    # uvicorn passes a copy of its message with ANSI colours as an "extra".
+    event_dict.pop("color_message", None)
     return redact(logger, method, event_dict)
 
 
