@@ -48,7 +48,9 @@ def test_tool_use_input_json_is_concatenated_and_parsed() -> None:
     assert res.content[1]["input"] == {"location": "Paris"}
     assert res.content[1]["caller"] == {"type": "direct"}
     assert res.usage is not None and res.usage.output_tokens == 65
-    assert output_messages(res)[-1] == Message("assistant", '[tool_call:get_weather] {"location": "Paris"}')
+    assert output_messages(res)[-1] == Message(
+        "assistant", '[tool_call:get_weather] {"location": "Paris"}'
+    )
 
 
 @pytest.mark.parametrize(
@@ -57,10 +59,22 @@ def test_tool_use_input_json_is_concatenated_and_parsed() -> None:
         ("sdk__basic_response.sse", "end_turn", lambda r: r.text == "Hello there!"),
         ("sdk__refusal_response.sse", "refusal", lambda r: True),
         ("sdk__incomplete_partial_json_response.sse", "max_tokens", lambda r: r.tool_calls),
-        ("vercel__anthropic-tool-no-args.chunks.jsonl", "tool_use", lambda r: r.content[-1]["input"] == {}),
-        ("vercel__anthropic-json-tool.1.chunks.jsonl", "tool_use", lambda r: r.tool_calls and not r.text),
+        (
+            "vercel__anthropic-tool-no-args.chunks.jsonl",
+            "tool_use",
+            lambda r: r.content[-1]["input"] == {},
+        ),
+        (
+            "vercel__anthropic-json-tool.1.chunks.jsonl",
+            "tool_use",
+            lambda r: r.tool_calls and not r.text,
+        ),
         ("vercel__anthropic-refusal.chunks.jsonl", "refusal", lambda r: r.content == []),
-        ("vercel__anthropic-message-delta-input-tokens.chunks.jsonl", None, lambda r: r.usage.input_tokens > 0),
+        (
+            "vercel__anthropic-message-delta-input-tokens.chunks.jsonl",
+            None,
+            lambda r: r.usage.input_tokens > 0,
+        ),
     ],
 )
 def test_every_recorded_stream(name: str, stop: str | None, check: object) -> None:
@@ -82,7 +96,10 @@ def _ev(name: str, payload: object) -> SSEEvent:
     return SSEEvent(event=name, data=data, has_data=True, raw=b"")
 
 
-START = {"type": "message_start", "message": {"id": "m", "model": "c", "content": [], "usage": {"input_tokens": 1}}}
+START = {
+    "type": "message_start",
+    "message": {"id": "m", "model": "c", "content": [], "usage": {"input_tokens": 1}},
+}
 
 
 def test_error_event_raises_and_keeps_payload() -> None:
@@ -97,22 +114,64 @@ def test_error_event_raises_and_keeps_payload() -> None:
 @pytest.mark.parametrize(
     ("evs", "message"),
     [
-        ([_ev("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}})],
-         "Anthropic event before message_start: content_block_start"),
-        ([_ev("message_start", START), _ev("message_start", START)], "duplicate Anthropic message_start"),
+        (
+            [
+                _ev(
+                    "content_block_start",
+                    {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}},
+                )
+            ],
+            "Anthropic event before message_start: content_block_start",
+        ),
+        (
+            [_ev("message_start", START), _ev("message_start", START)],
+            "duplicate Anthropic message_start",
+        ),
         ([_ev("message_start", "{oops")], "malformed JSON in Anthropic event message_start"),
-        ([_ev("message_start", {"type": "ping"})], "Anthropic payload type does not match message_start"),
-        ([_ev("message_start", START), _ev("content_block_delta", {"type": "content_block_delta", "index": 3, "delta": {}})],
-         "Anthropic content_block_delta for unknown block index 3"),
-        ([_ev("message_start", START),
-          _ev("content_block_start", {"type": "content_block_start", "index": 0,
-                                      "content_block": {"type": "tool_use", "id": "t", "name": "f", "input": {}}}),
-          _ev("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                      "delta": {"type": "input_json_delta", "partial_json": "{bad"}}),
-          _ev("content_block_stop", {"type": "content_block_stop", "index": 0})],
-         "malformed Anthropic tool input JSON for index 0"),
-        ([_ev("message_start", START), _ev("message_stop", {"type": "message_stop"}), _ev("message_stop", {"type": "message_stop"})],
-         "Anthropic event after message_stop: message_stop"),
+        (
+            [_ev("message_start", {"type": "ping"})],
+            "Anthropic payload type does not match message_start",
+        ),
+        (
+            [
+                _ev("message_start", START),
+                _ev(
+                    "content_block_delta", {"type": "content_block_delta", "index": 3, "delta": {}}
+                ),
+            ],
+            "Anthropic content_block_delta for unknown block index 3",
+        ),
+        (
+            [
+                _ev("message_start", START),
+                _ev(
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": 0,
+                        "content_block": {"type": "tool_use", "id": "t", "name": "f", "input": {}},
+                    },
+                ),
+                _ev(
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": 0,
+                        "delta": {"type": "input_json_delta", "partial_json": "{bad"},
+                    },
+                ),
+                _ev("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            ],
+            "malformed Anthropic tool input JSON for index 0",
+        ),
+        (
+            [
+                _ev("message_start", START),
+                _ev("message_stop", {"type": "message_stop"}),
+                _ev("message_stop", {"type": "message_stop"}),
+            ],
+            "Anthropic event after message_stop: message_stop",
+        ),
     ],
 )
 def test_stream_errors(evs: list[SSEEvent], message: str) -> None:
@@ -133,14 +192,56 @@ def test_end_without_message_stop() -> None:
 def test_thinking_with_signature_and_redacted_blocks() -> None:
     evs = [
         _ev("message_start", START),
-        _ev("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
-        _ev("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Let me "}}),
-        _ev("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "think."}}),
-        _ev("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "sig=="}}),
+        _ev(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+            },
+        ),
+        _ev(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "thinking_delta", "thinking": "Let me "},
+            },
+        ),
+        _ev(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "thinking_delta", "thinking": "think."},
+            },
+        ),
+        _ev(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "signature_delta", "signature": "sig=="},
+            },
+        ),
         _ev("content_block_stop", {"type": "content_block_stop", "index": 0}),
-        _ev("content_block_start", {"type": "content_block_start", "index": 1, "content_block": {"type": "redacted_thinking", "data": "enc"}}),
+        _ev(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 1,
+                "content_block": {"type": "redacted_thinking", "data": "enc"},
+            },
+        ),
         _ev("content_block_stop", {"type": "content_block_stop", "index": 1}),
-        _ev("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}}),
+        _ev(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": 9},
+            },
+        ),
         _ev("message_stop", {"type": "message_stop"}),
     ]
     res = accumulate(evs).result()
@@ -158,9 +259,17 @@ def test_parse_request_and_new_input_on_claude_code_captures() -> None:
     assert req.stream and req.model == "claude-opus-4-8" and req.thinking
     assert "Bash" in req.tool_names and not req.has_recall_tool and req.max_tokens == 64000
     assert new_input_messages(body) == [Message("user", "say hi")]
-    after = body_of("claude-code/captured-requests/messages_after_unknown_recall_tool_use_request.json")
+    after = body_of(
+        "claude-code/captured-requests/messages_after_unknown_recall_tool_use_request.json"
+    )
     assert new_input_messages(after) == [
-        Message("tool", "[tool:toolu_01fake] <tool_use_error>Error: No such tool available: recall</tool_use_error>")
+        Message(
+            "tool",
+            "[tool:toolu_01fake] <tool_use_error>Error: No such tool available: recall"
+            "</tool_use_error>",
+        )
     ]
-    with pytest.raises(ProtocolError, match="^Anthropic request messages must be an array of objects with a role$"):
+    with pytest.raises(
+        ProtocolError, match="^Anthropic request messages must be an array of objects with a role$"
+    ):
         parse_request({"model": "c", "messages": "hi"})

@@ -95,6 +95,11 @@ def test_requests_and_turns() -> None:
     }
     req = parse_request(body)
     assert req.stream and req.include_usage and req.has_recall_tool and req.system == "be brief"
-    assert new_input_messages(body) == [Message("tool", "[tool:call_1] 42"), Message("user", "and now?")]
-    with pytest.raises(ProtocolError, match="^Chat Completions request needs a non-empty string model$"):
+    assert new_input_messages(body) == [
+        Message("tool", "[tool:call_1] 42"),
+        Message("user", "and now?"),
+    ]
+    with pytest.raises(
+        ProtocolError, match="^Chat Completions request needs a non-empty string model$"
+    ):
         parse_request({"messages": []})

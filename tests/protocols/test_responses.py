@@ -38,7 +38,9 @@ def frames(*payloads: dict) -> list[SSEEvent]:
 
 
 def test_reasoning_then_three_calls_then_message_in_both_modes() -> None:
-    groups = split_at_created(events(OR / "reasoning_summary_encrypted_3_function_calls.chunks.jsonl"))
+    groups = split_at_created(
+        events(OR / "reasoning_summary_encrypted_3_function_calls.chunks.jsonl")
+    )
     assert len(groups) == 4
     for mode in ("public", "codex"):
         results = [accumulate(g, mode).result() for g in groups]
@@ -69,7 +71,11 @@ def test_single_function_call_accumulates_arguments() -> None:
 
 def test_trimmed_deltas_fail_public_but_codex_keeps_done_text() -> None:
     evs = events(OR / "text_two_messages_with_phase.chunks.jsonl")
-    with pytest.raises(ProtocolError, match=r"^Responses response.output_text.done text does not match streamed deltas for index 0$"):
+    with pytest.raises(
+        ProtocolError,
+        match=r"^Responses response.output_text.done text does not match streamed deltas "
+        r"for index 0$",
+    ):
         accumulate(evs)
     res = accumulate(evs, "codex").result()
     assert [o["phase"] for o in res.output] == ["commentary", "final_answer"]
@@ -80,7 +86,9 @@ def test_trimmed_deltas_fail_public_but_codex_keeps_done_text() -> None:
 
 def test_copilot_rotating_ids_pinned_in_codex_mode() -> None:
     evs = events(OR / "copilot_reasoning_item_id_rotation.chunks.jsonl")
-    with pytest.raises(ProtocolError, match="^Responses response.in_progress changed response identity$"):
+    with pytest.raises(
+        ProtocolError, match="^Responses response.in_progress changed response identity$"
+    ):
         accumulate(evs)
     acc = accumulate(evs, "codex")
     res = acc.result()
@@ -102,10 +110,16 @@ def test_failed_streams_keep_the_error() -> None:
 
 def test_incomplete_without_created_is_codex_only() -> None:
     evs = events(OR / "response_incomplete_after_function_call.synthetic.chunks.jsonl")
-    with pytest.raises(ProtocolError, match="^Responses event before response.created: response.output_item.added$"):
+    with pytest.raises(
+        ProtocolError, match="^Responses event before response.created: response.output_item.added$"
+    ):
         accumulate(evs)
     res = accumulate(evs, "codex").result()
-    assert (res.status, res.stop_reason, res.incomplete_reason) == ("incomplete", "max_tokens", "server_timeout")
+    assert (res.status, res.stop_reason, res.incomplete_reason) == (
+        "incomplete",
+        "max_tokens",
+        "server_timeout",
+    )
     assert res.tool_calls[0].name == "get_weather"
 
 
@@ -117,9 +131,14 @@ def test_incomplete_without_created_is_codex_only() -> None:
         ("failed_turn_errors.sse", None),
         ("incomplete_max_output_tokens_turn_errors.sse", None),
         ("minimal_created_itemdone_completed_accepted.sse", "malformed Responses response.created"),
-        ("deltas_without_output_item_REJECTED_prints_nothing.sse",
-         "Responses response.output_text.delta arrived before output_item.added for index 0"),
-        ("completed_only_REJECTED_prints_nothing.sse", "Responses terminal output changed streamed item"),
+        (
+            "deltas_without_output_item_REJECTED_prints_nothing.sse",
+            "Responses response.output_text.delta arrived before output_item.added for index 0",
+        ),
+        (
+            "completed_only_REJECTED_prints_nothing.sse",
+            "Responses terminal output changed streamed item",
+        ),
     ],
 )
 def test_codex_served_streams_accumulate_in_codex_mode(name: str, public_error: str | None) -> None:
@@ -134,7 +153,9 @@ def test_codex_served_streams_accumulate_in_codex_mode(name: str, public_error: 
 
 
 def test_codex_rate_limits_are_sanitised_and_kept() -> None:
-    res = accumulate(events(CODEX / "served-streams" / "text_with_codex_rate_limits_first_accepted.sse"), "codex").result()
+    res = accumulate(
+        events(CODEX / "served-streams" / "text_with_codex_rate_limits_first_accepted.sse"), "codex"
+    ).result()
     assert res.rate_limits == [
         {
             "type": "codex.rate_limits",
@@ -148,26 +169,52 @@ def test_codex_rate_limits_are_sanitised_and_kept() -> None:
 
 
 def test_codex_minimal_fixture_item_done_without_index() -> None:
-    res = accumulate(events(CODEX / "upstream-minimal" / "cli_responses_fixture.sse"), "codex").result()
+    res = accumulate(
+        events(CODEX / "upstream-minimal" / "cli_responses_fixture.sse"), "codex"
+    ).result()
     assert res.text == "fixture hello" and res.status == "completed" and res.usage is None
 
 
 def test_recall_call_and_failed_and_incomplete_codex_turns() -> None:
     served = CODEX / "served-streams"
-    rec = accumulate(events(served / "recall_function_call__codex_replies_unsupported_call.sse"), "codex").result()
-    assert [(c.name, json.loads(c.arguments)) for c in rec.tool_calls] == [("recall", {"query": "project conventions"})]
-    assert output_messages(rec) == [Message("assistant", '[tool_call:recall] {"query": "project conventions"}')]
-    inc = accumulate(events(served / "incomplete_max_output_tokens_turn_errors.sse"), "codex").result()
-    assert (inc.status, inc.stop_reason, inc.incomplete_reason) == ("incomplete", "max_tokens", "max_output_tokens")
+    rec = accumulate(
+        events(served / "recall_function_call__codex_replies_unsupported_call.sse"), "codex"
+    ).result()
+    assert [(c.name, json.loads(c.arguments)) for c in rec.tool_calls] == [
+        ("recall", {"query": "project conventions"})
+    ]
+    assert output_messages(rec) == [
+        Message("assistant", '[tool_call:recall] {"query": "project conventions"}')
+    ]
+    inc = accumulate(
+        events(served / "incomplete_max_output_tokens_turn_errors.sse"), "codex"
+    ).result()
+    assert (inc.status, inc.stop_reason, inc.incomplete_reason) == (
+        "incomplete",
+        "max_tokens",
+        "max_output_tokens",
+    )
 
 
 def _created(rid: str = "resp_1", **extra: object) -> dict:
-    return {"type": "response.created", "response": {"id": rid, "model": "m", "status": "in_progress", "output": [], **extra}}
+    return {
+        "type": "response.created",
+        "response": {"id": rid, "model": "m", "status": "in_progress", "output": [], **extra},
+    }
 
 
 def _msg_added(idx: int = 0, iid: str = "msg_1") -> dict:
-    return {"type": "response.output_item.added", "output_index": idx,
-            "item": {"type": "message", "id": iid, "role": "assistant", "status": "in_progress", "content": []}}
+    return {
+        "type": "response.output_item.added",
+        "output_index": idx,
+        "item": {
+            "type": "message",
+            "id": iid,
+            "role": "assistant",
+            "status": "in_progress",
+            "content": [],
+        },
+    }
 
 
 @pytest.mark.parametrize(
@@ -175,39 +222,164 @@ def _msg_added(idx: int = 0, iid: str = "msg_1") -> dict:
     [
         ([_created(), _created()], "duplicate response.created"),
         ([_created(output=[{"type": "message"}])], "response.created must start with empty output"),
-        ([_created(), {**_msg_added(), "output_index": None}], "invalid Responses output_index for response.output_item.added"),
-        ([_created(), _msg_added(), {**_msg_added(1, "msg_1")}], "duplicate Responses item identity"),
-        ([_created(), {"type": "response.output_item.added", "output_index": 0,
-                       "item": {"type": "function_call", "id": "x", "call_id": "x", "name": "f", "arguments": ""}}],
-         "duplicate Responses identity within output item"),
-        ([_created(), _msg_added(), {"type": "response.output_text.delta", "output_index": 0, "item_id": "other",
-                                     "content_index": 0, "delta": "a"}],
-         "Responses response.output_text.delta changed item_id for index 0"),
-        ([_created(), {"type": "response.output_item.done", "output_index": 0,
-                       "item": {"type": "message", "id": "msg_1", "role": "assistant", "content": []}}],
-         "Responses response.output_item.done arrived before output_item.added for index 0"),
-        ([_created(), _msg_added(), {"type": "response.output_item.done", "output_index": 0,
-                                     "item": {"type": "message", "id": "msg_2", "role": "assistant", "content": []}}],
-         "Responses output_item.done changed item identity for index 0"),
-        ([_created(), {"type": "response.completed", "response": {"id": "resp_1", "model": "m", "status": "in_progress", "output": []}}],
-         "Responses terminal event has nonterminal status"),
-        ([_created(), {"type": "response.completed", "response": {"id": "resp_1", "model": "m", "status": "incomplete", "output": []}}],
-         "Responses terminal event contradicts response status"),
-        ([_created(), {"type": "response.completed", "response": {"id": "resp_1", "model": "m", "output": []}}],
-         "missing Responses compatibility terminal status"),
-        ([_created(), {"type": "response.completed", "response": {"id": "resp_1", "model": "m", "status": "completed", "output": {}}}],
-         "Responses terminal output must be an array"),
-        ([_created(), _msg_added(), {"type": "response.completed", "response": {"id": "resp_1", "model": "m", "status": "completed", "output": []}}],
-         "Responses stream ended before output_item.done for index 0"),
-        ([_created(), {"type": "response.completed", "response": {"id": "resp_1", "model": "m", "status": "completed", "output": [],
-                                                                   "usage": {"input_tokens": -1}}}],
-         "malformed Responses usage"),
-        ([_created(), {"type": "response.completed", "response": {"id": "resp_1", "model": "m", "status": "completed", "output": []}},
-          {"type": "response.in_progress", "response": {}}],
-         "Responses event after terminal: response.in_progress"),
-        ([_created(sequence_number=None), {**_created(), "type": "response.in_progress", "sequence_number": 3},
-          {**_msg_added(), "sequence_number": 3}],
-         "Responses sequence_number did not increase at response.output_item.added"),
+        (
+            [_created(), {**_msg_added(), "output_index": None}],
+            "invalid Responses output_index for response.output_item.added",
+        ),
+        (
+            [_created(), _msg_added(), {**_msg_added(1, "msg_1")}],
+            "duplicate Responses item identity",
+        ),
+        (
+            [
+                _created(),
+                {
+                    "type": "response.output_item.added",
+                    "output_index": 0,
+                    "item": {
+                        "type": "function_call",
+                        "id": "x",
+                        "call_id": "x",
+                        "name": "f",
+                        "arguments": "",
+                    },
+                },
+            ],
+            "duplicate Responses identity within output item",
+        ),
+        (
+            [
+                _created(),
+                _msg_added(),
+                {
+                    "type": "response.output_text.delta",
+                    "output_index": 0,
+                    "item_id": "other",
+                    "content_index": 0,
+                    "delta": "a",
+                },
+            ],
+            "Responses response.output_text.delta changed item_id for index 0",
+        ),
+        (
+            [
+                _created(),
+                {
+                    "type": "response.output_item.done",
+                    "output_index": 0,
+                    "item": {"type": "message", "id": "msg_1", "role": "assistant", "content": []},
+                },
+            ],
+            "Responses response.output_item.done arrived before output_item.added for index 0",
+        ),
+        (
+            [
+                _created(),
+                _msg_added(),
+                {
+                    "type": "response.output_item.done",
+                    "output_index": 0,
+                    "item": {"type": "message", "id": "msg_2", "role": "assistant", "content": []},
+                },
+            ],
+            "Responses output_item.done changed item identity for index 0",
+        ),
+        (
+            [
+                _created(),
+                {
+                    "type": "response.completed",
+                    "response": {
+                        "id": "resp_1",
+                        "model": "m",
+                        "status": "in_progress",
+                        "output": [],
+                    },
+                },
+            ],
+            "Responses terminal event has nonterminal status",
+        ),
+        (
+            [
+                _created(),
+                {
+                    "type": "response.completed",
+                    "response": {
+                        "id": "resp_1",
+                        "model": "m",
+                        "status": "incomplete",
+                        "output": [],
+                    },
+                },
+            ],
+            "Responses terminal event contradicts response status",
+        ),
+        (
+            [
+                _created(),
+                {
+                    "type": "response.completed",
+                    "response": {"id": "resp_1", "model": "m", "output": []},
+                },
+            ],
+            "missing Responses compatibility terminal status",
+        ),
+        (
+            [
+                _created(),
+                {
+                    "type": "response.completed",
+                    "response": {"id": "resp_1", "model": "m", "status": "completed", "output": {}},
+                },
+            ],
+            "Responses terminal output must be an array",
+        ),
+        (
+            [
+                _created(),
+                _msg_added(),
+                {
+                    "type": "response.completed",
+                    "response": {"id": "resp_1", "model": "m", "status": "completed", "output": []},
+                },
+            ],
+            "Responses stream ended before output_item.done for index 0",
+        ),
+        (
+            [
+                _created(),
+                {
+                    "type": "response.completed",
+                    "response": {
+                        "id": "resp_1",
+                        "model": "m",
+                        "status": "completed",
+                        "output": [],
+                        "usage": {"input_tokens": -1},
+                    },
+                },
+            ],
+            "malformed Responses usage",
+        ),
+        (
+            [
+                _created(),
+                {
+                    "type": "response.completed",
+                    "response": {"id": "resp_1", "model": "m", "status": "completed", "output": []},
+                },
+                {"type": "response.in_progress", "response": {}},
+            ],
+            "Responses event after terminal: response.in_progress",
+        ),
+        (
+            [
+                _created(sequence_number=None),
+                {**_created(), "type": "response.in_progress", "sequence_number": 3},
+                {**_msg_added(), "sequence_number": 3},
+            ],
+            "Responses sequence_number did not increase at response.output_item.added",
+        ),
     ],
 )
 def test_public_lifecycle_errors(payloads: list[dict], message: str) -> None:
@@ -224,10 +396,16 @@ def test_missing_terminal_and_frame_errors() -> None:
     with pytest.raises(ProtocolError, match="^missing terminal response status$"):
         acc.close()
     bad = SSEEvent(event="response.output_text.delta", data="{not json", has_data=True, raw=b"")
-    with pytest.raises(ProtocolError, match="^malformed JSON in Responses event response.output_text.delta$"):
+    with pytest.raises(
+        ProtocolError, match="^malformed JSON in Responses event response.output_text.delta$"
+    ):
         ResponsesAccumulator().feed_event(bad)
-    mismatch = SSEEvent(event="response.created", data='{"type":"response.completed"}', has_data=True, raw=b"")
-    with pytest.raises(ProtocolError, match="^Responses payload type does not match response.created$"):
+    mismatch = SSEEvent(
+        event="response.created", data='{"type":"response.completed"}', has_data=True, raw=b""
+    )
+    with pytest.raises(
+        ProtocolError, match="^Responses payload type does not match response.created$"
+    ):
         ResponsesAccumulator().feed_event(mismatch)
     # [DONE], empty data and comment frames are skipped, not errors.
     acc = ResponsesAccumulator()
@@ -238,17 +416,25 @@ def test_missing_terminal_and_frame_errors() -> None:
 
 def test_codex_sparse_function_call_resolved_and_unresolved() -> None:
     call_delta = {"type": "response.function_call_arguments.delta", "delta": '{"q":1}'}
-    done = {"type": "response.output_item.done",
-            "item": {"type": "function_call", "call_id": "call_9", "name": "lookup", "arguments": ""}}
+    done = {
+        "type": "response.output_item.done",
+        "item": {"type": "function_call", "call_id": "call_9", "name": "lookup", "arguments": ""},
+    }
     terminal = {"type": "response.completed", "response": {"id": "r", "output": []}}
     acc = ResponsesAccumulator("codex")
-    for ev in frames({"type": "response.created", "response": {"id": "r"}}, call_delta, done, terminal):
+    for ev in frames(
+        {"type": "response.created", "response": {"id": "r"}}, call_delta, done, terminal
+    ):
         acc.feed_event(ev)
     (call,) = acc.result().tool_calls
     assert (call.call_id, call.name, call.arguments) == ("call_9", "lookup", '{"q":1}')
     acc = ResponsesAccumulator("codex")
-    with pytest.raises(ProtocolError, match="^Responses terminal left sparse function identity unresolved$"):
-        for ev in frames({"type": "response.created", "response": {"id": "r"}}, call_delta, terminal):
+    with pytest.raises(
+        ProtocolError, match="^Responses terminal left sparse function identity unresolved$"
+    ):
+        for ev in frames(
+            {"type": "response.created", "response": {"id": "r"}}, call_delta, terminal
+        ):
             acc.feed_event(ev)
 
 
@@ -260,7 +446,9 @@ def test_response_body_from_public_stream_equals_terminal_response() -> None:
 
 
 def test_parse_request_on_captured_codex_requests() -> None:
-    req = parse_request(body_of("codex/captured-requests/apikey_custom_provider__turn1_request.json"))
+    req = parse_request(
+        body_of("codex/captured-requests/apikey_custom_provider__turn1_request.json")
+    )
     assert req.stream and req.parallel_tool_calls is True and req.store is False
     assert "exec_command" in req.tool_names and "multi_agent_v1" in req.tool_names
     assert not req.has_recall_tool and req.instructions is None
@@ -270,17 +458,23 @@ def test_parse_request_on_captured_codex_requests() -> None:
         parse_request([])
     with pytest.raises(ProtocolError, match="^Responses request stream must be a bool$"):
         parse_request({"model": "m", "stream": "yes"})
-    assert parse_request({"model": "m", "tools": [{"type": "function", "name": "recall"}]}).has_recall_tool
+    assert parse_request(
+        {"model": "m", "tools": [{"type": "function", "name": "recall"}]}
+    ).has_recall_tool
 
 
 def test_new_input_messages_on_captured_codex_requests() -> None:
-    for name in ("apikey_custom_provider__turn1_request.json",
-                 "chatgpt_login_custom_provider__backend_api_codex_responses_request.json",
-                 "chatgpt_login_builtin_provider__zstd_request_decompressed.json"):
+    for name in (
+        "apikey_custom_provider__turn1_request.json",
+        "chatgpt_login_custom_provider__backend_api_codex_responses_request.json",
+        "chatgpt_login_builtin_provider__zstd_request_decompressed.json",
+    ):
         body = body_of(f"codex/captured-requests/{name}")
         assert new_input_messages(body) == [Message("user", "say hi")], name
-    for name in ("apikey_custom_provider__after_unknown_recall_call_request.json",
-                 "chatgpt_login_custom_provider__after_unknown_recall_call_request.json"):
+    for name in (
+        "apikey_custom_provider__after_unknown_recall_call_request.json",
+        "chatgpt_login_custom_provider__after_unknown_recall_call_request.json",
+    ):
         body = body_of(f"codex/captured-requests/{name}")
         (msg,) = new_input_messages(body)
         assert msg.role == "tool" and msg.text.endswith("] unsupported call: recall")
@@ -289,7 +483,11 @@ def test_new_input_messages_on_captured_codex_requests() -> None:
 
 
 def test_output_messages_include_reasoning_summary_never_encrypted() -> None:
-    first = split_at_created(events(OR / "reasoning_summary_encrypted_3_function_calls.chunks.jsonl"))[0]
+    first = split_at_created(
+        events(OR / "reasoning_summary_encrypted_3_function_calls.chunks.jsonl")
+    )[0]
     msgs = output_messages(accumulate(first))
-    assert msgs[0].text.startswith("[reasoning] **") and msgs[1].text.startswith("[tool_call:calculator] {")
+    assert msgs[0].text.startswith("[reasoning] **") and msgs[1].text.startswith(
+        "[tool_call:calculator] {"
+    )
     assert all("gAAAA" not in m.text for m in msgs)
