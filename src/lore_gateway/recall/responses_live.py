@@ -26,7 +26,6 @@ included) for storage.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -41,7 +40,7 @@ from lore_gateway.protocols.usage import (
     usage_to_responses,
 )
 from lore_gateway.recall.budget import RecallChainBudget
-from lore_gateway.recall.markers import anchor_text
+from lore_gateway.recall.responses_frames import failed_event, marker_events, marker_item
 from lore_gateway.recall.tool import (
     RecallArgs,
     RecallArgumentError,
@@ -673,51 +672,12 @@ class LiveInterceptor:
     def _marker_item(self, anchor_id: str) -> list[bytes]:
         public = self._next_public
         self._next_public += 1
-        item_id = f"msg_{self.response_id or 'lore'}_{public}"
-        text = anchor_text(anchor_id)
-        part = {"type": "output_text", "text": "", "annotations": []}
-        done_item = {
-            "id": item_id,
-            "type": "message",
-            "status": "completed",
-            "role": "assistant",
-            "content": [{**part, "text": text}],
-        }
-        self._visible[public] = done_item
-        self._stored_outputs.append(done_item)
-        common = {"item_id": item_id, "output_index": public}
-        events = [
-            (
-                "response.output_item.added",
-                {
-                    "output_index": public,
-                    "item": {**done_item, "status": "in_progress", "content": []},
-                },
-            ),
-            ("response.content_part.added", {**common, "content_index": 0, "part": part}),
-            (
-                "response.output_text.delta",
-                {**common, "content_index": 0, "delta": text, "logprobs": []},
-            ),
-            (
-                "response.output_text.done",
-                {**common, "content_index": 0, "text": text, "logprobs": []},
-            ),
-            (
-                "response.content_part.done",
-                {**common, "content_index": 0, "part": {**part, "text": text}},
-            ),
-            ("response.output_item.done", {"output_index": public, "item": done_item}),
-        ]
-        out = []
-        for name, payload in events:
-            out.append(
-                encode_event(
-                    name, orjson.dumps({"type": name, "sequence_number": self._seq, **payload})
-                )
-            )
-            self._seq += 1
-        return out
+        item = marker_item(self.response_id, public, anchor_id)
+        self._visible[public] = item
+        self._stored_outputs.append(item)
+        frames = marker_events(item, public, self._seq)
+        self._seq += len(frames)
+        return frames
 
     def _deliver(self, rnd: _Round) -> list[Action]:
         frames = [*self._spool, *self._flush_deferred()]
@@ -790,19 +750,15 @@ class LiveInterceptor:
         return [Send(self._failed_frame(text)), Done(ok=False, category=category)]
 
     def _failed_frame(self, message: str) -> bytes:
-        response: dict[str, Any] = {
-            "id": self.response_id or "resp_error",
-            "object": "response",
-            "created_at": self._created_at if self._created_at is not None else int(time.time()),
-            "model": self._model or "unknown",
-            "status": "failed",
-            "output": [],
-            "usage": None,
-            "error": {"type": "server_error", "code": "server_error", "message": message},
-        }
-        payload = {"type": "response.failed", "sequence_number": self._seq, "response": response}
+        frame = failed_event(
+            response_id=self.response_id,
+            created_at=self._created_at,
+            model=self._model,
+            message=message,
+            seq=self._seq,
+        )
         self._seq += 1
-        return encode_event("response.failed", orjson.dumps(payload))
+        return frame
 
     # --- results for the shell ----------------------------------------------------
 
