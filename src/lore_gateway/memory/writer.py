@@ -16,6 +16,7 @@ import logging
 import math
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -39,6 +40,10 @@ MAX_TURNS_PER_COMMIT = 256
 # Token estimate: about three characters per token for mixed prose and code
 # (the reference gateway's rule, lore-spec A.5). Cheap, and close enough to budget by.
 CHARS_PER_TOKEN = 3
+# While the queue overflows, one warning per interval (with the running count)
+# rather than one per dropped turn, which would flood the log exactly when the
+# machine is already struggling.
+DROP_WARNING_INTERVAL_S = 10.0
 
 T = TypeVar("T")
 
@@ -78,6 +83,7 @@ class TurnWriter:
         self.dropped = 0
         self.failed = 0
         self.skipped = 0
+        self._last_drop_warning = -DROP_WARNING_INTERVAL_S
         self._thread = threading.Thread(target=self._run, name="lore-memory-writer", daemon=True)
         self._started = threading.Event()
         self._start_error: BaseException | None = None
@@ -147,8 +153,11 @@ class TurnWriter:
             with self._progress:
                 self._submitted -= 1
             self.dropped += 1
-            log.warning("memory write queue is full (%d turns); turn not stored "
-                        "(%d dropped so far)", self._queue.maxsize, self.dropped)
+            now = time.monotonic()
+            if now - self._last_drop_warning >= DROP_WARNING_INTERVAL_S:
+                self._last_drop_warning = now
+                log.warning("memory write queue is full (%d turns); turns are not being "
+                            "stored (%d dropped so far)", self._queue.maxsize, self.dropped)
             return False
         return True
 
