@@ -208,6 +208,8 @@ def test_tenants_do_not_see_each_other(memory: Memory) -> None:
     memory.flush(5)
     assert [s.tenant for s in memory.sessions("t-alice")] == ["t-alice"]
     assert [m.content for m in memory.session_messages("t-bob", "s-1")] == ["bob's deploy notes"]
+    hits = memory.search_sync("deploy notes", identity=ALICE, scope="all").hits
+    assert [h.content for h in hits] == ["alice's deploy notes"]
     bob_ref = memory.session_messages("t-bob", "s-1")[0].ref
     assert memory.detail_sync(bob_ref, tenant="t-alice") == f"No entry found for id: {bob_ref}"
     assert "bob's deploy notes" in memory.detail_sync(bob_ref, tenant="t-bob")
