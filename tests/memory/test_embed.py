@@ -1,0 +1,40 @@
+"""The offline MiniLM embedder: shape, normalisation, and that it encodes meaning."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lore_gateway.memory.embed import as_blob, from_blob, load_embedder
+from lore_gateway.memory.vectors import sign_codes
+
+embedder = load_embedder()
+pytestmark = pytest.mark.skipif(embedder is None, reason="embedding model not installed")
+
+
+def test_unit_vectors_of_the_right_shape_in_input_order() -> None:
+    assert embedder is not None
+    texts = ["a much longer sentence about configuring the reverse proxy timeouts", "hi", ""]
+    vectors = embedder.embed(texts)
+    assert vectors.shape == (3, 384) and vectors.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    # Batching and length-sorting do not change a text's vector.
+    alone = embedder.embed([texts[0]])[0]
+    assert np.allclose(alone, vectors[0], atol=1e-5)
+    assert embedder.embed([]).shape == (0, 384)
+
+
+def test_similar_meaning_scores_higher() -> None:
+    assert embedder is not None
+    q, near, far = embedder.embed(["How do I reset my password?",
+                                   "Steps to recover a forgotten login password",
+                                   "The recipe needs two cups of flour"])
+    assert float(q @ near) > 0.5 > float(q @ far)
+
+
+def test_blob_round_trip_and_sign_codes() -> None:
+    v = np.linspace(-1, 1, 384, dtype=np.float32)
+    assert np.array_equal(from_blob(as_blob(v), 384), v)
+    codes = sign_codes(np.stack([v, -v]))
+    assert codes.shape == (2, 6)
+    assert int(np.bitwise_count(codes[0] ^ codes[1]).sum()) == 384

@@ -1,0 +1,56 @@
+"""The recall result text (lore-spec B.4): tiers, line shape, footer, budget."""
+
+from __future__ import annotations
+
+from lore_gateway.memory.render import NO_RESULTS, render
+from lore_gateway.memory.search import Hit, SearchResult
+
+NOW = 1_800_000_000.0
+
+
+def _hit(i: int, score: float, content: str, age_s: float = 7200) -> Hit:
+    return Hit(ref=f"t:{i}", score=score, role="assistant" if i % 2 else "user",
+               content=content, created_at=NOW - age_s, session="s", project="p", meta=None)
+
+
+def _result(*hits: Hit, total: int | None = None) -> SearchResult:
+    return SearchResult(query="q", scope="all", hits=list(hits),
+                        total=total if total is not None else len(hits))
+
+
+def test_no_hits() -> None:
+    assert render(_result(), now=NOW) == NO_RESULTS == "No results found for this query."
+
+
+def test_tiers_lines_and_footer() -> None:
+    text = render(_result(_hit(1, 1.0, "alpha  beta\n gamma"), _hit(2, 0.4, "delta"),
+                          _hit(3, 0.2, "epsilon", age_s=3 * 86400), total=7), now=NOW)
+    lines = text.splitlines()
+    assert lines[0] == "## Recall Results"
+    assert lines[1] == "Found 7 results, showing top 3 (score range: 0.20–1.00)."
+    assert "### Strong Matches" in lines and "### Supporting" in lines
+    assert "### Peripheral" in lines
+    assert "- (assistant, 2h ago) alpha beta gamma (t:1)" in lines
+    assert "- (user, 2h ago) delta (t:2)" in lines
+    assert "- (assistant, 3d ago) epsilon (t:3)" in lines
+    assert lines[-2:] == ["---", "*3 of 7 results shown.*"]
+    assert lines.index("### Strong Matches") < lines.index("### Supporting")
+
+
+def test_relevance_floor_keeps_three_and_caps_at_fifteen() -> None:
+    weak = [_hit(i, 0.05, f"weak {i}") for i in range(1, 6)]
+    text = render(_result(_hit(0, 1.0, "top"), *weak), now=NOW)
+    assert "(t:0)" in text and "(t:1)" in text and "(t:2)" in text and "(t:3)" not in text
+    many = [_hit(i, 0.9, f"item {i}") for i in range(30)]
+    assert "showing top 15" in render(_result(*many), now=NOW)
+
+
+def test_budget_truncates_long_content_and_says_so() -> None:
+    long = "x" * 50_000
+    hits = [_hit(i, 1.0 - i / 20, long) for i in range(10)]
+    text = render(_result(*hits), budget_chars=3000, now=NOW)
+    assert len(text) <= 3000
+    assert "…" in text
+    assert text.endswith("Use recall with id parameter to see full content of truncated "
+                         "results.*")
+    assert "(t:0)" in text  # the id survives truncation
