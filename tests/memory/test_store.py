@@ -102,6 +102,16 @@ def test_abandoned_turn_keeps_input_and_partial_output_and_a_retry_replaces_it(
         == [(0,)]
 
 
+def test_a_retried_tool_loop_step_replaces_its_failed_attempt(
+        memory: Memory, settings: Settings) -> None:
+    step = [Message("tool", "[tool:shell] 3 tests failed")]
+    memory.begin_turn(ALICE, protocol="chat", model=None, inputs=step).abandon()
+    memory.begin_turn(ALICE, protocol="chat", model=None,
+                      inputs=step).complete([Message("assistant", "fixing them")])
+    memory.flush(5)
+    assert rows(settings, "SELECT complete FROM turns") == [(1,)]
+
+
 def test_abandoned_turn_with_different_input_is_kept(memory: Memory, settings: Settings) -> None:
     memory.begin_turn(ALICE, protocol="chat", model=None,
                       inputs=[Message("user", "one")]).abandon()

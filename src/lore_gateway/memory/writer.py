@@ -44,6 +44,8 @@ CHARS_PER_TOKEN = 3
 # rather than one per dropped turn, which would flood the log exactly when the
 # machine is already struggling.
 DROP_WARNING_INTERVAL_S = 10.0
+# The roles of a turn's client-side input; the assistant's output is everything else.
+INPUT_ROLES = ("user", "tool")
 
 T = TypeVar("T")
 
@@ -267,7 +269,8 @@ def write_turn(conn: apsw.Connection, turn: TurnRecord, max_message_bytes: int) 
         return None
     if turn.dedup_key is not None and not _claim_dedup_key(conn, turn.dedup_key):
         return None
-    _supersede_incomplete(conn, turn, [content for role, content, _, _ in rows if role == "user"])
+    _supersede_incomplete(conn, turn, [content for role, content, _, _ in rows
+                                       if role in INPUT_ROLES])
     turn_id = _insert_turn(conn, turn)
     ids: list[int] = []
     for seq, (role, content, truncated, meta) in enumerate(rows):
@@ -318,7 +321,8 @@ def _claim_dedup_key(conn: apsw.Connection, key: str) -> bool:
 
 
 def _supersede_incomplete(conn: apsw.Connection, turn: TurnRecord, user_texts: list[str]) -> None:
-    """Drop earlier incomplete attempts of this session that carried the same input.
+    """Drop earlier incomplete attempts of this session that carried the same input
+    (the user's words, or the tool results of a tool-loop step).
 
     Clients retry a failed request with the same new input (Codex up to
     ``stream_max_retries`` times); the retry's turn replaces the partial one so the
@@ -334,7 +338,8 @@ def _supersede_incomplete(conn: apsw.Connection, turn: TurnRecord, user_texts: l
         old_texts = [
             row[0]
             for row in conn.execute(
-                "SELECT content FROM messages WHERE turn_id = ? AND role = 'user' ORDER BY seq",
+                "SELECT content FROM messages WHERE turn_id = ? AND role IN ('user', 'tool')"
+                " ORDER BY seq",
                 (old_id,),
             )
         ]
