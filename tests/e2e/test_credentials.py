@@ -1,0 +1,128 @@
+"""Credentials go to the upstream and nowhere else: not to logs, not to storage.
+
+The gateway runs as ``lore serve`` in a subprocess at debug log level, so the
+test sees exactly what a user's terminal and data directory would hold. It is
+driven through every protocol, including error and broken-stream paths (which
+are the ones most likely to log a request), then stopped; its output and every
+file it wrote are searched for the secrets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx2 as httpx
+import pytest
+
+from lore_gateway.testing import FakeUpstream
+
+REPO = Path(__file__).resolve().parents[2]
+SECRETS = {
+    "openai": "sk-proj-SECRET-openai-4f9a2c",
+    "anthropic": "sk-ant-SECRET-anthropic-77b1",
+    "chatgpt_token": "eyJSECRET.chatgpt.access-token-91c3",
+    "account": "acct-SECRET-account-5d2e",
+}
+# Stored text proves the turns really reached storage (the search is not vacuous).
+PROMPT = "remember the striped zebra 8812"
+STARTUP_TIMEOUT_S = 30
+
+
+@pytest.fixture
+def served_gateway(fake_upstream: FakeUpstream, tmp_path: Path):  # type: ignore[no-untyped-def]
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("LORE_")},
+        "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+        "LORE_UPSTREAM_OPENAI": fake_upstream.url,
+        "LORE_UPSTREAM_CHATGPT": fake_upstream.url + "/backend-api",
+        "LORE_UPSTREAM_ANTHROPIC": fake_upstream.url,
+        "LORE_DATA_DIR": str(tmp_path / "data"),
+        "LORE_LOG_LEVEL": "debug",
+        "LORE_EMBEDDINGS": "false",
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "lore_gateway", "serve", "--port", "0"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert process.stderr is not None
+    url, seen = None, []
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while url is None and time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line and process.poll() is not None:
+            break
+        seen.append(line)
+        match = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+        url = match.group(1) if match else None
+    if url is None:
+        process.kill()
+        pytest.fail("lore serve did not start:\n" + "".join(seen))
+    yield url, process, seen, tmp_path / "data"
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def _drive(url: str) -> None:
+    openai_auth = {"authorization": f"Bearer {SECRETS['openai']}"}
+    chatgpt_auth = {"authorization": f"Bearer {SECRETS['chatgpt_token']}",
+                    "chatgpt-account-id": SECRETS["account"]}
+    anthropic_auth = {"x-api-key": SECRETS["anthropic"], "anthropic-version": "2023-06-01"}
+    responses = {"model": "gpt-fake", "input": PROMPT, "stream": True}
+    chat = {"model": "gpt-fake", "messages": [{"role": "user", "content": PROMPT}]}
+    messages = {"model": "claude-fake", "max_tokens": 8, "stream": True,
+                "messages": [{"role": "user", "content": PROMPT}]}
+    calls = [
+        ("/v1/responses", responses, openai_auth, "text"),
+        ("/v1/responses", responses, openai_auth, "status-401"),
+        ("/v1/responses", responses, openai_auth, "reset-mid-stream"),
+        ("/backend-api/codex/responses", responses, chatgpt_auth, "text"),
+        ("/backend-api/codex/responses", {**responses, "stream": False}, chatgpt_auth, "text"),
+        ("/backend-api/codex/responses", responses, chatgpt_auth, "status-429"),
+        ("/v1/chat/completions", chat, openai_auth, "text"),
+        ("/v1/messages?beta=true", messages, anthropic_auth, "text"),
+        ("/v1/messages", messages, anthropic_auth, "malformed-event"),
+        ("/v1/messages", messages, anthropic_auth, "status-500"),
+    ]
+    with httpx.Client(timeout=30) as client:
+        for path, body, auth, scenario in calls:
+            # The reset scenario breaks the stream on purpose.
+            with contextlib.suppress(httpx.HTTPError):
+                client.post(url + path, json=body, headers={**auth, "x-fake-scenario": scenario})
+        client.post(url + "/v1/responses", content=b"{not json", headers=openai_auth)
+        client.get(url + "/v1/models", headers=openai_auth)
+        client.get(url + "/v1/responses", headers={**openai_auth, "Upgrade": "websocket",
+                                                   "Connection": "Upgrade"})
+
+
+def test_credentials_reach_upstream_but_never_logs_or_storage(
+    served_gateway: tuple[str, subprocess.Popen[str], list[str], Path],
+    fake_upstream: FakeUpstream,
+) -> None:
+    url, process, seen, data_dir = served_gateway
+    _drive(url)
+    time.sleep(0.5)  # let the storage writer commit the last turns
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=30)
+    output = "".join(seen) + stdout + stderr
+
+    sent = {r.headers.get("authorization") for r in fake_upstream.requests}
+    assert f"Bearer {SECRETS['openai']}" in sent  # credentials did go upstream
+    assert f"Bearer {SECRETS['chatgpt_token']}" in sent
+    assert any(r.headers.get("chatgpt-account-id") == SECRETS["account"]
+               for r in fake_upstream.requests)
+
+    files = {p: p.read_bytes() for p in data_dir.rglob("*") if p.is_file()}
+    assert any(PROMPT.encode() in data for data in files.values()), "no turn was stored"
+    assert output.strip(), "the gateway logged nothing at debug level"
+    for name, secret in SECRETS.items():
+        assert secret not in output, f"{name} credential in the gateway's output"
+        for path, data in files.items():
+            assert secret.encode() not in data, f"{name} credential in {path}"
