@@ -35,7 +35,9 @@ class _Model:
     def accumulator(self) -> Any:
         if self.name == "responses":
             return self.module.ResponsesAccumulator(mode="codex")
-        return self.module.new_accumulator()
+        if self.name == "anthropic":
+            return self.module.AnthropicAccumulator()
+        return self.module.ChatAccumulator()
 
     def response_body(self, acc: Any) -> dict[str, Any]:
         body: dict[str, Any] = acc.response_body()

@@ -92,3 +92,45 @@ def test_untouched_request_forwarded_as_original_bytes(make_gateway: Any,
     (upstream,) = fake_upstream.model_requests
     assert upstream.body == body
     assert upstream.headers["authorization"] == "Bearer " + KEY
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
+def test_chat_turn_stored_once(make_gateway: Any, fake_upstream: FakeUpstream,
+                               stream: bool) -> None:
+    gw = make_gateway()
+    session = f"chat-{stream}"
+    c = client(gw, session)
+    messages: Any = [{"role": "system", "content": "be brief"},
+                     {"role": "user", "content": "which port does the gateway use?"}]
+    if stream:
+        chunks = list(c.chat.completions.create(model="gpt-x", messages=messages, stream=True))
+        text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    else:
+        reply = c.chat.completions.create(model="gpt-x", messages=messages)
+        text = reply.choices[0].message.content
+    assert text
+    assert stored(gw, session) == [("user", "which port does the gateway use?", True),
+                                   ("assistant", text, True)]
+    assert gw.memory.count_turns(None, session=session) == 1
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
+def test_anthropic_turn_stored_once(make_gateway: Any, fake_upstream: FakeUpstream,
+                                    stream: bool) -> None:
+    import anthropic
+
+    gw = make_gateway()
+    session = f"anthropic-{stream}"
+    c = anthropic.Anthropic(base_url=gw.url, api_key=KEY, max_retries=0,
+                            default_headers={"x-lore-session-id": session})
+    messages: Any = [{"role": "user", "content": "what did we decide about retries?"}]
+    if stream:
+        with c.messages.stream(model="claude-x", max_tokens=100, messages=messages) as s:
+            message = s.get_final_message()
+    else:
+        message = c.messages.create(model="claude-x", max_tokens=100, messages=messages)
+    text = "".join(b.text for b in message.content if b.type == "text")
+    assert text
+    assert stored(gw, session) == [("user", "what did we decide about retries?", True),
+                                   ("assistant", text, True)]
+    assert gw.memory.count_turns(None, session=session) == 1
