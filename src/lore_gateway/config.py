@@ -60,6 +60,8 @@ class Settings(BaseSettings):
     store: bool = True
     store_max_message_bytes: int = 256 * 1024
     embeddings: bool = True
+    # Give the model the hidden recall tool (needs the memory store).
+    recall: bool = True
 
     @field_validator("upstream_openai", "upstream_chatgpt", "upstream_anthropic")
     @classmethod

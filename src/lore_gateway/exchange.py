@@ -32,6 +32,10 @@ class Exchange:
     client_stream: bool
     upstream_stream: bool
     identity: Any = None  # lore_gateway.memory.records.Identity when memory is on
+    # The upstream request as a dict when the gateway changed it (else None), and
+    # whether the change includes the hidden recall tool.
+    upstream_payload: dict[str, Any] | None = None
+    recall: bool = False
     started: float = field(default_factory=perf_counter)
 
     @property

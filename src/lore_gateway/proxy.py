@@ -25,6 +25,7 @@ from lore_gateway.config import Settings
 from lore_gateway.errors import GatewayError, error_body, invalid_request
 from lore_gateway.exchange import Exchange
 from lore_gateway.headers import client_response_headers, header_map, upstream_request_headers
+from lore_gateway.recall.service import RecallService
 from lore_gateway.routing import Protocol, Route
 from lore_gateway.turns import TurnCollector, TurnSink
 from lore_gateway.upstream import UpstreamClient, UpstreamResponse, UpstreamUnavailable
@@ -50,10 +51,12 @@ class RequestTiming:
 
 
 class Proxy:
-    def __init__(self, settings: Settings, upstream: UpstreamClient, turns: TurnSink) -> None:
+    def __init__(self, settings: Settings, upstream: UpstreamClient, turns: TurnSink,
+                 recall: RecallService | None = None) -> None:
         self.settings = settings
         self.upstream = upstream
         self.turns = turns
+        self.recall = recall
 
     # -- model routes -------------------------------------------------------------
 
@@ -88,11 +91,11 @@ class Proxy:
         raw = await read_body(receive, limit=limit, content_length=hmap.get("content-length"))
         body = decode_body(raw, hmap.get("content-encoding"), limit=limit)
         payload = await _parse_json(body)
-        client_stream = payload.get("stream") is True
-        upstream_body = body
-        upstream_stream = client_stream
-        if route.protocol is Protocol.CODEX:
-            upstream_body, upstream_stream = _codex_request(payload, body)
+        identity = self.turns.identify(route, hmap, payload)
+        injected: dict[str, Any] | None = None
+        if self.recall is not None and identity is not None:
+            injected = self.recall.prepare(route, hmap, payload)
+        upstream_payload, upstream_stream = _upstream_rules(route, payload, injected)
         return Exchange(
             route=route,
             request_id=hmap.get("x-request-id") or uuid.uuid4().hex[:16],
@@ -102,10 +105,12 @@ class Proxy:
             payload=payload,
             upstream_url=self.upstream.url(route.upstream, route.upstream_path),  # type: ignore[arg-type]
             upstream_headers=upstream_request_headers(headers),
-            upstream_body=upstream_body,
-            client_stream=client_stream,
+            upstream_body=body if upstream_payload is None else orjson.dumps(upstream_payload),
+            client_stream=payload.get("stream") is True,
             upstream_stream=upstream_stream,
-            identity=self.turns.identify(route, hmap, payload),
+            identity=identity,
+            upstream_payload=upstream_payload,
+            recall=injected is not None,
         )
 
     async def _forward(self, exchange: Exchange, client: ClientChannel, timing: RequestTiming,
@@ -124,6 +129,12 @@ class Proxy:
         try:
             if resp.status >= 300:
                 await self._relay_error(resp, client)
+            elif exchange.recall:
+                assert self.recall is not None and collector is not None
+                assert exchange.upstream_payload is not None
+                outcome = await self.recall.respond(
+                    exchange, resp, client, exchange.upstream_payload, collector)
+                self.turns.finish(pending, outcome.outputs, complete=outcome.complete)
             elif exchange.client_stream or not exchange.upstream_stream:
                 await self._relay(resp, client, collector, timing)
                 self.turns.completed(pending, collector)
@@ -233,22 +244,25 @@ async def _parse_json(body: bytes) -> dict[str, Any]:
     return payload
 
 
-def _codex_request(payload: dict[str, Any], body: bytes) -> tuple[bytes, bool]:
-    """Apply the Codex backend's rules: it only streams, rejects ``max_output_tokens``
-    and requires ``store: false``. Returns the upstream body (the original bytes
-    when nothing had to change) and the upstream stream flag (always True)."""
-    changed = False
-    if payload.get("stream") is not True:
-        changed = True
-    if "max_output_tokens" in payload or payload.get("store", False) is not False:
-        changed = True
-    if not changed:
-        return body, True
-    upstream = dict(payload)
+def _upstream_rules(route: Route, payload: dict[str, Any],
+                    changed: dict[str, Any] | None) -> tuple[dict[str, Any] | None, bool]:
+    """Apply the upstream's own rules to the (possibly already changed) request.
+
+    The Codex backend only streams, rejects ``max_output_tokens`` and requires
+    ``store: false``. Returns the upstream payload (None when nothing changed, so
+    the original bytes are forwarded) and the upstream stream flag.
+    """
+    current = payload if changed is None else changed
+    if route.protocol is not Protocol.CODEX:
+        return changed, current.get("stream") is True
+    if (current.get("stream") is True and "max_output_tokens" not in current
+            and current.get("store", False) is False):
+        return changed, True
+    upstream = dict(current)
     upstream["stream"] = True
     upstream.pop("max_output_tokens", None)
     upstream["store"] = False
-    return orjson.dumps(upstream), True
+    return upstream, True
 
 
 def _unreachable(exchange: Exchange, exc: Exception) -> bytes:

@@ -18,6 +18,7 @@ import uvicorn
 from lore_gateway.app import GatewayApp
 from lore_gateway.config import Settings
 from lore_gateway.proxy import Proxy
+from lore_gateway.recall.service import RecallService
 from lore_gateway.turns import TurnSink
 from lore_gateway.upstream import UpstreamClient
 
@@ -82,7 +83,10 @@ class Gateway:
             self.memory = self._memory_arg
         await self.upstream.start()
         turns = TurnSink(self.memory, max_json_bytes=self.settings.max_response_body_bytes)
-        app = GatewayApp(Proxy(self.settings, self.upstream, turns))
+        recall = None
+        if self.memory is not None and self.settings.recall:
+            recall = RecallService(self.memory, self.upstream)
+        app = GatewayApp(Proxy(self.settings, self.upstream, turns, recall))
         config = uvicorn.Config(
             app,
             lifespan="off",

@@ -68,6 +68,9 @@ class TurnCollector:
         self._max_json_bytes = max_json_bytes
         self._sse: SSEDecoder | None = None
         self._acc: Any = None
+        # Earlier messages of the same stream: the gateway's own recall stream to an
+        # Anthropic client holds three (preamble, marker, continuation).
+        self._earlier: list[Any] = []
         self._json: bytearray | None = None
         self.error: Exception | None = None
 
@@ -83,6 +86,9 @@ class TurnCollector:
                     self._json = bytearray()
             if self._sse is not None:
                 for event in self._sse.feed(chunk):
+                    if self._acc.done and event.event == "message_start":
+                        self._earlier.append(self._acc)
+                        self._acc = self._model.accumulator()
                     self._acc.feed_event(event)
             else:
                 assert self._json is not None
@@ -129,7 +135,10 @@ class TurnCollector:
             if self._acc is None and self._json:
                 self._accumulate_body(orjson.loads(self._json))
             if self._acc is not None:
-                return list(self._model.module.output_messages(self._acc))
+                out: list[Message] = []
+                for acc in [*self._earlier, self._acc]:
+                    out.extend(self._model.module.output_messages(acc))
+                return out
         except Exception as exc:
             log.debug("could not extract output messages: %s", exc)
         return []
@@ -154,7 +163,8 @@ class TurnSink:
     def collector(self, exchange: Exchange, pending: Any) -> TurnCollector | None:
         """A collector when the response must be understood: for storage, or
         because the client asked for JSON and the upstream streams (Codex)."""
-        if pending is None and exchange.client_stream == exchange.upstream_stream:
+        if pending is None and exchange.client_stream == exchange.upstream_stream \
+                and not exchange.recall:
             return None
         return TurnCollector(exchange.protocol, max_json_bytes=self._max_json_bytes)
 
@@ -171,6 +181,14 @@ class TurnSink:
             exchange.identity, protocol=exchange.protocol.value, model=exchange.model,
             inputs=inputs,
         )
+
+    @staticmethod
+    def finish(pending: Any, outputs: list[Message], *, complete: bool) -> None:
+        if pending is not None:
+            if complete:
+                pending.complete(outputs)
+            else:
+                pending.abandon(outputs)
 
     @staticmethod
     def completed(pending: Any, collector: TurnCollector | None) -> None:

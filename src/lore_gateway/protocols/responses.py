@@ -24,6 +24,7 @@ __all__ = [
     "ResponsesRequest",
     "ResponsesResult",
     "ToolCall",
+    "items_messages",
     "new_input_messages",
     "output_messages",
     "parse_request",
@@ -175,8 +176,13 @@ def output_messages(acc: ResponsesAccumulator | ResponsesResult) -> list[Message
     """The assistant's complete output, in output order. Reasoning appears only
     as its readable summary; encrypted content is never stored."""
     result = acc.result() if isinstance(acc, ResponsesAccumulator) else acc
+    return items_messages(result.output)
+
+
+def items_messages(items: list[dict[str, Any]]) -> list[Message]:
+    """Output items (messages, tool calls, reasoning) flattened for storage."""
     out: list[Message] = []
-    for item in result.output:
+    for item in items:
         kind = item.get("type")
         if kind == "message":
             text = _message_text(item.get("content"))

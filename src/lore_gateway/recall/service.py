@@ -1,0 +1,180 @@
+"""Hidden recall, as the proxy sees it: one object with two questions.
+
+``prepare`` decides, before forwarding, whether this request gets the recall
+tool (and returns the upstream body with it); ``respond`` serves the upstream's
+answer to the client through the protocol's recall handler, which hides recall
+calls, runs them and continues the answer in the same response. Everything
+protocol-specific lives in the handlers; this module only picks one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from lore_gateway.channel import JSON_HEADERS, ClientChannel
+from lore_gateway.errors import error_body
+from lore_gateway.exchange import Exchange
+from lore_gateway.headers import client_response_headers
+from lore_gateway.protocols import responses
+from lore_gateway.protocols.common import Message, ProtocolError
+from lore_gateway.recall import anthropic_handler, chat_handler, tool
+from lore_gateway.recall.anthropic_handler import RecallContext, StagedRecall
+from lore_gateway.recall.budget import RecallChainBudget
+from lore_gateway.recall.executor import RecallExecutor
+from lore_gateway.recall.responses_handler import (
+    buffered_responses_recall,
+    stream_responses_recall,
+)
+from lore_gateway.routing import Protocol, Route
+from lore_gateway.turns import TurnCollector
+from lore_gateway.upstream import UpstreamClient, UpstreamResponse
+
+log = logging.getLogger("lore.recall")
+
+_TOOL_PROTOCOL: dict[Protocol, tool.Protocol] = {
+    Protocol.RESPONSES: "responses",
+    Protocol.CODEX: "responses",
+    Protocol.CHAT: "chat",
+    Protocol.ANTHROPIC: "anthropic",
+}
+
+
+def is_codex_client(headers: dict[str, str]) -> bool:
+    """The Codex CLI marks its requests with an ``originator`` header
+    (``codex_exec``, ``codex_cli_rs``, ...)."""
+    return headers.get("originator", "").startswith("codex")
+
+
+@dataclass(slots=True)
+class RecallOutcome:
+    """What the turn's storage needs from a recall-served response."""
+
+    outputs: list[Message]
+    complete: bool
+
+
+class RecallService:
+    """Hidden recall for one gateway."""
+
+    def __init__(self, memory: Any, upstream: UpstreamClient,
+                 on_delivered: Callable[[Exchange, list[StagedRecall]], None] | None = None,
+                 ) -> None:
+        self.memory = memory
+        self.upstream = upstream
+        self._on_delivered = on_delivered
+
+    def prepare(self, route: Route, headers: dict[str, str],
+                payload: dict[str, Any]) -> dict[str, Any] | None:
+        """The upstream body with the recall tool injected, or None to leave it."""
+        assert route.protocol is not None
+        return tool.inject(_TOOL_PROTOCOL[route.protocol], payload,
+                           codex_client=is_codex_client(headers))
+
+    async def respond(self, exchange: Exchange, resp: UpstreamResponse,
+                      client: ClientChannel, upstream_payload: dict[str, Any],
+                      collector: TurnCollector) -> RecallOutcome:
+        """Serve a 2xx upstream answer to a request that carries the recall tool."""
+        ctx = RecallContext(
+            upstream=self.upstream,
+            url=exchange.upstream_url,
+            headers=exchange.upstream_headers,
+            body=upstream_payload,
+            executor=RecallExecutor(self.memory, exchange.identity),
+            budget=RecallChainBudget(),
+        )
+        if self._on_delivered is not None:
+            on_delivered = self._on_delivered
+            ctx.on_delivered = lambda staged: on_delivered(exchange, staged)
+        protocol = exchange.protocol
+        codex = protocol is Protocol.CODEX
+        headers = client_response_headers(resp.raw_headers)
+        if exchange.client_stream:
+            if protocol in (Protocol.RESPONSES, Protocol.CODEX):
+                await client.start(resp.status, headers)
+                icpt = await stream_responses_recall(ctx, resp, _Tee(client, None), codex=codex)
+                await client.end()
+                return RecallOutcome(_item_messages(icpt.turn_items()), icpt.failure is None)
+            handler = anthropic_handler if protocol is Protocol.ANTHROPIC else chat_handler
+            tee = _Tee(client, collector)
+            await handler.stream_recall(ctx, resp, tee, headers)
+            return RecallOutcome(collector.outputs() + _staged_messages(ctx), True)
+        try:
+            principal = await _principal_json(exchange, resp, collector)
+        except (ProtocolError, ValueError) as exc:
+            log.warning("recall principal unusable: %s", exc)
+            await client.respond(502, error_body("server_error", "Gateway request failed"))
+            return RecallOutcome([], False)
+        if protocol in (Protocol.RESPONSES, Protocol.CODEX):
+            status, extra, body, final = await buffered_responses_recall(ctx, principal,
+                                                                         codex=codex)
+            await client.respond(status, body, JSON_HEADERS + extra)
+            if final is None:
+                return RecallOutcome([], False)
+            ctx.delivered()
+            return RecallOutcome(_item_messages(final.get("output") or []), True)
+        handler = anthropic_handler if protocol is Protocol.ANTHROPIC else chat_handler
+        status, body, extra = await handler.buffered_recall(ctx, principal)
+        await client.respond(status, body, extra)
+        if status != 200:
+            return RecallOutcome([], False)
+        ctx.delivered()
+        answer = TurnCollector(protocol, max_json_bytes=len(body) + 1)
+        answer.feed(body)
+        return RecallOutcome(answer.outputs() + _staged_messages(ctx), True)
+
+
+class _Tee:
+    """The client channel, with every byte written also fed to a collector."""
+
+    def __init__(self, client: ClientChannel, collector: TurnCollector | None) -> None:
+        self._client = client
+        self._collector = collector
+
+    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        await self._client.start(status, headers)
+
+    async def write(self, data: bytes) -> None:
+        await self._client.write(data)
+        if self._collector is not None:
+            self._collector.feed(data)
+
+    async def end(self, data: bytes = b"") -> None:
+        await self._client.end(data)
+        if self._collector is not None and data:
+            self._collector.feed(data)
+
+
+async def _principal_json(exchange: Exchange, resp: UpstreamResponse,
+                          collector: TurnCollector) -> dict[str, Any]:
+    """The principal answer as one JSON object (a Codex stream is accumulated)."""
+    if exchange.upstream_stream:
+        async for chunk in resp.chunks():
+            collector.feed(chunk)
+        return collector.response_body()
+    body, cut = await resp.read(anthropic_handler.MAX_JSON_BYTES)
+    if cut:
+        raise ProtocolError("foreground response exceeded 4194304 byte limit")
+    payload = orjson.loads(body)
+    if not isinstance(payload, dict):
+        raise ProtocolError("upstream response is not a JSON object")
+    return payload
+
+
+def _item_messages(items: list[dict[str, Any]]) -> list[Message]:
+    """A Responses turn for storage: the model's items, recall calls included.
+
+    Recall *results* are left out: they are copies of stored memory, and storing
+    them again would make every later search find its own echo.
+    """
+    kept = [i for i in items if i.get("type") != "function_call_output"]
+    return responses.items_messages(kept)
+
+
+def _staged_messages(ctx: RecallContext) -> list[Message]:
+    """The recall calls of a turn, as storage text (results left out, as above)."""
+    return [Message("assistant", f"[tool_call:recall] {s.call.arguments}") for s in ctx.staged]
