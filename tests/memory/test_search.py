@@ -101,7 +101,7 @@ def test_deleted_session_disappears_from_search(memory: Memory) -> None:
 def test_parse_query_drops_stop_words_and_quotes_terms() -> None:
     parsed = parse_query("What did Caroline's team decide about the \"retry\" policy?")
     assert parsed.terms == ("caroline", "team", "decide", "retry", "policy")
-    assert parsed.match_any == '"caroline" OR "team" OR "decide" OR "retry" OR "policy"'
+    assert parsed.match_any == '"caroline"* OR "team"* OR "decide"* OR "retry"* OR "policy"*'
     assert parse_query("what is it").empty
 
 

@@ -38,6 +38,35 @@ _HEADS = 12
 FloatArray = npt.NDArray[np.float32]
 
 
+def limit_blas_threads(threads: int = 1) -> bool:
+    """Cap OpenBLAS (bundled with numpy) at ``threads``; ``True`` if a library was found.
+
+    The matrices here are small (a query is ~15 tokens × 384), and OpenBLAS's default
+    of one spinning thread per core makes them slower, not faster, once the proxy and
+    other work share the cores: measured on this 2-core box under load, one query
+    embedding took 45 ms with default threads and 10 ms with one. It is process-wide,
+    which is intended: memory search is meant to use one core at most.
+    """
+    import ctypes
+    import glob
+
+    libs_dir = Path(np.__file__).resolve().parent.parent / "numpy.libs"
+    found = False
+    for path in glob.glob(str(libs_dir / "*openblas*.so*")):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for symbol in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_",
+                       "openblas_set_num_threads"):
+            setter = getattr(lib, symbol, None)
+            if setter is not None:
+                setter(ctypes.c_int(threads))
+                found = True
+                break
+    return found
+
+
 def _erf(x: FloatArray) -> FloatArray:
     """Vectorised erf (Abramowitz–Stegun 7.1.26, |error| < 1.5e-7): BERT's GELU is exact-erf."""
     sign = np.sign(x)
@@ -164,6 +193,7 @@ def load_embedder() -> Embedder | None:
             "hybrid search; falling back to BM25 only"
         )
         return None
+    limit_blas_threads(1)
     try:
         return Embedder(model_dir)
     except Exception as exc:  # a corrupt wheel must not take the gateway down
