@@ -38,6 +38,9 @@ DEFAULT_DATA = Path("../shared/data/locomo/locomo10_dev.json")
 _SESSION_KEY = re.compile(r"session_(\d+)")
 _DIA = re.compile(r"D(\d+):(\d+)")
 
+# Turns allowed in the writer's queue before the benchmark waits (its bound is 10,000).
+BACKLOG = 5_000
+
 Progress = Callable[[str, int, int], None]
 
 
@@ -209,8 +212,11 @@ def run(data: Path | None = None, *, embeddings: bool = True,
             done = 0
             for conv in convs:
                 for record in turn_records(conv):
-                    while not memory.submit_turn(record):
-                        time.sleep(0.01)  # queue full: the benchmark may wait, the proxy never does
+                    # The benchmark may wait for the writer; the proxy never does.
+                    while memory.queue_depth > BACKLOG:
+                        time.sleep(0.005)
+                    if not memory.submit_turn(record):
+                        raise RuntimeError("the memory writer refused a turn; see the log")
                     done += 1
                     if progress is not None and done % 100 == 0:
                         progress("ingest", done, total_turns)

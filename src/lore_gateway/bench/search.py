@@ -29,7 +29,7 @@ import numpy as np
 
 from lore_gateway.config import Settings
 from lore_gateway.memory.records import Identity, TurnRecord
-from lore_gateway.protocols.common import Message
+from lore_gateway.protocols.common import Message, Role
 
 TENANT = "bench-search"
 SESSION_MESSAGES = 200
@@ -37,6 +37,9 @@ SESSIONS_PER_PROJECT = 50
 VOCABULARY = 50_000
 QUERY_FILLER = ("how", "did", "we", "the", "what", "about", "fix")
 TOPICS = 256
+
+# Turns allowed in the writer's queue before the benchmark waits (its bound is 10,000).
+BACKLOG = 5_000
 
 Progress = Callable[[str, int, int], None]
 
@@ -113,13 +116,16 @@ def run(messages: int = 100_000, *, queries: int = 200, seed: int = 7,
                 for i in range(0, len(texts), 2):
                     index = start + i
                     pair = texts[i:i + 2]
-                    roles = ("user", "assistant")[:len(pair)]
+                    roles: tuple[Role, ...] = ("user", "assistant")[:len(pair)]
                     record = TurnRecord(
                         identity=_identity(index), protocol="bench:search", model=None,
                         messages=tuple(Message(r, t) for r, t in zip(roles, pair, strict=True)),
                         created_at=1.7e9 + index)
-                    while not memory.submit_turn(record):
+                    # The benchmark may wait for the writer; the proxy never does.
+                    while memory.queue_depth > BACKLOG:
                         time.sleep(0.005)
+                    if not memory.submit_turn(record):
+                        raise RuntimeError("the memory writer refused a turn; see the log")
                 if len(sample) < queries:
                     sample.append((start, texts[int(rng.integers(0, len(texts)))]))
                 if progress is not None:
