@@ -27,8 +27,14 @@ from lore_gateway.exchange import Exchange
 from lore_gateway.headers import client_response_headers, header_map, upstream_request_headers
 from lore_gateway.recall.service import RecallService
 from lore_gateway.routing import Protocol, Route
+from lore_gateway.sse import encode_event
 from lore_gateway.turns import TurnCollector, TurnSink
-from lore_gateway.upstream import UpstreamClient, UpstreamResponse, UpstreamUnavailable
+from lore_gateway.upstream import (
+    UpstreamBroken,
+    UpstreamClient,
+    UpstreamResponse,
+    UpstreamUnavailable,
+)
 
 log = logging.getLogger("lore.proxy")
 
@@ -136,8 +142,10 @@ class Proxy:
                     exchange, resp, client, exchange.upstream_payload, collector)
                 self.turns.finish(pending, outcome.outputs, complete=outcome.complete)
             elif exchange.client_stream or not exchange.upstream_stream:
-                await self._relay(resp, client, collector, timing)
-                self.turns.completed(pending, collector)
+                if await self._relay(exchange, resp, client, collector, timing):
+                    self.turns.completed(pending, collector)
+                else:
+                    self.turns.abandoned(pending, collector)
             elif await self._answer_json_from_stream(resp, client, collector, timing):
                 self.turns.completed(pending, collector)
         except BaseException:
@@ -146,22 +154,40 @@ class Proxy:
         finally:
             resp.close()
 
-    async def _relay(self, resp: UpstreamResponse, client: ClientChannel,
-                     collector: TurnCollector | None, timing: RequestTiming) -> None:
-        """Forward the body as it arrives, byte for byte, feeding the collector."""
+    async def _relay(self, exchange: Exchange, resp: UpstreamResponse, client: ClientChannel,
+                     collector: TurnCollector | None, timing: RequestTiming) -> bool:
+        """Forward the body as it arrives, byte for byte, feeding the collector.
+
+        Returns False when the upstream broke mid-body. An event stream broken
+        between two events ends with one protocol error event, so SDKs raise a
+        clear error; one broken mid-event (or a JSON body) is aborted, so the
+        client sees a truncated response rather than a complete-looking one.
+        """
         await client.start(resp.status, client_response_headers(resp.raw_headers))
         chunks = resp.chunks()
+        tail = b"\n\n"
         while True:
             waited = perf_counter()
             try:
                 chunk = await anext(chunks)
             except StopAsyncIteration:
                 break
+            except UpstreamBroken as exc:
+                log.warning("upstream broke mid-response: %s", exc)
+                frame = None
+                if "event-stream" in resp.content_type and tail.endswith((b"\n\n", b"\r\r")):
+                    frame = broken_stream_event(exchange.protocol, collector)
+                if frame is None:
+                    raise
+                await client.end(frame)
+                return False
             timing.upstream_wait += perf_counter() - waited
             await client.write(chunk)
+            tail = chunk[-4:]
             if collector is not None:
                 collector.feed(chunk)
         await client.end()
+        return True
 
     async def _answer_json_from_stream(self, resp: UpstreamResponse, client: ClientChannel,
                                        collector: TurnCollector | None,
@@ -273,3 +299,21 @@ def _unreachable(exchange: Exchange, exc: Exception) -> bytes:
     )
 
 
+
+
+BROKEN_STREAM_MESSAGE = "Gateway request failed: the upstream connection broke mid-response"
+
+
+def broken_stream_event(protocol: Protocol, collector: TurnCollector | None) -> bytes:
+    """The error event a client of ``protocol`` understands, ending a broken stream."""
+    if protocol is Protocol.ANTHROPIC:
+        return encode_event("error", orjson.dumps({"type": "error", "error": {
+            "type": "api_error", "message": BROKEN_STREAM_MESSAGE}}))
+    if protocol is Protocol.CHAT:
+        # Chat streams are data-only; the openai SDK raises on an "error" object.
+        return b"data: " + orjson.dumps({"error": {
+            "type": "server_error", "message": BROKEN_STREAM_MESSAGE}}) + b"\n\n"
+    response_id = (collector.response_id() if collector is not None else None) or "resp_error"
+    return encode_event("response.failed", orjson.dumps({"type": "response.failed", "response": {
+        "id": response_id, "object": "response", "status": "failed", "output": [],
+        "usage": None, "error": {"code": "server_error", "message": BROKEN_STREAM_MESSAGE}}}))

@@ -20,22 +20,27 @@ from lore_gateway.config import Settings
 from lore_gateway.proxy import Proxy
 from lore_gateway.recall.service import RecallService
 from lore_gateway.turns import TurnSink
-from lore_gateway.upstream import UpstreamClient
+from lore_gateway.upstream import UpstreamBroken, UpstreamClient
 
 log = logging.getLogger("lore.server")
 
 
-class _QuietUpgradeWarnings(logging.Filter):
-    """uvicorn warns on every WebSocket attempt (Codex makes one per session);
-    the gateway answers those with 426 on purpose, so the warnings are noise."""
+class _QuietExpectedErrors(logging.Filter):
+    """uvicorn warns on every WebSocket attempt (Codex makes one per session),
+    which the gateway answers with 426 on purpose, and logs a traceback when a
+    response is aborted, which the proxy does on purpose when the upstream breaks
+    mid-body (and logs itself). Both would be noise."""
 
     _NOISE = ("Unsupported upgrade request", "No supported WebSocket library")
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], UpstreamBroken):
+            # The proxy aborts the client connection on purpose and logs why.
+            return False
         return not record.getMessage().startswith(self._NOISE)
 
 
-logging.getLogger("uvicorn.error").addFilter(_QuietUpgradeWarnings())
+logging.getLogger("uvicorn.error").addFilter(_QuietExpectedErrors())
 
 
 def listen_socket(host: str, port: int) -> socket.socket:

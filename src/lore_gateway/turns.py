@@ -118,6 +118,16 @@ class TurnCollector:
             raise ValueError("the upstream sent no event stream")
         return self._model.response_body(self._acc)
 
+    def response_id(self) -> str | None:
+        """The upstream response's id, once the stream carried it (Responses only)."""
+        try:
+            if self._acc is not None and self._model.name == "responses":
+                rid = self._acc.result().id
+                return rid if isinstance(rid, str) and rid else None
+        except Exception:
+            return None
+        return None
+
     def _accumulate_body(self, body: dict[str, Any]) -> None:
         """Run a non-stream body through the same accumulator as a stream (via the
         model's stream synthesiser), so every stored turn is built one way."""

@@ -22,6 +22,13 @@ class UpstreamUnavailable(Exception):
     """The upstream could not be reached, or the connection failed before a response."""
 
 
+class UpstreamBroken(Exception):
+    """The upstream connection failed while the response body was being read."""
+
+
+_READ_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+
+
 @dataclass(slots=True)
 class UpstreamResponse:
     """A response whose headers have arrived; the body is read on demand."""
@@ -33,13 +40,16 @@ class UpstreamResponse:
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives (already decoded from any Content-Encoding)."""
-        async for chunk in self._resp.content.iter_any():
-            yield chunk
+        try:
+            async for chunk in self._resp.content.iter_any():
+                yield chunk
+        except _READ_ERRORS as exc:
+            raise UpstreamBroken(_describe(exc)) from exc
 
     async def read(self, limit: int) -> tuple[bytes, bool]:
         """The body, at most ``limit`` bytes; the flag says whether it was cut."""
         buf = bytearray()
-        async for chunk in self._resp.content.iter_any():
+        async for chunk in self.chunks():
             buf += chunk
             if len(buf) > limit:
                 del buf[limit:]
@@ -92,11 +102,16 @@ class UpstreamClient:
             resp = await self._session.request(
                 method, url, headers=headers, data=body, allow_redirects=False
             )
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise UpstreamUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        except _READ_ERRORS as exc:
+            raise UpstreamUnavailable(_describe(exc)) from exc
         return UpstreamResponse(
             status=resp.status,
             raw_headers=list(resp.raw_headers),
             content_type=resp.headers.get("content-type", ""),
             _resp=resp,
         )
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
