@@ -116,7 +116,7 @@ def run(messages: int = 100_000, *, queries: int = 200, seed: int = 7,
                 for i in range(0, len(texts), 2):
                     index = start + i
                     pair = texts[i:i + 2]
-                    roles: tuple[Role, ...] = ("user", "assistant")[:len(pair)]
+                    roles: tuple[Role, ...] = ("user", "assistant") if len(pair) == 2 else ("user",)
                     record = TurnRecord(
                         identity=_identity(index), protocol="bench:search", model=None,
                         messages=tuple(Message(r, t) for r, t in zip(roles, pair, strict=True)),
