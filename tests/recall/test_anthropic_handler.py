@@ -122,7 +122,7 @@ async def test_streaming_client_sees_three_envelopes_and_recalled_fact(
     assert len(starts) == 3 and starts[1].startswith("lore_marker_")
     assert sum(1 for n, _ in events if n == "message_stop") == 3
     text = "".join(b["delta"].get("text", "") for n, b in events if n == "content_block_delta")
-    assert "According to memory: ## Recall Results" in text
+    assert "According to memory: - (user" in text and FACT in text
     assert '📚 Searching all archives for "deploy target"…' in text
     # the follow-up went upstream streamed, with the exact pair appended and recall declared
     first, follow = fake.model_requests

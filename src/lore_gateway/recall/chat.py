@@ -162,6 +162,13 @@ class ChatRound:
             delta = choice.get("delta") or {}
             if isinstance(delta.get("content"), str):
                 self.content.append(delta["content"])
+            if self._response_id is not None and "role" in delta:
+                # The client's message already began: the openai SDK concatenates
+                # a repeated role ("assistantassistant").
+                delta = {k: v for k, v in delta.items() if k != "role"}
+                choice = {**choice, "delta": delta}
+                chunk = {**chunk, "choices": [choice]}
+                changed = True
             if isinstance(delta.get("tool_calls"), list):
                 kept = self._tool_deltas(delta["tool_calls"])
                 if kept != delta["tool_calls"]:

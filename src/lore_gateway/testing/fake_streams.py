@@ -434,3 +434,68 @@ def anthropic_error_frames() -> tuple[bytes, ...]:
     """An ``event: error`` as Anthropic sends when it fails mid-stream."""
     error = {"type": "error", "error": {"type": "overloaded_error", "message": "fake failure"}}
     return (named_frame("error", error),)
+
+
+# --------------------------------------------------------------------------- recall shapes
+
+
+def _block_deltas(block: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """How a complete block streams: its empty start and the deltas that fill it."""
+    kind = block["type"]
+    if kind == "text":
+        return {"type": "text", "text": ""}, [{"type": "text_delta", "text": block["text"]}]
+    if kind == "thinking":
+        return {"type": "thinking", "thinking": "", "signature": ""}, [
+            {"type": "thinking_delta", "thinking": block["thinking"]},
+            {"type": "signature_delta", "signature": block["signature"]},
+        ]
+    if kind == "tool_use":
+        arguments = orjson.dumps(block["input"]).decode()
+        return {**block, "input": {}}, [{"type": "input_json_delta", "partial_json": arguments}]
+    return block, []  # redacted_thinking and the like arrive whole
+
+
+def anthropic_blocks(blocks: tuple[tuple[str, str, str], ...], model: str) -> Answer:
+    """A message of several blocks, each ``(type, name_or_text, arguments_json)``.
+
+    ``("text", "words", "")``, ``("thinking", "thought", "")`` (streamed with a
+    signature, as extended thinking does) or ``("tool_use", "name", "{...}")``.
+    The stop reason is ``tool_use`` when a tool is called.
+    """
+    msid = _id("msg_", blocks, model)
+    content: list[dict[str, Any]] = []
+    for kind, value, arguments in blocks:
+        if kind == "tool_use":
+            content.append({"type": "tool_use", "id": _id("toolu_", value, arguments),
+                            "name": value, "input": orjson.loads(arguments)})
+        elif kind == "thinking":
+            content.append({"type": "thinking", "thinking": value,
+                            "signature": _id("sig_", value, model)})
+        else:
+            content.append({"type": "text", "text": value})
+    frames = [_message_start(msid, model)]
+    for index, block in enumerate(content):
+        start, deltas = _block_deltas(block)
+        frames += _block_frames(index, start, deltas)
+    stop = "tool_use" if any(b["type"] == "tool_use" for b in content) else "end_turn"
+    frames += _anthropic_tail(stop, 7)
+    return Answer(tuple(frames), _anthropic_body(msid, model, content, stop))
+
+
+def chat_calls(calls: tuple[tuple[str, str], ...], model: str, usage_chunk: bool) -> Answer:
+    """The model calls several tools ``(name, arguments_json)`` in one message."""
+    cid = _id("chatcmpl-", calls, model)
+    deltas: list[dict[str, Any]] = []
+    full: list[dict[str, Any]] = []
+    for index, (name, arguments) in enumerate(calls):
+        call_id = _id("call_", name, arguments, index)
+        start = {"index": index, "id": call_id, "type": "function",
+                 "function": {"name": name, "arguments": ""}}
+        head: dict[str, Any] = {"tool_calls": [start]}
+        if index == 0:
+            head = {"role": "assistant", "content": None, **head}
+        deltas += [head, {"tool_calls": [{"index": index, "function": {"arguments": arguments}}]}]
+        full.append({"id": call_id, "type": "function",
+                     "function": {"name": name, "arguments": arguments}})
+    message = {"role": "assistant", "content": None, "refusal": None, "tool_calls": full}
+    return _chat_answer(cid, model, deltas, message, "tool_calls", usage_chunk)

@@ -10,7 +10,11 @@ Scenarios (``name`` or ``name:argument``; see docs/testing.md):
 
 ``text[:words]``          a complete answer (the default)
 ``recall[:query]``        a call to the ``recall`` tool; once the request ends
-                          with the tool's output, text quoting its first line
+                          with the tool's output, text quoting its top result
+``call-recall[:query]``   a recall call even after a tool output (chains recalls)
+``thinking-recall[:q]``   Anthropic: a signed thinking block, text, then recall
+``recall-first[:query]``  Anthropic: recall as the message's first block
+``recall-between[:q]``    a visible ``read_file`` call, recall, another ``read_file``
 ``failed`` ``incomplete`` ``minimal`` ``no-completed``
 ``status-<code>``         that HTTP status with the provider's error body and
                           rate-limit / retry-after / request-id headers
@@ -169,9 +173,12 @@ def tool_output(api: str, body: Any) -> str | None:
 
 
 def recall_answer_text(output: str) -> str:
-    """What the fake model says after recall: it quotes the output's first line."""
-    first = output.strip().splitlines()[0] if output.strip() else ""
-    return f"According to memory: {first}"
+    """What the fake model says after recall: it quotes the top result line of
+    the output (``- (role, age) text (ref)``), else the output's first line."""
+    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
+    hits = [line for line in lines if line.startswith("- (")]
+    quoted = hits[0] if hits else lines[0] if lines else ""
+    return f"According to memory: {quoted}"
 
 
 def _model_of(body: Any, default: str) -> str:
@@ -438,16 +445,12 @@ class FakeUpstream:
         text = self.text
         if name == "text" and scenario.arg:
             text = scenario.arg
-        if name == "recall":
+        if name in _RECALL_SCENARIOS:
             output = tool_output(api, body)
-            if output is None:
+            if output is None or name == "call-recall":
                 query = scenario.arg or fs.DEFAULT_RECALL_QUERY
-                arguments = orjson.dumps({"query": query}).decode()
-                if api == "chat":
-                    return fs.chat_call(fs.RECALL_TOOL, arguments, model, chat_usage)
-                if api == "anthropic":
-                    return fs.anthropic_call(fs.RECALL_TOOL, arguments, model)
-                return fs.responses_call(fs.RECALL_TOOL, arguments, model)
+                return _recall_call(api, name, orjson.dumps({"query": query}).decode(),
+                                    model, chat_usage)
             text = recall_answer_text(output)
         if name == "failed" and api == "responses":
             return fs.responses_failed(model)
@@ -561,6 +564,33 @@ class FakeUpstream:
             step = REPLAY_SLICE_BYTES
             frames = [data[i : i + step] for i in range(0, len(data), step)]
         return await self._stream(request, record, frames, headers)
+
+
+_RECALL_SCENARIOS = ("recall", "call-recall", "thinking-recall", "recall-first",
+                     "recall-between")
+_VISIBLE_TOOL = ("read_file", '{"path":"README.md"}')
+
+
+def _recall_call(api: str, name: str, arguments: str, model: str, chat_usage: bool) -> Answer:
+    """The answer of a recall scenario that calls the tool."""
+    recall = (fs.RECALL_TOOL, arguments)
+    if api == "chat":
+        if name == "recall-between":
+            return fs.chat_calls((_VISIBLE_TOOL, recall, _VISIBLE_TOOL), model, chat_usage)
+        return fs.chat_call(fs.RECALL_TOOL, arguments, model, chat_usage)
+    if api == "responses":
+        return fs.responses_call(fs.RECALL_TOOL, arguments, model)
+    call = ("tool_use", fs.RECALL_TOOL, arguments)
+    if name == "thinking-recall":
+        return fs.anthropic_blocks((("thinking", "The user wants a stored fact.", ""),
+                                    ("text", "Let me look that up.", ""), call), model)
+    if name == "recall-first":
+        return fs.anthropic_blocks((call,), model)
+    if name == "recall-between":
+        read = ("tool_use", *_VISIBLE_TOOL)
+        return fs.anthropic_blocks((("text", "Checking.", ""), read, call,
+                                    ("tool_use", "read_file", '{"path":"docs/a.md"}')), model)
+    return fs.anthropic_call(fs.RECALL_TOOL, arguments, model)
 
 
 def _jsonl_frames(data: bytes) -> Iterator[bytes]:
