@@ -17,6 +17,7 @@ import uvicorn
 
 from lore_gateway.app import GatewayApp
 from lore_gateway.config import Settings
+from lore_gateway.obs import metrics
 from lore_gateway.proxy import Proxy
 from lore_gateway.recall.service import RecallService
 from lore_gateway.turns import TurnSink
@@ -87,6 +88,9 @@ class Gateway:
         else:
             self.memory = self._memory_arg
         await self.upstream.start()
+        if self.memory is not None:
+            memory = self.memory
+            metrics.set_queue_depth_source(lambda: memory.queue_depth)
         turns = TurnSink(self.memory, max_json_bytes=self.settings.max_response_body_bytes)
         recall = None
         if self.memory is not None and self.settings.recall:
@@ -121,6 +125,7 @@ class Gateway:
         if self._task is not None:
             await self._task
         await self.upstream.close()
+        metrics.set_queue_depth_source(None)
         if self.memory is not None and self._memory_arg == "auto":
             await asyncio.to_thread(self.memory.close)
         if self._sock is not None:

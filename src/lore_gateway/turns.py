@@ -9,6 +9,7 @@ client still gets every byte and the turn is stored as incomplete.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 from collections.abc import Mapping
@@ -17,6 +18,8 @@ from typing import Any
 import orjson
 
 from lore_gateway.exchange import Exchange
+from lore_gateway.obs import metrics
+from lore_gateway.obs.logging import bind_session
 from lore_gateway.protocols.common import Message
 from lore_gateway.routing import Protocol, Route
 from lore_gateway.sse import SSEDecoder, looks_like_sse
@@ -118,6 +121,16 @@ class TurnCollector:
             raise ValueError("the upstream sent no event stream")
         return self._model.response_body(self._acc)
 
+    def report_usage(self, protocol: str) -> None:
+        """Feed the prompt-cache metrics from the usage the upstream reported."""
+        usage = None
+        with contextlib.suppress(Exception):
+            for acc in [*self._earlier, self._acc]:
+                if acc is not None and acc.result().usage is not None:
+                    usage = acc.result().usage
+        if usage is not None:
+            metrics.record_usage(protocol, usage.prompt_tokens, usage.cache_read or 0)
+
     def response_id(self) -> str | None:
         """The upstream response's id, once the stream carried it (Responses only)."""
         try:
@@ -165,10 +178,12 @@ class TurnSink:
         if self.memory is None or route.protocol is None:
             return None
         try:
-            return self.memory.identify(route.protocol.value, headers, payload)
+            identity = self.memory.identify(route.protocol.value, headers, payload)
         except Exception:
             log.exception("could not identify the session; the turn will not be stored")
             return None
+        bind_session(identity.session)
+        return identity
 
     def collector(self, exchange: Exchange, pending: Any) -> TurnCollector | None:
         """A collector when the response must be understood: for storage, or
@@ -204,6 +219,7 @@ class TurnSink:
     def completed(pending: Any, collector: TurnCollector | None) -> None:
         if pending is not None and collector is not None:
             pending.complete(collector.outputs())
+            collector.report_usage(pending.protocol)
 
     @staticmethod
     def abandoned(pending: Any, collector: TurnCollector | None = None) -> None:

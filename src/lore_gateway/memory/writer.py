@@ -28,6 +28,7 @@ import orjson
 from lore_gateway.memory.db import ConnFactory
 from lore_gateway.memory.records import TurnRecord
 from lore_gateway.memory.sanitize import clean_for_storage
+from lore_gateway.obs import metrics
 
 log = logging.getLogger(__name__)
 
@@ -220,6 +221,7 @@ class TurnWriter:
     def _write_batch(self, conn: apsw.Connection, batch: list[object]) -> None:
         message_ids: list[int] = []
         try:
+            written_before = self.written
             conn.execute("BEGIN IMMEDIATE")
             for item in batch:
                 assert isinstance(item, TurnRecord)
@@ -229,7 +231,7 @@ class TurnWriter:
                 except apsw.Error:
                     self.failed += 1
                     log.exception("memory: could not store a turn of session %s",
-                                  item.identity.session)
+                                  item.identity.session[:16])
                     continue
                 if ids is None:
                     self.skipped += 1
@@ -237,6 +239,7 @@ class TurnWriter:
                     self.written += 1
                     message_ids.extend(ids)
             conn.execute("COMMIT")
+            metrics.record_stored_turns(self.written - written_before)
         except apsw.Error:
             self.failed += len(batch)
             log.exception("memory: a commit of %d turns failed; they are not stored", len(batch))
