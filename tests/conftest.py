@@ -10,6 +10,10 @@ records and scripts before every test that uses it.
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -153,5 +157,43 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
         yield session
 
 
-def in_ci() -> bool:
-    return bool(os.environ.get("CI"))
+# ``lore serve`` as a subprocess: url, process, its stderr lines so far, data dir.
+ServedGateway = tuple[str, "subprocess.Popen[str]", list[str], Path]
+# A cold interpreter with the gateway's imports takes a couple of seconds.
+STARTUP_TIMEOUT_S = 30
+
+
+@pytest.fixture
+def lore_serve(fake_upstream: FakeUpstream, tmp_path: Path) -> Iterator[ServedGateway]:
+    """``lore serve --port 0`` in a subprocess, upstreams on the fake, debug logs."""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("LORE_")},
+        "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+        "LORE_UPSTREAM_OPENAI": fake_upstream.url,
+        "LORE_UPSTREAM_CHATGPT": fake_upstream.url + "/backend-api",
+        "LORE_UPSTREAM_ANTHROPIC": fake_upstream.url,
+        "LORE_DATA_DIR": str(tmp_path / "data"),
+        "LORE_LOG_LEVEL": "debug",
+        "LORE_EMBEDDINGS": "false",
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "lore_gateway", "serve", "--port", "0"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert process.stderr is not None
+    url, seen = None, []
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while url is None and time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line and process.poll() is not None:
+            break
+        seen.append(line)
+        match = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+        url = match.group(1) if match else None
+    if url is None:
+        process.kill()
+        pytest.fail("lore serve did not start:\n" + "".join(seen))
+    yield url, process, seen, tmp_path / "data"
+    if process.poll() is None:
+        process.kill()
+        process.wait()

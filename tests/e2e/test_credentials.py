@@ -10,20 +10,15 @@ file it wrote are searched for the secrets.
 from __future__ import annotations
 
 import contextlib
-import os
-import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx2 as httpx
-import pytest
 
 from lore_gateway.testing import FakeUpstream
 
-REPO = Path(__file__).resolve().parents[2]
 SECRETS = {
     "openai": "sk-proj-SECRET-openai-4f9a2c",
     "anthropic": "sk-ant-SECRET-anthropic-77b1",
@@ -32,42 +27,6 @@ SECRETS = {
 }
 # Stored text proves the turns really reached storage (the search is not vacuous).
 PROMPT = "remember the striped zebra 8812"
-STARTUP_TIMEOUT_S = 30
-
-
-@pytest.fixture
-def served_gateway(fake_upstream: FakeUpstream, tmp_path: Path):  # type: ignore[no-untyped-def]
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("LORE_")},
-        "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
-        "LORE_UPSTREAM_OPENAI": fake_upstream.url,
-        "LORE_UPSTREAM_CHATGPT": fake_upstream.url + "/backend-api",
-        "LORE_UPSTREAM_ANTHROPIC": fake_upstream.url,
-        "LORE_DATA_DIR": str(tmp_path / "data"),
-        "LORE_LOG_LEVEL": "debug",
-        "LORE_EMBEDDINGS": "false",
-    }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "lore_gateway", "serve", "--port", "0"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    assert process.stderr is not None
-    url, seen = None, []
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while url is None and time.monotonic() < deadline:
-        line = process.stderr.readline()
-        if not line and process.poll() is not None:
-            break
-        seen.append(line)
-        match = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
-        url = match.group(1) if match else None
-    if url is None:
-        process.kill()
-        pytest.fail("lore serve did not start:\n" + "".join(seen))
-    yield url, process, seen, tmp_path / "data"
-    if process.poll() is None:
-        process.kill()
-        process.wait()
 
 
 def _drive(url: str) -> None:
@@ -103,10 +62,9 @@ def _drive(url: str) -> None:
 
 
 def test_credentials_reach_upstream_but_never_logs_or_storage(
-    served_gateway: tuple[str, subprocess.Popen[str], list[str], Path],
-    fake_upstream: FakeUpstream,
+    lore_serve: tuple[str, subprocess.Popen[str], list[str], Path], fake_upstream: FakeUpstream,
 ) -> None:
-    url, process, seen, data_dir = served_gateway
+    url, process, seen, data_dir = lore_serve
     _drive(url)
     time.sleep(0.5)  # let the storage writer commit the last turns
     process.send_signal(signal.SIGINT)
