@@ -153,7 +153,8 @@ async def stream_responses_recall(
     """Relay the principal stream with live recall interception. Returns the
     interceptor, whose ``turn_items()`` and ``usage`` are the turn for storage."""
     icpt = LiveInterceptor(budget=ctx.budget, codex=codex, limits=limits)
-    pending = await _pump(icpt, _events(principal))
+    events = _events(principal)
+    pending = await _pump(icpt, events)
     while pending:
         action = pending.pop(0)
         if isinstance(action, Send):
@@ -167,6 +168,12 @@ async def stream_responses_recall(
             )
             pending = more + pending
         elif isinstance(action, Done):
+            if icpt.relaying:
+                # No recall: whatever follows the terminal is relayed as is.
+                async for event in events:
+                    for relayed in icpt.feed(event):
+                        if isinstance(relayed, Send):
+                            await client.write(relayed.data)
             if action.ok:
                 ctx.delivered()
             else:

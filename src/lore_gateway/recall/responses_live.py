@@ -186,6 +186,12 @@ class LiveInterceptor:
         self._created_sent = False
         self._pre_created: list[bytes] = []
         self._seq = 0
+        # Upstream sequence numbers and output indices are forwarded as sent until
+        # an event is hidden; from then on the client's are renumbered densely.
+        self._renumber = False
+        # The principal had no recall and its terminal went out verbatim: whatever
+        # the upstream sends after it is relayed raw, as plain passthrough would.
+        self._relaying = False
         self._public: dict[tuple[int, int], int] = {}
         self._next_public = 0
         self._visible: dict[int, dict[str, Any]] = {}
@@ -208,8 +214,16 @@ class LiveInterceptor:
 
     # --- feeding ------------------------------------------------------------------
 
+    @property
+    def relaying(self) -> bool:
+        """True once the answer needed no recall and its terminal was forwarded:
+        the rest of the upstream body is plain passthrough."""
+        return self._relaying
+
     def feed(self, event: SSEEvent) -> list[Action]:
         """Apply one upstream event of the current round."""
+        if self._relaying:
+            return [Send(event.raw)]
         if self._state == "done":
             return []
         try:
@@ -373,6 +387,7 @@ class LiveInterceptor:
             self._apply(item, name, payload)
         if item.recall:
             self._charge_deferred(len(event.raw))
+            self._renumber = True
             return []
         return self._emit_or_defer(event, name, payload, item)
 
@@ -423,6 +438,8 @@ class LiveInterceptor:
                 and isinstance(payload, dict)
                 and (payload.get("output_index") == index)
             ):
+                self._charge_deferred(len(ev.raw))
+                self._renumber = True
                 continue
             kept.append((rnd, ev))
         self._deferred = kept
@@ -435,7 +452,9 @@ class LiveInterceptor:
         if self._holding():
             self._hold(event)
             return []
-        return [Send(self._reframe(event, name, payload))]
+        # A Codex call whose name turned out visible releases what it held, in order.
+        held = [Send(b) for b in self._flush_deferred()] if self._deferred else []
+        return [*held, Send(self._reframe(event, name, payload))]
 
     def _holding(self) -> bool:
         """Continuations are spooled whole; a principal defers once a recall (or a
@@ -451,16 +470,21 @@ class LiveInterceptor:
 
     def _visible_key(self, rnd: int, index: int) -> int:
         key = (rnd, index)
-        if key not in self._public:
-            self._public[key] = self._next_public
-            self._next_public += 1
-        return self._public[key]
+        public = self._public.get(key)
+        if public is None:
+            # Until something is hidden the client sees the upstream's own indices,
+            # gaps included; after that, visible items are numbered densely.
+            public = index if rnd == 0 and not self._renumber else self._next_public
+            self._public[key] = public
+            self._next_public = max(self._next_public, public + 1)
+        return public
 
     def _pass_through(self, event: SSEEvent) -> list[Action]:
         if self._holding():
             self._hold(event)
             return []
-        return [Send(event.raw)]
+        held = [Send(b) for b in self._flush_deferred()] if self._deferred else []
+        return [*held, Send(event.raw)]
 
     def _reframe(
         self, event: SSEEvent, name: str, payload: dict[str, Any], rnd: int | None = None
@@ -469,20 +493,26 @@ class LiveInterceptor:
         output indices, the principal's response id. Unchanged events keep their
         exact bytes."""
         changed = False
+        number = self._round.number if rnd is None else rnd
         if "sequence_number" in payload:
-            if payload["sequence_number"] != self._seq:
-                payload = {**payload, "sequence_number": self._seq}
-                changed = True
-            self._seq += 1
+            seq = payload["sequence_number"]
+            if self._renumber or number > 0 or not isinstance(seq, int) or seq < self._seq:
+                if seq != self._seq:
+                    payload = {**payload, "sequence_number": self._seq}
+                    changed = True
+                self._seq += 1
+            else:
+                self._seq = seq + 1
         index = payload.get("output_index")
         if isinstance(index, int):
-            public = self._visible_key(self._round.number if rnd is None else rnd, index)
+            public = self._visible_key(number, index)
             if public != index:
                 payload = {**payload, "output_index": public}
                 changed = True
         response = payload.get("response")
         if (
-            isinstance(response, dict)
+            number > 0
+            and isinstance(response, dict)
             and self.response_id
             and response.get("id") != self.response_id
         ):
@@ -533,6 +563,7 @@ class LiveInterceptor:
             # No recall happened: forward verbatim, nothing to rebuild.
             self._state = "done"
             self._terminal_sent = True
+            self._relaying = True
             failed = name == "response.failed" or response.get("status") in ("failed", "cancelled")
             return [
                 *[Send(b) for b in self._flush_deferred()],
