@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 import aiohttp
-import openai
+import anthropic
 import pytest
 
 from lore_gateway.testing import FakeUpstream
@@ -70,30 +70,57 @@ async def test_bent_streams_pass_through_unchanged(
     assert (via[0], via[2]) == (direct[0], direct[2])
 
 
+BROKEN = b"the upstream connection broke mid-response"
+
+
 @pytest.mark.parametrize("shape", SHAPES)
-async def test_reset_mid_stream_ends_the_client_stream_abnormally(
+async def test_reset_between_events_ends_with_one_error_event(
+    shape: str, gateway: Any, fake_upstream: FakeUpstream, http: aiohttp.ClientSession,
+) -> None:
+    """Frames sent before the reset arrive unchanged, then one protocol error event."""
+    _, _, complete = await fetch(http, fake_upstream.url, shape, "text")
+    status, _, received = await fetch(http, gateway.url, shape, "reset-mid-stream:2")
+    assert status == 200
+    frames = received.split(b"\n\n")
+    assert received.endswith(b"\n\n") and len(frames) == 4  # 2 relayed, 1 error, ""
+    assert complete.startswith(b"\n\n".join(frames[:2]) + b"\n\n")
+    assert BROKEN in frames[2] and b"error" in frames[2]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+async def test_reset_inside_an_event_aborts_the_client_stream(
     shape: str, gateway: Any, http: aiohttp.ClientSession,
 ) -> None:
+    """A half event cannot be completed honestly: the client's stream breaks too."""
     path, body = SHAPES[shape]
-    headers = {"x-fake-scenario": "reset-mid-stream:2"}
+    headers = {"x-fake-scenario": "reset-mid-event:2"}
     received = b""
     async with http.post(gateway.url + path, json=body, headers=headers) as response:
         assert response.status == 200
         with pytest.raises(aiohttp.ClientPayloadError):
             async for chunk in response.content.iter_any():
                 received += chunk
-    assert received.count(b"\n\n") == 2  # the frames sent before the reset arrived
+    assert BROKEN not in received
 
 
-def test_reset_mid_stream_makes_the_openai_sdk_raise(
+def test_reset_mid_stream_as_the_openai_sdk_sees_it(
     openai_client: Any, fake_upstream: FakeUpstream
 ) -> None:
     fake_upstream.script(["reset-mid-stream:3"])
-    events: list[str] = []
-    with pytest.raises(openai.APIConnectionError):
-        for event in openai_client.responses.create(model="gpt-fake", input="hi", stream=True):
-            events.append(event.type)
-    assert events == ["response.created", "response.in_progress", "response.output_item.added"]
+    events = list(openai_client.responses.create(model="gpt-fake", input="hi", stream=True))
+    assert [e.type for e in events] == ["response.created", "response.in_progress",
+                                        "response.output_item.added", "response.failed"]
+    assert BROKEN.decode() in events[-1].response.error.message
+
+
+def test_reset_mid_stream_makes_the_anthropic_sdk_raise(
+    anthropic_client: Any, fake_upstream: FakeUpstream
+) -> None:
+    fake_upstream.script(["reset-mid-stream:3"])
+    with pytest.raises(anthropic.APIStatusError, match="broke mid-response"), \
+            anthropic_client.messages.stream(model="claude-fake", max_tokens=8,
+                                             messages=[{"role": "user", "content": "hi"}]) as s:
+        s.get_final_message()
 
 
 async def test_client_disconnect_during_stall_closes_upstream_promptly(

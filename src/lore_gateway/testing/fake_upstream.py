@@ -18,7 +18,8 @@ Scenarios (``name`` or ``name:argument``; see docs/testing.md):
 ``failed`` ``incomplete`` ``minimal`` ``no-completed``
 ``status-<code>``         that HTTP status with the provider's error body and
                           rate-limit / retry-after / request-id headers
-``reset-mid-stream[:n]``  n frames, then a TCP reset
+``reset-mid-stream[:n]``  n frames, then a TCP reset (at an event boundary)
+``reset-mid-event[:n]``   n frames and half of the next, then a TCP reset
 ``malformed-event``       one frame with invalid JSON in the middle
 ``stall[:seconds]``       3 frames, then silence (until the client leaves if
                           no seconds are given); the disconnect is recorded
@@ -498,6 +499,11 @@ class FakeUpstream:
         if name == "reset-mid-stream":
             count = int(scenario.arg or MISBEHAVE_AFTER)
             return await self._stream(request, record, frames[:count], headers, reset=True)
+        if name == "reset-mid-event":
+            count = int(scenario.arg or MISBEHAVE_AFTER)
+            half = frames[count][: len(frames[count]) // 2]
+            return await self._stream(request, record, (*frames[:count], half), headers,
+                                      reset=True)
         if name == "stall":
             seconds = float(scenario.arg) if scenario.arg else None
             return await self._stream(request, record, frames, headers, stall=True,
