@@ -119,9 +119,32 @@ INSERT INTO context_fts(rowid, content)
     FROM messages m;
 """
 
+# v3 (recall): the recalls a client transcript points at through its anchors, kept
+# so the next request can put the exact tool-call pair back upstream after a
+# restart (lore-spec B.6, I.14; recall/anchor_store.py). ``assistant`` and
+# ``tool_result`` are the JSON the follow-up sent, verbatim.
+_V3 = """
+CREATE TABLE recall_anchors(
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    anchor_id TEXT NOT NULL,
+    protocol TEXT NOT NULL,
+    marker TEXT,
+    call_id TEXT NOT NULL,
+    arguments TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    context_id TEXT NOT NULL,
+    assistant TEXT NOT NULL,
+    tool_result TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (tenant, session, anchor_id)
+) WITHOUT ROWID;
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "turns, messages + FTS5, embeddings, sessions, kv", _V1),
     Migration(2, "context_fts: each message with its predecessor, for search", _V2),
+    Migration(3, "recall_anchors: recalls kept for next-turn expansion", _V3),
 ]
 
 

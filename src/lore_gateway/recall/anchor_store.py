@@ -1,0 +1,383 @@
+"""The recalls a client transcript points at, kept for next-turn expansion (lore-spec B.6).
+
+Where a hidden recall happened the client holds only an anchor. On the next request
+the gateway puts back the exact pair the follow-up sent upstream (a
+``function_call`` + ``function_call_output``, a ``tool_use`` + ``tool_result``, or
+an assistant ``tool_calls`` + ``tool`` message). This module keeps those pairs:
+
+* per (tenant, session), keyed by anchor id;
+* verbatim: the two upstream objects are kept as the JSON bytes orjson wrote for
+  the follow-up, so expansion re-serialises them byte for byte and the provider's
+  prompt cache keeps hitting;
+* persisted in the memory database (table ``recall_anchors``), because a restart
+  that forgets them turns every marker into raw text upstream (lore-spec I.14);
+* bounded: at most 128 entries and 1 MiB per session (B.6), and a bounded LRU of
+  cached sessions in memory, loaded lazily from the database.
+
+All database work runs on one dedicated thread with its own connection, in
+submission order, so a session loaded after a commit always sees that commit and
+the event loop never waits on SQLite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apsw
+import orjson
+
+from lore_gateway.memory import db
+
+log = logging.getLogger("lore.recall")
+
+# lore-spec B.6: per-session capacity of the recall store.
+MAX_ENTRIES_PER_SESSION = 128
+MAX_BYTES_PER_SESSION = 1024 * 1024
+# Sessions kept in memory. Evicting one loses nothing (it is in the database); the
+# bound keeps a gateway serving many agents from holding every session's recalls.
+MAX_CACHED_SESSIONS = 256
+MAX_CACHED_BYTES = 32 * 1024 * 1024
+# Writes waiting for the store thread. A recall is stored once per delivered
+# answer, so this is only reached when the disk has stalled for a long time.
+MAX_PENDING_WRITES = 1_000
+CAPACITY_EXCEEDED = "recall store capacity exceeded"
+
+SessionKey = tuple[str, str]  # (tenant, session)
+
+
+class RecallStoreFull(Exception):
+    """A session's recall store cannot take another entry without evicting one the
+    client still refers to."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecall:
+    """One recall as the follow-up sent it upstream.
+
+    ``assistant_json`` and ``result_json`` are the exact serialisations of the two
+    objects the follow-up appended (for Responses, the ``function_call`` and the
+    ``function_call_output`` items). ``context_id`` fingerprints the conversation
+    the recall belongs to (``anchor_context.prefix_context_id``).
+    """
+
+    anchor_id: str
+    protocol: str  # "responses" | "anthropic" | "chat": the family of the wire format
+    marker: str | None
+    call_id: str
+    arguments: str
+    position: int
+    context_id: str
+    assistant_json: bytes
+    result_json: bytes
+    created_at: float
+
+    @classmethod
+    def from_messages(cls, *, anchor_id: str, protocol: str, marker: str | None,
+                      call_id: str, arguments: str, position: int, context_id: str,
+                      assistant: dict[str, Any], tool_result: dict[str, Any]) -> StoredRecall:
+        return cls(anchor_id, protocol, marker, call_id, arguments, position, context_id,
+                   orjson.dumps(assistant), orjson.dumps(tool_result), time.time())
+
+    @property
+    def assistant(self) -> dict[str, Any]:
+        value: dict[str, Any] = orjson.loads(self.assistant_json)
+        return value
+
+    @property
+    def tool_result(self) -> dict[str, Any]:
+        value: dict[str, Any] = orjson.loads(self.result_json)
+        return value
+
+    @property
+    def size(self) -> int:
+        """What the entry counts against the per-session byte capacity."""
+        return (len(self.assistant_json) + len(self.result_json) + len(self.arguments)
+                + len(self.marker or "") + len(self.call_id) + 128)
+
+
+@dataclass(slots=True)
+class SessionRecalls:
+    """The recalls of one session, with the use order eviction needs.
+
+    ``last_used`` holds a stamp per anchor: its creation, raised each time an
+    expansion finds it. An entry found by the session's latest expansion, or
+    created since, is live (the client's transcript still shows its anchor) and
+    is never evicted; older ones are stale.
+    """
+
+    entries: dict[str, StoredRecall] = field(default_factory=dict)
+    last_used: dict[str, int] = field(default_factory=dict)
+    latest_expansion: int = 0
+    bytes: int = 0
+
+    def get(self, anchor_id: str) -> StoredRecall | None:
+        return self.entries.get(anchor_id)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+_stamps = itertools.count(1)
+
+
+class AnchorStore:
+    """Recalls per (tenant, session): an in-memory LRU over a SQLite table."""
+
+    def __init__(self, db_path: Path | None, *,
+                 max_entries: int = MAX_ENTRIES_PER_SESSION,
+                 max_bytes: int = MAX_BYTES_PER_SESSION,
+                 max_sessions: int = MAX_CACHED_SESSIONS,
+                 max_cached_bytes: int = MAX_CACHED_BYTES) -> None:
+        self._db_path = db_path
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._max_sessions = max_sessions
+        self._max_cached_bytes = max_cached_bytes
+        self._cache: OrderedDict[SessionKey, SessionRecalls] = OrderedDict()
+        self._cached_bytes = 0
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lore-anchors")
+        self._local = threading.local()
+        self._connections: list[apsw.Connection] = []
+        self._pending = 0
+        self._pending_lock = threading.Lock()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.dropped_writes = 0
+
+    # --- reads (event loop) ----------------------------------------------------------
+
+    async def session(self, tenant: str, session: str) -> SessionRecalls:
+        """The session's recalls, from the cache or (once) from the database."""
+        key = (tenant, session)
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            return cached
+        loaded = await asyncio.wrap_future(self._thread.submit(self._load, key))
+        # Another request may have loaded (or committed to) it meanwhile.
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        self._remember(key, loaded)
+        return loaded
+
+    def touch(self, recalls: SessionRecalls, anchor_ids: Iterable[str]) -> None:
+        """Mark these anchors as found in the session's latest expansion (live)."""
+        stamp = next(_stamps)
+        found = False
+        for anchor_id in anchor_ids:
+            if anchor_id in recalls.entries:
+                recalls.last_used[anchor_id] = stamp
+                found = True
+        if found:
+            recalls.latest_expansion = stamp
+
+    # --- writes ---------------------------------------------------------------------
+
+    def commit(self, tenant: str, session: str, new: list[StoredRecall]) -> None:
+        """Add delivered recalls to the session; persisted on the store thread.
+
+        Call on the event loop. A cached session is updated at once, so the very
+        next request can expand the anchors before the database write lands; an
+        uncached one is loaded first (in a task), so the cache never misses a
+        commit. Raises :class:`RecallStoreFull` (nothing added) when the session
+        cannot take the recalls without evicting a live entry; stale entries (not
+        seen in the latest expansion) are evicted oldest first, with a log line.
+        """
+        if not new:
+            return
+        key = (tenant, session)
+        recalls = self._cache.get(key)
+        if recalls is not None:
+            self._commit_cached(key, recalls, new)
+            return
+        if len(self._tasks) >= MAX_PENDING_WRITES:
+            self.dropped_writes += 1
+            log.warning("recall store: too many sessions loading; a recall is not kept")
+            return
+        task = asyncio.get_running_loop().create_task(self._commit_after_load(key, new))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _commit_after_load(self, key: SessionKey, new: list[StoredRecall]) -> None:
+        try:
+            recalls = await self.session(*key)
+            self._commit_cached(key, recalls, new)
+        except RecallStoreFull as exc:
+            log.warning("recall store: %s; the new recall is not kept for replay", exc)
+        except Exception as exc:  # a background task: report, never raise into the loop
+            log.error("recall store load failed: %s: %s", type(exc).__name__, exc)
+
+    def _commit_cached(self, key: SessionKey, recalls: SessionRecalls,
+                       new: list[StoredRecall]) -> None:
+        evicted = self._make_room(recalls, new)
+        for entry in new:
+            self._add(recalls, entry)
+        self._cached_bytes += sum(e.size for e in new) - sum(e.size for e in evicted)
+        self._cache.move_to_end(key)
+        self._trim_cache()
+        gone = [e.anchor_id for e in evicted]
+        self._submit_write(lambda conn: _write(conn, key, new, gone))
+
+    async def drain(self) -> None:
+        """Wait for commits still loading their session, then for every write."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await asyncio.wrap_future(self._thread.submit(lambda: None))
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every write submitted so far is in the database."""
+        self._thread.submit(lambda: None).result(timeout)
+
+    def close(self) -> None:
+        """Finish queued writes, then close the store thread's connection."""
+        self._thread.submit(self._close_connection).result()
+        self._thread.shutdown(wait=True)
+
+    # --- internals -------------------------------------------------------------------
+
+    def _make_room(self, recalls: SessionRecalls, new: list[StoredRecall]) -> list[StoredRecall]:
+        need_entries = len(recalls) + len(new) - self.max_entries
+        need_bytes = recalls.bytes + sum(e.size for e in new) - self.max_bytes
+        if sum(e.size for e in new) > self.max_bytes or len(new) > self.max_entries:
+            raise RecallStoreFull(CAPACITY_EXCEEDED)
+        if need_entries <= 0 and need_bytes <= 0:
+            return []
+        stale = sorted(
+            (a for a in recalls.entries
+             if recalls.last_used.get(a, 0) < recalls.latest_expansion),
+            key=lambda a: recalls.last_used.get(a, 0),
+        )
+        chosen: list[StoredRecall] = []
+        for anchor_id in stale:
+            if need_entries <= 0 and need_bytes <= 0:
+                break
+            entry = recalls.entries[anchor_id]
+            chosen.append(entry)
+            need_entries -= 1
+            need_bytes -= entry.size
+        if need_entries > 0 or need_bytes > 0:
+            raise RecallStoreFull(CAPACITY_EXCEEDED)
+        for entry in chosen:
+            del recalls.entries[entry.anchor_id]
+            recalls.last_used.pop(entry.anchor_id, None)
+            recalls.bytes -= entry.size
+        log.warning("recall store full: evicted %d stale recall(s) of a session",
+                    len(chosen))
+        return chosen
+
+    @staticmethod
+    def _add(recalls: SessionRecalls, entry: StoredRecall) -> None:
+        previous = recalls.entries.get(entry.anchor_id)
+        if previous is not None:
+            recalls.bytes -= previous.size
+        recalls.entries[entry.anchor_id] = entry
+        recalls.last_used[entry.anchor_id] = next(_stamps)
+        recalls.bytes += entry.size
+
+    def _remember(self, key: SessionKey, recalls: SessionRecalls) -> None:
+        self._cache[key] = recalls
+        self._cached_bytes += recalls.bytes
+        self._trim_cache()
+
+    def _trim_cache(self) -> None:
+        while len(self._cache) > 1 and (len(self._cache) > self._max_sessions
+                                        or self._cached_bytes > self._max_cached_bytes):
+            _, dropped = self._cache.popitem(last=False)
+            self._cached_bytes -= dropped.bytes
+
+    def _submit_write(self, run: Any) -> None:
+        with self._pending_lock:
+            if self._pending >= MAX_PENDING_WRITES:
+                self.dropped_writes += 1
+                log.warning("recall store: %d writes pending; dropping one (%d dropped)",
+                            self._pending, self.dropped_writes)
+                return
+            self._pending += 1
+        future: Future[None] = self._thread.submit(self._run_write, run)
+        future.add_done_callback(_log_failure)
+
+    def _run_write(self, run: Any) -> None:
+        try:
+            conn = self._connection()
+            if conn is not None:
+                with conn:
+                    run(conn)
+        finally:
+            with self._pending_lock:
+                self._pending -= 1
+
+    def _load(self, key: SessionKey) -> SessionRecalls:
+        conn = self._connection()
+        return SessionRecalls() if conn is None else _read_session(conn, key)
+
+    def _connection(self) -> apsw.Connection | None:
+        if self._db_path is None:
+            return None
+        conn: apsw.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = db.connect(self._db_path)
+            self._local.conn = conn
+            self._connections.append(conn)
+        return conn
+
+    def _close_connection(self) -> None:
+        for conn in self._connections:
+            conn.close()
+        self._connections.clear()
+        self._local.conn = None
+
+
+def _log_failure(future: Future[None]) -> None:
+    exc = future.exception()
+    if exc is None:
+        return
+    log.error("recall store write failed: %s: %s", type(exc).__name__, exc)
+
+
+_COLUMNS = ("anchor_id, protocol, marker, call_id, arguments, position, context_id, "
+            "assistant, tool_result, created_at")
+
+
+def _read_session(conn: apsw.Connection, key: SessionKey) -> SessionRecalls:
+    recalls = SessionRecalls()
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM recall_anchors WHERE tenant = ? AND session = ? "
+        "ORDER BY created_at", key).fetchall()
+    for row in rows:
+        values: list[Any] = list(row)
+        try:
+            entry = StoredRecall(
+                str(values[0]), str(values[1]),
+                values[2] if isinstance(values[2], str) else None,
+                str(values[3]), str(values[4]), int(values[5]), str(values[6]),
+                str(values[7]).encode(), str(values[8]).encode(), float(values[9]))
+        except (TypeError, ValueError):
+            log.warning("recall store: skipped a damaged row")
+            continue
+        AnchorStore._add(recalls, entry)
+    return recalls
+
+
+def _write(conn: apsw.Connection, key: SessionKey, new: list[StoredRecall],
+           evicted: list[str]) -> None:
+    tenant, session = key
+    for anchor_id in evicted:
+        conn.execute("DELETE FROM recall_anchors WHERE tenant = ? AND session = ? "
+                     "AND anchor_id = ?", (tenant, session, anchor_id))
+    for e in new:
+        conn.execute(
+            f"INSERT OR REPLACE INTO recall_anchors(tenant, session, {_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (tenant, session, e.anchor_id, e.protocol, e.marker, e.call_id, e.arguments,
+             e.position, e.context_id, e.assistant_json.decode(), e.result_json.decode(),
+             e.created_at))
