@@ -11,11 +11,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from lore_gateway.protocols.common import Message, ProtocolError, ToolCall
-from lore_gateway.protocols.responses_stream import (
-    Mode,
-    ResponsesAccumulator,
-    ResponsesResult,
-)
+from lore_gateway.protocols.responses_model import Mode, ResponsesResult
+from lore_gateway.protocols.responses_stream import ResponsesAccumulator
 from lore_gateway.protocols.responses_synth import stream_from_response
 
 __all__ = [

@@ -22,118 +22,29 @@ accumulator is then unusable (like h11, it never limps on).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from lore_gateway.protocols.common import ProtocolError, ToolCall
 from lore_gateway.protocols.ratelimits import RATE_LIMITS_EVENT, RateLimitLog
+from lore_gateway.protocols.responses_model import (
+    INCOMPLETE_REASONS,
+    LIFECYCLE_EVENTS,
+    MAX_OUTPUT_INDEX,
+    TERMINAL_EVENTS,
+    TERMINAL_STATUSES,
+    TOOL_ITEM_TYPES,
+    Item,
+    Mode,
+    ResponsesResult,
+    as_index,
+    as_str,
+    conflicts,
+    decode_payload,
+    item_kind,
+    stop_reason_for,
+)
 from lore_gateway.protocols.usage import Usage, usage_from_responses, usage_to_responses
 from lore_gateway.sse import SSEEvent
-
-Mode = Literal["public", "codex"]
-
-# Sparse Codex indices are allocated by us; a real response has a handful of
-# items, so 100k (the reference gateway's bound) only stops a runaway stream.
-MAX_OUTPUT_INDEX = 100_000
-
-_TERMINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled"})
-_INCOMPLETE_REASONS = frozenset({"max_output_tokens", "content_filter"})
-_LIFECYCLE = frozenset({"response.created", "response.in_progress", "response.queued"})
-_TERMINALS = frozenset(
-    {"response.completed", "response.incomplete", "response.failed", "response.done"}
-)
-# Which item type a data event belongs to, for locating or creating its item.
-_KIND_BY_PREFIX = (
-    ("response.output_text.", "message"),
-    ("response.refusal.", "message"),
-    ("response.content_part.", "message"),
-    ("response.function_call_arguments.", "function_call"),
-    ("response.custom_tool_call_input.", "custom_tool_call"),
-    ("response.reasoning_summary_part.", "reasoning"),
-    ("response.reasoning_summary_text.", "reasoning"),
-    ("response.reasoning_text.", "reasoning"),
-)
-_TOOL_TYPES = frozenset({"function_call", "custom_tool_call"})
-
-
-@dataclass(frozen=True, slots=True)
-class ResponsesResult:
-    """The accumulated state of one response."""
-
-    id: str
-    model: str
-    status: str | None  # completed | incomplete | failed | cancelled; None before the terminal
-    terminal_event: str | None
-    stop_reason: str  # end_turn | tool_use | max_tokens | content_filter | stop
-    incomplete_reason: str | None
-    error: dict[str, Any] | None
-    output: list[dict[str, Any]]  # raw items in output-index order, minus item_reference
-    usage: Usage | None
-    text: str
-    tool_calls: list[ToolCall]
-    reasoning_summaries: list[str]
-    rate_limits: list[dict[str, Any]]
-    snapshot: dict[str, Any] = field(repr=False)  # the latest response object seen
-
-
-@dataclass(slots=True)
-class _Item:
-    index: int
-    type: str
-    raw: dict[str, Any]
-    id: str = ""
-    call_id: str = ""
-    name: str = ""
-    done: bool = False
-    implicit: bool = False
-    parts: dict[int, dict[str, Any]] = field(default_factory=dict)
-    active_part: int | None = None
-    closed_parts: set[int] = field(default_factory=set)
-    args: str = ""
-    args_streamed: bool = False
-    args_done: bool = False
-    summaries: dict[int, dict[str, Any]] = field(default_factory=dict)
-    matched: bool = False  # used while reconciling a terminal's output
-
-
-def _kind(name: str) -> str | None:
-    for prefix, kind in _KIND_BY_PREFIX:
-        if name.startswith(prefix):
-            return kind
-    return None
-
-
-def _str(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _index(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return value
-
-
-def decode_payload(ev: SSEEvent, protocol: str) -> dict[str, Any] | None:
-    """The JSON object of a data frame, or None for frames with nothing to apply.
-
-    Empty data and ``[DONE]`` are skipped. A non-JSON payload is an error only
-    on events of the protocol's own namespace; elsewhere it is left for the relay
-    to forward or drop (lore-spec D.1).
-    """
-    data = ev.data
-    if not ev.has_data or not data.strip() or data.strip() == "[DONE]":
-        return None
-    try:
-        payload = json.loads(data)
-    except ValueError:
-        if ev.event is not None and ev.event.startswith("response."):
-            raise ProtocolError(f"malformed JSON in {protocol} event {ev.event}") from None
-        return None
-    if not isinstance(payload, dict):
-        raise ProtocolError(f"malformed {protocol} stream event")
-    if ev.event is not None and ev.event != "message" and payload.get("type") != ev.event:
-        raise ProtocolError(f"{protocol} payload type does not match {ev.event}")
-    return payload
 
 
 class ResponsesAccumulator:
@@ -151,7 +62,7 @@ class ResponsesAccumulator:
         self._error: dict[str, Any] | None = None
         self._usage: Usage | None = None
         self._seq = -1
-        self._items: dict[int, _Item] = {}
+        self._items: dict[int, Item] = {}
         self._by_id: dict[str, int] = {}
         self._next_index = 0
         self.rate_limits = RateLimitLog()
@@ -180,7 +91,7 @@ class ResponsesAccumulator:
             return
         payload = decode_payload(ev, "Responses")
         if payload is not None:
-            self.feed_json(ev.event or _str(payload.get("type")), payload)
+            self.feed_json(ev.event or as_str(payload.get("type")), payload)
 
     def feed_json(self, name: str, payload: dict[str, Any]) -> None:
         """Apply one event given as its name and decoded JSON payload."""
@@ -204,9 +115,9 @@ class ResponsesAccumulator:
             raise ProtocolError(f"Responses event before response.created: {name}")
         if self.strict:
             self._check_sequence(name, payload)
-        if name in _LIFECYCLE:
+        if name in LIFECYCLE_EVENTS:
             self._apply_lifecycle(name, payload)
-        elif name in _TERMINALS:
+        elif name in TERMINAL_EVENTS:
             self._apply_terminal(name, payload)
         elif name == "response.output_item.added":
             self._apply_item_added(name, payload)
@@ -225,7 +136,7 @@ class ResponsesAccumulator:
     def _check_sequence(self, name: str, payload: dict[str, Any]) -> None:
         if "sequence_number" not in payload:
             return
-        seq = _index(payload["sequence_number"])
+        seq = as_index(payload["sequence_number"])
         if seq is None or seq < 0:
             raise ProtocolError(f"malformed Responses sequence_number at {name}")
         if seq <= self._seq:
@@ -236,7 +147,7 @@ class ResponsesAccumulator:
         resp = payload.get("response")
         if not isinstance(resp, dict):
             raise ProtocolError(f"malformed Responses {name}")
-        rid, model = _str(resp.get("id")), _str(resp.get("model"))
+        rid, model = as_str(resp.get("id")), as_str(resp.get("model"))
         if self.strict:
             if not rid or not model:
                 raise ProtocolError(f"malformed Responses {name}")
@@ -262,18 +173,18 @@ class ResponsesAccumulator:
             status = {"response.incomplete": "incomplete", "response.failed": "failed"}.get(
                 name, "completed"
             )
-        if status not in _TERMINAL_STATUSES:
+        if status not in TERMINAL_STATUSES:
             raise ProtocolError("Responses terminal event has nonterminal status")
         if not self._terminal_agrees(name, status):
             raise ProtocolError("Responses terminal event contradicts response status")
-        rid, model = _str(resp.get("id")), _str(resp.get("model"))
+        rid, model = as_str(resp.get("id")), as_str(resp.get("model"))
         if self.strict and (rid != self._id or model != self._model):
             raise ProtocolError("malformed Responses terminal event")
         self._id = self._id or rid
         self._model = self._model or model
         details = resp.get("incomplete_details")
-        reason = _str(details.get("reason")) if isinstance(details, dict) else ""
-        if self.strict and status == "incomplete" and reason not in _INCOMPLETE_REASONS:
+        reason = as_str(details.get("reason")) if isinstance(details, dict) else ""
+        if self.strict and status == "incomplete" and reason not in INCOMPLETE_REASONS:
             raise ProtocolError(f"Responses terminal has unsupported incomplete reason {reason!r}")
         error = resp.get("error")
         if status in ("failed", "cancelled"):
@@ -327,7 +238,7 @@ class ResponsesAccumulator:
         for item, final in zip(streamed, output, strict=True):
             if not isinstance(final, dict):
                 raise ProtocolError("malformed Responses terminal event")
-            same = final.get("type") == item.type and _str(final.get("id")) == item.id
+            same = final.get("type") == item.type and as_str(final.get("id")) == item.id
             if item.type == "function_call":
                 same = same and (
                     final.get("call_id") == item.call_id
@@ -354,14 +265,14 @@ class ResponsesAccumulator:
             item.matched = True
             if not item.done:
                 self._close_item(item, final)
-            elif item.type in _TOOL_TYPES and (
-                _conflict(item.call_id, final.get("call_id"))
-                or _conflict(item.name, final.get("name"))
+            elif item.type in TOOL_ITEM_TYPES and (
+                conflicts(item.call_id, final.get("call_id"))
+                or conflicts(item.name, final.get("name"))
             ):
                 raise ProtocolError("Responses terminal output changed streamed item")
 
-    def _terminal_match(self, final: dict[str, Any]) -> _Item | None:
-        fid = _str(final.get("id"))
+    def _terminal_match(self, final: dict[str, Any]) -> Item | None:
+        fid = as_str(final.get("id"))
         if fid and fid in self._by_id:
             return self._items[self._by_id[fid]]
         for idx in sorted(self._items):
@@ -372,7 +283,7 @@ class ResponsesAccumulator:
 
     def _require_resolved_tools(self) -> None:
         for item in self._items.values():
-            if item.type in _TOOL_TYPES and not (item.name or item.raw.get("name")):
+            if item.type in TOOL_ITEM_TYPES and not (item.name or item.raw.get("name")):
                 raise ProtocolError("Responses terminal left sparse function identity unresolved")
 
     # --- items ----------------------------------------------------------------------
@@ -388,20 +299,20 @@ class ResponsesAccumulator:
             if self.strict:
                 raise ProtocolError(f"invalid Responses output_index for {name}")
             return None
-        idx = _index(payload["output_index"])
+        idx = as_index(payload["output_index"])
         if idx is None or not 0 <= idx < MAX_OUTPUT_INDEX:
             raise ProtocolError(f"invalid Responses output_index for {name}")
         return idx
 
-    def _new_item(self, idx: int, raw: dict[str, Any], *, done: bool = False) -> _Item:
-        item = _Item(index=idx, type=_str(raw.get("type")), raw=dict(raw))
-        item.id = _str(raw.get("id"))
-        item.call_id = _str(raw.get("call_id"))
-        item.name = _str(raw.get("name"))
+    def _new_item(self, idx: int, raw: dict[str, Any], *, done: bool = False) -> Item:
+        item = Item(index=idx, type=as_str(raw.get("type")), raw=dict(raw))
+        item.id = as_str(raw.get("id"))
+        item.call_id = as_str(raw.get("call_id"))
+        item.name = as_str(raw.get("name"))
         if item.type == "function_call":
-            item.args = _str(raw.get("arguments"))
+            item.args = as_str(raw.get("arguments"))
         elif item.type == "custom_tool_call":
-            item.args = _str(raw.get("input"))
+            item.args = as_str(raw.get("input"))
         content = raw.get("content")
         if isinstance(content, list):
             item.parts = {i: dict(p) for i, p in enumerate(content) if isinstance(p, dict)}
@@ -416,7 +327,7 @@ class ResponsesAccumulator:
             self._by_id.setdefault(item.id, idx)
         return item
 
-    def _implicit(self, kind: str, idx: int | None, item_id: str) -> _Item:
+    def _implicit(self, kind: str, idx: int | None, item_id: str) -> Item:
         """Create the item a sparse Codex data event refers to (lore-spec D.5)."""
         raw: dict[str, Any] = {"type": kind, "id": item_id}
         if kind == "message":
@@ -504,8 +415,8 @@ class ResponsesAccumulator:
                 )
         self._close_item(item, raw)
 
-    def _find_sparse(self, kind: str, raw: dict[str, Any]) -> _Item | None:
-        item_id = _str(raw.get("id"))
+    def _find_sparse(self, kind: str, raw: dict[str, Any]) -> Item | None:
+        item_id = as_str(raw.get("id"))
         if item_id and item_id in self._by_id:
             return self._items[self._by_id[item_id]]
         open_items = [i for i in self._items.values() if not i.done and i.type == kind]
@@ -518,37 +429,37 @@ class ResponsesAccumulator:
             raise ProtocolError(f"ambiguous Responses item for {kind}")
         return None
 
-    def _reconcile_identity(self, item: _Item, raw: dict[str, Any]) -> None:
+    def _reconcile_identity(self, item: Item, raw: dict[str, Any]) -> None:
         """Codex: earlier and later identities must agree when both are known;
         otherwise the known one wins. Message and reasoning ids may rotate
         (Copilot), so only tool identities are held to this."""
         for key in ("call_id", "name"):
-            value = _str(raw.get(key))
-            if item.type in _TOOL_TYPES and _conflict(getattr(item, key), value):
+            value = as_str(raw.get(key))
+            if item.type in TOOL_ITEM_TYPES and conflicts(getattr(item, key), value):
                 raise ProtocolError(
                     f"Responses output_item.done changed item identity for index {item.index}"
                 )
             if value and not getattr(item, key):
                 setattr(item, key, value)
-        item_id = _str(raw.get("id"))
+        item_id = as_str(raw.get("id"))
         if item_id and not item.id:
             item.id = item_id
             self._by_id.setdefault(item_id, item.index)
 
-    def _close_item(self, item: _Item, raw: dict[str, Any]) -> None:
+    def _close_item(self, item: Item, raw: dict[str, Any]) -> None:
         """The done item replaces the added one, filled from what was streamed."""
         if not self.strict:
             self._reconcile_identity(item, raw)
         final = dict(raw)
-        if item.type in _TOOL_TYPES:
+        if item.type in TOOL_ITEM_TYPES:
             key = "arguments" if item.type == "function_call" else "input"
             if item.call_id and not final.get("call_id"):
                 final["call_id"] = item.call_id
             if item.name and not final.get("name"):
                 final["name"] = item.name
-            if not _str(final.get(key)) and item.args:
+            if not as_str(final.get(key)) and item.args:
                 final[key] = item.args
-            item.args = _str(final.get(key))
+            item.args = as_str(final.get(key))
             item.args_done = True
         elif item.type == "message" and not final.get("content") and item.parts:
             final["content"] = [item.parts[i] for i in sorted(item.parts)]
@@ -560,9 +471,9 @@ class ResponsesAccumulator:
 
     # --- data events ----------------------------------------------------------------
 
-    def _locate(self, name: str, payload: dict[str, Any]) -> _Item:
-        kind = _kind(name) or "message"
-        item_id = _str(payload.get("item_id"))
+    def _locate(self, name: str, payload: dict[str, Any]) -> Item:
+        kind = item_kind(name) or "message"
+        item_id = as_str(payload.get("item_id"))
         idx = self._event_index(name, payload)
         if idx is not None:
             item = self._items.get(idx)
@@ -586,7 +497,7 @@ class ResponsesAccumulator:
         return item
 
     def _apply_data(self, name: str, payload: dict[str, Any]) -> None:
-        if _kind(name) is None:
+        if item_kind(name) is None:
             return  # other response.* events (annotations, tool progress) carry nothing to keep
         item = self._locate(name, payload)
         if name.startswith("response.content_part."):
@@ -602,8 +513,8 @@ class ResponsesAccumulator:
         else:
             self._apply_summary(name, payload, item)
 
-    def _content_index(self, name: str, payload: dict[str, Any], item: _Item) -> int:
-        ci = _index(payload.get("content_index"))
+    def _content_index(self, name: str, payload: dict[str, Any], item: Item) -> int:
+        ci = as_index(payload.get("content_index"))
         if ci is None or ci < 0:
             if self.strict:
                 raise ProtocolError(
@@ -614,7 +525,7 @@ class ResponsesAccumulator:
             return len(item.parts) if name.endswith(".added") or not item.parts else max(item.parts)
         return ci
 
-    def _apply_part(self, name: str, payload: dict[str, Any], item: _Item) -> None:
+    def _apply_part(self, name: str, payload: dict[str, Any], item: Item) -> None:
         ci = self._content_index(name, payload, item)
         part = payload.get("part")
         if not isinstance(part, dict):
@@ -638,7 +549,7 @@ class ResponsesAccumulator:
             item.closed_parts.add(ci)
             item.active_part = None
 
-    def _apply_text(self, name: str, payload: dict[str, Any], item: _Item) -> None:
+    def _apply_text(self, name: str, payload: dict[str, Any], item: Item) -> None:
         ci = self._content_index(name, payload, item)
         key = "refusal" if name.startswith("response.refusal.") else "text"
         part_type = {"refusal": "refusal"}.get(key) or (
@@ -654,18 +565,18 @@ class ResponsesAccumulator:
             delta = payload.get("delta")
             if not isinstance(delta, str):
                 raise ProtocolError(f"malformed Responses {name}")
-            part[key] = _str(part.get(key)) + delta
+            part[key] = as_str(part.get(key)) + delta
             return
         text = payload.get(key)
         if not isinstance(text, str):
             raise ProtocolError(f"malformed Responses {name}")
-        if self.strict and text != _str(part.get(key)):
+        if self.strict and text != as_str(part.get(key)):
             raise ProtocolError(
                 f"Responses {name} text does not match streamed deltas for index {item.index}"
             )
         part[key] = text
 
-    def _apply_arguments(self, name: str, payload: dict[str, Any], item: _Item) -> None:
+    def _apply_arguments(self, name: str, payload: dict[str, Any], item: Item) -> None:
         key = "input" if item.type == "custom_tool_call" else "arguments"
         if item.args_done:
             raise ProtocolError(f"Responses {name} after arguments done for index {item.index}")
@@ -687,11 +598,11 @@ class ResponsesAccumulator:
             )
         item.args = final
         item.args_done = True
-        if not item.name and _str(payload.get("name")):
-            item.name = _str(payload.get("name"))
+        if not item.name and as_str(payload.get("name")):
+            item.name = as_str(payload.get("name"))
 
-    def _apply_summary(self, name: str, payload: dict[str, Any], item: _Item) -> None:
-        si = _index(payload.get("summary_index"))
+    def _apply_summary(self, name: str, payload: dict[str, Any], item: Item) -> None:
+        si = as_index(payload.get("summary_index"))
         if si is None or si < 0:
             if self.strict:
                 raise ProtocolError(
@@ -706,13 +617,13 @@ class ResponsesAccumulator:
             return
         part = item.summaries.setdefault(si, {"type": "summary_text", "text": ""})
         if name.endswith(".delta"):
-            part["text"] = _str(part.get("text")) + _str(payload.get("delta"))
+            part["text"] = as_str(part.get("text")) + as_str(payload.get("delta"))
         else:
-            part["text"] = _str(payload.get("text"))
+            part["text"] = as_str(payload.get("text"))
 
     # --- result ---------------------------------------------------------------------
 
-    def _final_item(self, item: _Item) -> dict[str, Any]:
+    def _final_item(self, item: Item) -> dict[str, Any]:
         """The item as it stands: the done item, or the added one filled in."""
         if item.done:
             return item.raw
@@ -741,21 +652,21 @@ class ResponsesAccumulator:
             if kind == "message":
                 for part in raw.get("content") or []:
                     if isinstance(part, dict) and part.get("type") == "output_text":
-                        texts.append(_str(part.get("text")))
-            elif kind in _TOOL_TYPES:
+                        texts.append(as_str(part.get("text")))
+            elif kind in TOOL_ITEM_TYPES:
                 args = raw.get("arguments") if kind == "function_call" else raw.get("input")
                 calls.append(
                     ToolCall(
-                        call_id=_str(raw.get("call_id")) or _str(raw.get("id")),
-                        name=_str(raw.get("name")),
-                        arguments=_str(args),
-                        item_id=_str(raw.get("id")),
+                        call_id=as_str(raw.get("call_id")) or as_str(raw.get("id")),
+                        name=as_str(raw.get("name")),
+                        arguments=as_str(args),
+                        item_id=as_str(raw.get("id")),
                     )
                 )
             elif kind == "reasoning":
                 for part in raw.get("summary") or []:
-                    if isinstance(part, dict) and _str(part.get("text")):
-                        summaries.append(_str(part.get("text")))
+                    if isinstance(part, dict) and as_str(part.get("text")):
+                        summaries.append(as_str(part.get("text")))
         error = self._error
         if error is None and self.error_event is not None:
             inner = self.error_event.get("error")
@@ -765,7 +676,7 @@ class ResponsesAccumulator:
             model=self._model,
             status=self._status,
             terminal_event=self._terminal,
-            stop_reason=_stop_reason(self._status, self._incomplete_reason, bool(calls)),
+            stop_reason=stop_reason_for(self._status, self._incomplete_reason, bool(calls)),
             incomplete_reason=self._incomplete_reason,
             error=error,
             output=output,
@@ -798,15 +709,3 @@ class ResponsesAccumulator:
         body.setdefault("error", res.error)
         body.setdefault("incomplete_details", None)
         return body
-
-
-def _conflict(known: str, new: object) -> bool:
-    return bool(known) and isinstance(new, str) and bool(new) and new != known
-
-
-def _stop_reason(status: str | None, reason: str | None, has_tool_call: bool) -> str:
-    if status == "incomplete":
-        return "content_filter" if reason == "content_filter" else "max_tokens"
-    if status in ("failed", "cancelled"):
-        return "stop"
-    return "tool_use" if has_tool_call else "end_turn"
