@@ -20,12 +20,14 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, Protocol, TypeVar
 
 import orjson
 
 from lore_gateway.errors import error_body
+from lore_gateway.obs import metrics
 from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.protocols.responses_stream import ResponsesAccumulator
 from lore_gateway.protocols.usage import (
@@ -37,6 +39,7 @@ from lore_gateway.protocols.usage import (
 from lore_gateway.recall.anthropic_handler import RecallContext, RecallFailed, StagedRecall
 from lore_gateway.recall.anthropic_live import RecallCall
 from lore_gateway.recall.budget import FINAL_ROUND_TEXT
+from lore_gateway.recall.executor import RecallOutcome
 from lore_gateway.recall.followup import (
     FollowUpError,
     JSONFollowUp,
@@ -53,7 +56,9 @@ from lore_gateway.recall.responses_live import (
     RunRecall,
     Send,
 )
+from lore_gateway.recall.responses_recovery import FreshIds
 from lore_gateway.recall.tool import (
+    RecallArgs,
     RecallArgumentError,
     RecallFrameError,
     decode_arguments,
@@ -160,9 +165,14 @@ async def stream_responses_recall(
         if isinstance(action, Send):
             await client.write(action.data)
         elif isinstance(action, RunRecall):
-            more = await _with_keepalive(client, _run_recall(ctx, icpt, action), keepalive_seconds)
+            more = await _with_keepalive(client, _run_recall(ctx, icpt, action, codex),
+                                        keepalive_seconds)
             pending = more + pending
         elif isinstance(action, FollowUp):
+            if action.recovery and icpt.recovered_from is not None:
+                metrics.record_followup_failure(_label(codex), icpt.recovered_from[0])
+                log.warning("recall continuation failed category=%s: %s; recovering",
+                            *icpt.recovered_from)
             more = await _with_keepalive(
                 client, _stream_follow_up(ctx, icpt, action, codex), keepalive_seconds
             )
@@ -178,9 +188,12 @@ async def stream_responses_recall(
                 ctx.delivered()
             else:
                 ctx.staged.clear()
+                if icpt.failure is not None and icpt.recall_ran:
+                    metrics.record_followup_failure(_label(codex), icpt.failure[0])
                 if icpt.failure is not None:
                     log.warning(
-                        "openai-responses recall-aware stream failed category=%s", icpt.failure[0]
+                        "openai-responses recall-aware stream failed category=%s: %s",
+                        *icpt.failure,
                     )
             break
     return icpt
@@ -200,11 +213,22 @@ async def _pump(icpt: LiveInterceptor, events: AsyncIterator[SSEEvent]) -> list[
     return out
 
 
-async def _run_recall(ctx: RecallContext, icpt: LiveInterceptor, run: RunRecall) -> list[Action]:
+async def _execute(ctx: RecallContext, args: RecallArgs, codex: bool) -> RecallOutcome:
+    """Run one recall, account it in the budget and the metrics."""
+    started = time.perf_counter()
+    outcome = await ctx.executor.run(args)
+    metrics.record_recall(_label(codex), len(outcome.coverage), time.perf_counter() - started,
+                          ok=not outcome.failed)
+    ctx.budget.record(outcome.text, outcome.coverage)
+    return outcome
+
+
+async def _run_recall(
+    ctx: RecallContext, icpt: LiveInterceptor, run: RunRecall, codex: bool
+) -> list[Action]:
     if run.args is None:
         return icpt.recall_done("", None)
-    outcome = await ctx.executor.run(run.args)
-    ctx.budget.record(outcome.text, outcome.coverage)
+    outcome = await _execute(ctx, run.args, codex)
     anchor = new_anchor_id()
     actions = icpt.recall_done(outcome.text, anchor)
     call = {
@@ -236,10 +260,11 @@ async def _stream_follow_up(
 ) -> list[Action]:
     body = follow_up_body(ctx.body, action.items, recovery=action.recovery)
     log.info("recall (stream, depth=%d): executing follow-up", icpt.depth)
+    metrics.record_followup(_label(codex))
     try:
         result = await send_follow_up(ctx.upstream, ctx.url, ctx.headers, body, stream=True)
     except FollowUpError as exc:
-        return icpt.follow_up_failed(exc.category)
+        return icpt.follow_up_failed(exc.category, str(exc))
     assert isinstance(result, StreamedFollowUp)
     icpt.begin_continuation(recovery=action.recovery)
     try:
@@ -298,7 +323,7 @@ async def buffered_responses_recall(
         final = await _buffered_loop(ctx, principal, codex)
     except RecallFailed as exc:
         ctx.staged.clear()
-        log.warning("recall (non-stream) failed category=%s", exc.category)
+        log.warning("recall (non-stream) failed category=%s: %s", exc.category, exc)
         return 502, [], error_body("server_error", RECALL_FAILED), None
     headers = [RECALL_INVOKED_HEADER] if ctx.staged or ctx.budget.executions else []
     return 200, headers, orjson.dumps(final), final
@@ -333,7 +358,7 @@ async def _buffered_loop(
             and i.get("type") == "function_call"
             and not is_recall_call(i.get("name"))
         ]
-        result_text, anchor = await _buffered_recall(ctx, call, visible_tools)
+        result_text, anchor = await _buffered_recall(ctx, call, visible_tools, codex)
         call_id = str(call.get("call_id") or call.get("id") or "")
         pair = [
             {
@@ -350,35 +375,70 @@ async def _buffered_loop(
         if visible_tools:
             return {**_final({**response, "output": []}, delivered, usage), "id": principal_id}
         extra.extend(before + pair)
-        try:
-            response = await _buffered_follow_up(ctx, extra, codex, recovery=False)
-        except (FollowUpError, ProtocolError, RecallFailed) as exc:
-            if recovered or not ctx.budget.can_recover():
-                raise RecallFailed("follow_up_failed", str(exc)) from exc
-            recovered = True
-            response = await _recover(ctx, extra, codex)
-        usage = merge_usage(usage, _usage(response))
-        if ctx.budget.final_round and _recall_items(response):
-            if recovered:
-                raise RecallFailed("depth_exhausted", "recall requested in the final round")
-            recovered = True
-            response = await _recover(ctx, extra, codex)
-            usage = merge_usage(usage, _usage(response))
+        response, usage, recovered = await _continue(ctx, extra, codex, usage, recovered)
     raise RecallFailed("depth_exhausted", "recall chain did not finish")
+
+
+async def _continue(
+    ctx: RecallContext, extra: list[dict[str, Any]], codex: bool, usage: Usage | None,
+    recovered: bool,
+) -> tuple[dict[str, Any], Usage | None, bool]:
+    """One follow-up. A failed or unusable continuation (or one asking for recall
+    again in the final round) gets one recovery attempt; the usage of every
+    answer, failed ones included, is merged."""
+    try:
+        response = await _buffered_follow_up(ctx, extra, codex, recovery=False)
+        usage = merge_usage(usage, _usage(response))
+        problem = _continuation_problem(ctx, response)
+    except (FollowUpError, ProtocolError) as exc:
+        problem = ("follow_up_failed", str(exc))
+    if problem is None:
+        return response, usage, recovered
+    category, reason = problem
+    metrics.record_followup_failure(_label(codex), category)
+    if recovered or not ctx.budget.can_recover():
+        raise RecallFailed(category, reason)
+    log.warning("recall continuation failed category=%s: %s; recovering", category, reason)
+    response = await _recover(ctx, extra, codex)
+    return response, merge_usage(usage, _usage(response)), True
+
+
+def _continuation_problem(
+    ctx: RecallContext, response: dict[str, Any]
+) -> tuple[str, str] | None:
+    status = response.get("status")
+    if status in ("failed", "cancelled") or response.get("error"):
+        return "follow_up_failed", f"upstream Responses request ended with status {status}"
+    if _recall_items(response):
+        if ctx.budget.final_round:
+            return "depth_exhausted", "recall requested in the final round"
+        return None
+    if not _usable(response):
+        return "follow_up_failed", "recall continuation was not usable"
+    return None
+
+
+def _label(codex: bool) -> str:
+    """The metrics' protocol label."""
+    return "codex" if codex else "responses"
 
 
 async def _recover(ctx: RecallContext, extra: list[dict[str, Any]], codex: bool) -> dict[str, Any]:
     try:
         response = await _buffered_follow_up(ctx, extra, codex, recovery=True)
-    except (FollowUpError, ProtocolError, RecallFailed) as exc:
+    except (FollowUpError, ProtocolError) as exc:
         raise RecallFailed("follow_up_failed", str(exc)) from exc
+    if response.get("status") in ("failed", "cancelled") or response.get("error"):
+        raise RecallFailed("follow_up_failed", "upstream recovery request failed")
     if _recall_items(response) or not _usable(response):
         raise RecallFailed("follow_up_failed", "upstream recovery output was unsafe")
-    return response
+    fresh = FreshIds()
+    output = [fresh.item(i) if isinstance(i, dict) else i for i in response.get("output") or []]
+    return {**response, "output": output}
 
 
 async def _buffered_recall(
-    ctx: RecallContext, call: dict[str, Any], visible_tools: list[Any]
+    ctx: RecallContext, call: dict[str, Any], visible_tools: list[Any], codex: bool
 ) -> tuple[str, str | None]:
     arguments = call.get("arguments") or ""
     try:
@@ -394,8 +454,7 @@ async def _buffered_recall(
     refused = ctx.budget.admit(args)
     if refused is not None:
         raise RecallFailed("depth_exhausted", f"recall budget refused: {refused}")
-    outcome = await ctx.executor.run(args)
-    ctx.budget.record(outcome.text, outcome.coverage)
+    outcome = await _execute(ctx, args, codex)
     anchor = new_anchor_id()
     result = ctx.budget.result_for_model(outcome.text)
     call_id = str(call.get("call_id") or call.get("id") or "")
@@ -421,6 +480,7 @@ async def _buffered_follow_up(
     log.info(
         "recall (non-stream, depth=%d, codex=%s): executing follow-up", ctx.budget.executions, codex
     )
+    metrics.record_followup(_label(codex))
     result = await send_follow_up(ctx.upstream, ctx.url, ctx.headers, body, stream=codex)
     if isinstance(result, JSONFollowUp):
         response = result.payload
@@ -433,11 +493,6 @@ async def _buffered_follow_up(
         finally:
             result.close()
         response = acc.response_body()
-    status = response.get("status")
-    if status in ("failed", "cancelled") or response.get("error"):
-        raise RecallFailed(
-            "follow_up_failed", f"upstream Responses request ended with status {status}"
-        )
     return response
 
 

@@ -41,6 +41,7 @@ from lore_gateway.protocols.usage import (
 )
 from lore_gateway.recall.budget import RecallChainBudget
 from lore_gateway.recall.responses_frames import failed_event, marker_events, marker_item
+from lore_gateway.recall.responses_recovery import FreshIds
 from lore_gateway.recall.tool import (
     RecallArgs,
     RecallArgumentError,
@@ -156,6 +157,7 @@ class _Round:
     created: dict[str, Any] | None = None
     terminal_name: str | None = None
     terminal: dict[str, Any] | None = None
+    fresh_ids: FreshIds | None = None  # a recovery answer gets gateway-made ids
 
     def recalls(self) -> list[_Item]:
         return [i for i in self.items.values() if i.recall]
@@ -211,6 +213,8 @@ class LiveInterceptor:
         self.pending: RunRecall | None = None
         # (category, exact reason) of the failure, for diagnostics; never sent.
         self.failure: tuple[FailureCategory, str | None] | None = None
+        # The same for a continuation failure that recovery then answered.
+        self.recovered_from: tuple[FailureCategory, str | None] | None = None
 
     # --- feeding ------------------------------------------------------------------
 
@@ -278,6 +282,8 @@ class LiveInterceptor:
             name = kind
         if name == RATE_LIMITS:
             return self._rate_limits(event, payload)
+        if self._round.fresh_ids is not None:
+            event, payload = self._round.fresh_ids.event(event, name, payload)
         if not name.startswith("response."):
             return self._pass_through(event)
         if name in ("response.created", "response.in_progress", "response.queued"):
@@ -690,13 +696,16 @@ class LiveInterceptor:
 
     def begin_continuation(self, *, recovery: bool = False) -> None:
         """The follow-up (or recovery) stream is about to be fed."""
-        self._round = _Round(len(self._rounds), recovery=recovery)
+        self._round = _Round(len(self._rounds), recovery=recovery,
+                             fresh_ids=FreshIds() if recovery else None)
         self._rounds.append(self._round)
         self._state = "streaming"
 
-    def follow_up_failed(self, category: FailureCategory) -> list[Action]:
+    def follow_up_failed(
+        self, category: FailureCategory, reason: str | None = None
+    ) -> list[Action]:
         """The follow-up could not be sent or read; try recovery once, else fail."""
-        return self._fail(category)
+        return self._fail(category, reason)
 
     # --- delivery -----------------------------------------------------------------
 
@@ -764,9 +773,9 @@ class LiveInterceptor:
             and category not in ("parallel_recall", "follow_up_usage_missing", "resource_limit")
             and self._budget.can_recover()
         )
-        self.failure = (category, message)
         if can_recover and self._extra_items:
             # Drop what the failed continuation produced; it never reached the client.
+            self.recovered_from = (category, message)
             self._recovered = True
             if self._round.number > 0 and self._round is self._rounds[-1]:
                 self._rounds.pop()
@@ -774,6 +783,7 @@ class LiveInterceptor:
             self._deferred = [(r, e) for r, e in self._deferred if r < len(self._rounds)]
             self._state = "follow_up"
             return [FollowUp(items=tuple(self._extra_items), recovery=True)]
+        self.failure = (category, message)
         self._state = "done"
         self._terminal_sent = True
         recall_involved = self.depth > 0 or any(r.recalls() for r in self._rounds)
@@ -796,6 +806,21 @@ class LiveInterceptor:
     @property
     def usage(self) -> Usage | None:
         return self._usage
+
+    def delivered_response(self) -> dict[str, Any] | None:
+        """The response as the client received it (visible items, last status,
+        merged usage), or None when it got a failure instead."""
+        if self.failure is not None or not self._terminal_sent:
+            return None
+        last = next((r for r in reversed(self._rounds) if r.terminal is not None), None)
+        if last is None or last.terminal is None:
+            return None
+        response = dict(last.terminal["response"])
+        response["output"] = self._visible_output()
+        response["model"] = response.get("model") or self._model
+        if self._usage is not None:
+            response["usage"] = usage_to_responses(self._usage)
+        return response
 
     def turn_items(self) -> list[dict[str, Any]]:
         """Everything the model produced this turn, in order, recall calls and

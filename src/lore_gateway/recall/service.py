@@ -22,10 +22,11 @@ from lore_gateway.exchange import Exchange
 from lore_gateway.headers import client_response_headers
 from lore_gateway.protocols import responses
 from lore_gateway.protocols.common import Message, ProtocolError
-from lore_gateway.recall import anthropic_handler, chat_handler, tool
+from lore_gateway.recall import anthropic_handler, chat_handler, telemetry, tool
 from lore_gateway.recall.anthropic_handler import RecallContext, StagedRecall
 from lore_gateway.recall.budget import RecallChainBudget
 from lore_gateway.recall.executor import RecallExecutor
+from lore_gateway.recall.markers import parse_anchor
 from lore_gateway.recall.responses_handler import (
     buffered_responses_recall,
     stream_responses_recall,
@@ -98,6 +99,9 @@ class RecallService:
                 await client.start(resp.status, headers)
                 icpt = await stream_responses_recall(ctx, resp, _Tee(client, None), codex=codex)
                 await client.end()
+                delivered = icpt.delivered_response()
+                if delivered is not None:
+                    _check_empty(exchange, delivered, icpt.depth)
                 return RecallOutcome(_item_messages(icpt.turn_items()), icpt.failure is None)
             handler = anthropic_handler if protocol is Protocol.ANTHROPIC else chat_handler
             tee = _Tee(client, collector)
@@ -116,6 +120,7 @@ class RecallService:
             if final is None:
                 return RecallOutcome([], False)
             ctx.delivered()
+            _check_empty(exchange, final, ctx.budget.executions)
             return RecallOutcome(_item_messages(final.get("output") or []), True)
         handler = anthropic_handler if protocol is Protocol.ANTHROPIC else chat_handler
         status, body, extra = await handler.buffered_recall(ctx, principal)
@@ -171,8 +176,22 @@ def _item_messages(items: list[dict[str, Any]]) -> list[Message]:
     Recall *results* are left out: they are copies of stored memory, and storing
     them again would make every later search find its own echo.
     """
-    kept = [i for i in items if i.get("type") != "function_call_output"]
+    kept = [i for i in items if i.get("type") != "function_call_output" and not _is_anchor(i)]
     return responses.items_messages(kept)
+
+
+def _is_anchor(item: dict[str, Any]) -> bool:
+    """A message item that only carries a recall anchor (never stored as text)."""
+    content = item.get("content") if item.get("type") == "message" else None
+    return (isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict)
+            and parse_anchor(str(content[0].get("text") or "")) is not None)
+
+
+def _check_empty(exchange: Exchange, response: dict[str, Any], depth: int) -> None:
+    """Empty-completion telemetry for a delivered Responses answer (never raises)."""
+    session = exchange.identity.session if exchange.identity is not None else ""
+    telemetry.check_responses(response, protocol=exchange.protocol.value, session=session,
+                              recall_depth=depth)
 
 
 def _staged_messages(ctx: RecallContext) -> list[Message]:

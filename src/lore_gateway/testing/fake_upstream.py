@@ -26,7 +26,8 @@ Scenarios (``name`` or ``name:argument``; see docs/testing.md):
 ``missing-terminal``      the stream ends cleanly without its terminal event
 ``big-stream:<MiB>``      that many MiB of text deltas, generated on the fly
 
-``x-fake-replay: <file>`` replays a recorded fixture byte for byte instead.
+``x-fake-replay: <file>`` replays a recorded fixture byte for byte instead
+(scripted as ``replay:<file>``: SSE even to a ``stream:false`` request).
 
 Run standalone for benchmarks: ``python -m lore_gateway.testing.fake_upstream
 --port 18081 --events 41``.
@@ -399,6 +400,8 @@ class FakeUpstream:
     async def _answer(self, request: web.BaseRequest, shape: str) -> web.StreamResponse:
         replay = request.headers.get("x-fake-replay")
         spec = f"replay:{replay}" if replay else self._next_scenario(request)
+        if spec.startswith("replay:"):  # also scriptable, whatever the stream flag
+            replay = spec.removeprefix("replay:")
         record = await self._record(request, spec)
         headers = _reply_headers(shape, f"req_fake_{next(self._ids)}")
         body = record.json
