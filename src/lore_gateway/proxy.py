@@ -25,7 +25,7 @@ from lore_gateway.config import Settings
 from lore_gateway.errors import GatewayError, error_body, invalid_request
 from lore_gateway.exchange import Exchange
 from lore_gateway.headers import client_response_headers, header_map, upstream_request_headers
-from lore_gateway.recall.service import RecallService
+from lore_gateway.recall.service import Prepared, RecallService
 from lore_gateway.routing import Protocol, Route
 from lore_gateway.sse import encode_event
 from lore_gateway.turns import TurnCollector, TurnSink
@@ -98,10 +98,11 @@ class Proxy:
         body = decode_body(raw, hmap.get("content-encoding"), limit=limit)
         payload = await _parse_json(body)
         identity = self.turns.identify(route, hmap, payload)
-        injected: dict[str, Any] | None = None
+        prepared: Prepared | None = None
         if self.recall is not None and identity is not None:
-            injected = self.recall.prepare(route, hmap, payload)
-        upstream_payload, upstream_stream = _upstream_rules(route, payload, injected)
+            prepared = await self.recall.prepare(route, hmap, payload, identity, body)
+        changed = prepared.upstream_payload if prepared is not None else None
+        upstream_payload, upstream_stream = _upstream_rules(route, payload, changed)
         return Exchange(
             route=route,
             request_id=hmap.get("x-request-id") or uuid.uuid4().hex[:16],
@@ -116,7 +117,7 @@ class Proxy:
             upstream_stream=upstream_stream,
             identity=identity,
             upstream_payload=upstream_payload,
-            recall=injected is not None,
+            recall=prepared is not None and prepared.inject,
         )
 
     async def _forward(self, exchange: Exchange, client: ClientChannel, timing: RequestTiming,

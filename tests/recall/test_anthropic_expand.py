@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from lore_gateway.recall.anchor_context import prefix_context_id
 from lore_gateway.recall.anthropic_expand import expand_messages
 
 ANCHOR = "0b0f3c1e-8f3a-4c53-9a57-9d4c8a1b2c3d"
@@ -20,14 +21,16 @@ TOOL_USE = {"type": "tool_use", "id": "toolu_r", "name": "recall", "input": {"qu
 class Stored:
     assistant: dict[str, Any]
     tool_result: dict[str, Any]
+    context_id: str
 
 
+USER = {"role": "user", "content": "Where do we deploy?"}
 STORED = Stored(
     assistant={"role": "assistant", "content": [THINKING, PREAMBLE, TOOL_USE]},
     tool_result={"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": "toolu_r", "content": "blue cluster"}]},
+    context_id=prefix_context_id([USER]),
 )
-USER = {"role": "user", "content": "Where do we deploy?"}
 ANSWER = {"role": "assistant", "content": [{"type": "text", "text": "We deploy to blue."}]}
 NEXT = {"role": "user", "content": [{"type": "text", "text": "thanks",
                                       "cache_control": {"type": "ephemeral"}}]}

@@ -10,9 +10,14 @@ the follow-up's two messages verbatim, so the upstream history is
 byte-identical turn after turn and prompt caching keeps hitting.
 
 The stored assistant message replaces the client's preamble only when the
-client's preamble blocks are the same blocks (thinking signatures included);
-otherwise the marker block alone becomes the ``tool_use``. ``cache_control``
-breakpoints the client put on later messages are untouched, and none is added.
+client's preamble blocks are the same blocks (thinking signatures included) and
+carry no ``cache_control``; otherwise the client's blocks stay and the marker
+block alone becomes the ``tool_use``. Breakpoints are never added or dropped: one
+on the marker block moves to the ``tool_use`` that replaces it.
+
+An anchor is expanded only when the stored recall's conversation fingerprint
+(``anchor_context.prefix_context_id``) matches the messages before it; an
+unknown or foreign anchor stays text.
 """
 
 from __future__ import annotations
@@ -20,17 +25,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from lore_gateway.recall.anchor_context import prefix_context_id
 from lore_gateway.recall.markers import parse_marker
 
 
 class StoredPair(Protocol):
-    """What expansion needs from a stored recall."""
+    """What expansion needs from a stored recall (any protocol)."""
 
     @property
     def assistant(self) -> dict[str, Any]: ...
 
     @property
     def tool_result(self) -> dict[str, Any]: ...
+
+    @property
+    def context_id(self) -> str: ...
 
 
 def _blocks(message: dict[str, Any]) -> list[Any]:
@@ -71,7 +80,7 @@ def expand_messages(messages: list[Any],
                 and messages[i].get("role") == "assistant":
             run.extend(_blocks(messages[i]))
             i += 1
-        expanded = _expand_run(run, lookup)
+        expanded = _expand_run(run, prefix_context_id(out), lookup)
         if expanded is None:
             out.extend(messages[i - _run_length(messages, i):i])
         else:
@@ -88,24 +97,27 @@ def _run_length(messages: list[Any], end: int) -> int:
     return count
 
 
-def _expand_run(blocks: list[Any], lookup: Callable[[str], StoredPair | None]
-                ) -> list[dict[str, Any]] | None:
+def _expand_run(blocks: list[Any], context: str,
+                lookup: Callable[[str], StoredPair | None]) -> list[dict[str, Any]] | None:
     out: list[dict[str, Any]] = []
     pending: list[Any] = []
     found = False
     for block in blocks:
         anchor = _anchor(block)
         stored = lookup(anchor) if anchor is not None else None
-        if stored is None:
+        if stored is None or stored.context_id != context:
             pending.append(block)
             continue
         found = True
         stored_blocks = list(stored.assistant.get("content") or [])
+        tool_use = stored_blocks[-1]
+        if "cache_control" in block:
+            tool_use = {**tool_use, "cache_control": block["cache_control"]}
         preamble = [_without_cache_control(b) for b in pending]
-        if preamble == stored_blocks[:-1]:
+        if preamble == stored_blocks[:-1] and preamble == pending and tool_use is stored_blocks[-1]:
             out.append(stored.assistant)
         else:
-            out.append({"role": "assistant", "content": [*pending, stored_blocks[-1]]})
+            out.append({"role": "assistant", "content": [*pending, tool_use]})
         out.append(stored.tool_result)
         pending = []
     if not found:

@@ -20,13 +20,16 @@ from lore_gateway.channel import JSON_HEADERS, ClientChannel
 from lore_gateway.errors import error_body
 from lore_gateway.exchange import Exchange
 from lore_gateway.headers import client_response_headers
+from lore_gateway.memory.records import Identity
 from lore_gateway.protocols import responses
 from lore_gateway.protocols.common import Message, ProtocolError
 from lore_gateway.recall import anthropic_handler, chat_handler, telemetry, tool
+from lore_gateway.recall.anchor_store import AnchorStore
 from lore_gateway.recall.anthropic_handler import RecallContext, StagedRecall
 from lore_gateway.recall.budget import RecallChainBudget
 from lore_gateway.recall.executor import RecallExecutor
 from lore_gateway.recall.markers import parse_anchor
+from lore_gateway.recall.replay import AnchorReplay
 from lore_gateway.recall.responses_handler import (
     buffered_responses_recall,
     stream_responses_recall,
@@ -51,6 +54,15 @@ def is_codex_client(headers: dict[str, str]) -> bool:
     return headers.get("originator", "").startswith("codex")
 
 
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """The upstream body (None: forward the client's bytes unchanged) and whether
+    it carries the hidden recall tool (then the answer goes through ``respond``)."""
+
+    upstream_payload: dict[str, Any] | None
+    inject: bool
+
+
 @dataclass(slots=True)
 class RecallOutcome:
     """What the turn's storage needs from a recall-served response."""
@@ -64,17 +76,30 @@ class RecallService:
 
     def __init__(self, memory: Any, upstream: UpstreamClient,
                  on_delivered: Callable[[Exchange, list[StagedRecall]], None] | None = None,
-                 ) -> None:
+                 anchors: AnchorStore | None = None) -> None:
         self.memory = memory
         self.upstream = upstream
         self._on_delivered = on_delivered
+        if anchors is None:
+            settings = getattr(memory, "settings", None)
+            anchors = AnchorStore(getattr(settings, "db_path", None))
+        self.replay = AnchorReplay(anchors)
 
-    def prepare(self, route: Route, headers: dict[str, str],
-                payload: dict[str, Any]) -> dict[str, Any] | None:
-        """The upstream body with the recall tool injected, or None to leave it."""
+    async def prepare(self, route: Route, headers: dict[str, str], payload: dict[str, Any],
+                      identity: Identity, body: bytes) -> Prepared:
+        """What goes upstream: the client's history with our anchors expanded
+        back into the exact recall pairs (always, so history stays byte-stable),
+        then the recall tool injected when the request qualifies (B.8)."""
         assert route.protocol is not None
-        return tool.inject(_TOOL_PROTOCOL[route.protocol], payload,
-                           codex_client=is_codex_client(headers))
+        family = _TOOL_PROTOCOL[route.protocol]
+        expanded = await self.replay.expand(family, payload, identity, body)
+        injected = tool.inject(family, payload if expanded is None else expanded,
+                               codex_client=is_codex_client(headers))
+        return Prepared(injected if injected is not None else expanded, injected is not None)
+
+    def close(self) -> None:
+        """Finish the anchor store's queued writes."""
+        self.replay.store.close()
 
     async def respond(self, exchange: Exchange, resp: UpstreamResponse,
                       client: ClientChannel, upstream_payload: dict[str, Any],
@@ -88,9 +113,7 @@ class RecallService:
             executor=RecallExecutor(self.memory, exchange.identity),
             budget=RecallChainBudget(),
         )
-        if self._on_delivered is not None:
-            on_delivered = self._on_delivered
-            ctx.on_delivered = lambda staged: on_delivered(exchange, staged)
+        ctx.on_delivered = lambda staged: self._delivered(exchange, staged)
         protocol = exchange.protocol
         codex = protocol is Protocol.CODEX
         headers = client_response_headers(resp.raw_headers)
@@ -131,6 +154,13 @@ class RecallService:
         answer = TurnCollector(protocol, max_json_bytes=len(body) + 1)
         answer.feed(body)
         return RecallOutcome(answer.outputs() + _staged_messages(ctx), True)
+
+    def _delivered(self, exchange: Exchange, staged: list[StagedRecall]) -> None:
+        """The client has the whole answer: keep its recalls for expansion."""
+        family = _TOOL_PROTOCOL[exchange.protocol]
+        self.replay.commit(family, exchange.payload, exchange.identity, staged)
+        if self._on_delivered is not None:
+            self._on_delivered(exchange, staged)
 
 
 class _Tee:

@@ -1,0 +1,100 @@
+"""Marker and expand, as the recall service uses it (lore-spec B.6).
+
+Two moments of a request's life touch the anchor store:
+
+* before forwarding, :meth:`AnchorReplay.expand` puts the exact stored tool-call
+  pair back wherever the client's history carries one of our anchors (whether or
+  not recall is injected this turn: history must stay byte-stable either way);
+* once the client has the whole answer, :meth:`AnchorReplay.commit` stores the
+  request's staged recalls. A failed or aborted response never gets here, so
+  nothing half-delivered is ever replayed.
+
+Expansion never fails a request: a store or expansion error is logged and the
+client's body goes upstream as it came.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from lore_gateway.memory.records import Identity
+from lore_gateway.recall import anthropic_expand, chat_expand, responses_expand
+from lore_gateway.recall.anchor_context import history_items, prefix_context_id
+from lore_gateway.recall.anchor_store import AnchorStore, RecallStoreFull, StoredRecall
+from lore_gateway.recall.anthropic_expand import StoredPair
+from lore_gateway.recall.anthropic_handler import StagedRecall
+
+log = logging.getLogger("lore.recall")
+
+# What every anchor contains; a body without it has nothing to expand, and the
+# check is a byte search, so requests without recalls pay nothing else.
+ANCHOR_PROBE = b"lore-recall:"
+
+
+def history_key(family: str) -> str:
+    return "input" if family == "responses" else "messages"
+
+
+class AnchorReplay:
+    """Expansion of the client's history and the commit of delivered recalls."""
+
+    def __init__(self, store: AnchorStore) -> None:
+        self.store = store
+
+    async def expand(self, family: str, payload: dict[str, Any], identity: Identity,
+                     body: bytes) -> dict[str, Any] | None:
+        """The payload with our anchors expanded, or None when nothing changed."""
+        if ANCHOR_PROBE not in body:
+            return None
+        try:
+            recalls = await self.store.session(identity.tenant, identity.session)
+            if not len(recalls):
+                return None
+            found: list[str] = []
+
+            def lookup(anchor_id: str) -> StoredPair | None:
+                entry = recalls.get(anchor_id)
+                if entry is None or entry.protocol != family:
+                    return None
+                found.append(anchor_id)
+                return entry
+
+            expanded = _expand(family, payload, lookup)
+            self.store.touch(recalls, found)
+            return expanded
+        except Exception as exc:  # expansion is an optimisation of history, never a failure
+            log.warning("recall anchors not expanded: %s: %s", type(exc).__name__, exc)
+            return None
+
+    def commit(self, family: str, payload: dict[str, Any], identity: Identity | None,
+               staged: list[StagedRecall]) -> None:
+        """Keep the delivered recalls of one request for the next turns."""
+        if identity is None:
+            return
+        context = prefix_context_id(history_items(payload, history_key(family)))
+        entries = [
+            StoredRecall.from_messages(
+                anchor_id=s.anchor_id, protocol=family, marker=s.marker,
+                call_id=s.call.tool_use_id, arguments=s.call.arguments,
+                position=s.call.position, context_id=context,
+                assistant=s.assistant, tool_result=s.tool_result)
+            for s in staged if s.anchor_id is not None
+        ]
+        try:
+            self.store.commit(identity.tenant, identity.session, entries)
+        except RecallStoreFull as exc:
+            log.warning("recall store: %s; %d recall(s) will not be replayed",
+                        exc, len(entries))
+
+
+def _expand(family: str, payload: dict[str, Any],
+            lookup: responses_expand.Lookup) -> dict[str, Any] | None:
+    if family == "responses":
+        return responses_expand.expand_input(payload, lookup)
+    messages = payload.get("messages")
+    if not isinstance(messages, list):
+        return None
+    module = anthropic_expand if family == "anthropic" else chat_expand
+    expanded = module.expand_messages(messages, lookup)
+    return None if expanded is None else {**payload, "messages": expanded}
