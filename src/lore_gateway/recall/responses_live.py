@@ -816,7 +816,9 @@ class LiveInterceptor:
         if last is None or last.terminal is None:
             return None
         response = dict(last.terminal["response"])
-        response["output"] = self._visible_output()
+        if last.number > 0 or not response.get("output"):
+            # A forwarded terminal's own output is what an SDK client reads.
+            response["output"] = self._visible_output()
         response["model"] = response.get("model") or self._model
         if self._usage is not None:
             response["usage"] = usage_to_responses(self._usage)

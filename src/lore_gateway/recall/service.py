@@ -144,7 +144,8 @@ class RecallService:
                 return RecallOutcome([], False)
             ctx.delivered()
             _check_empty(exchange, final, ctx.budget.executions)
-            return RecallOutcome(_item_messages(final.get("output") or []), True)
+            calls = {s.anchor_id: s.assistant for s in ctx.staged if s.anchor_id}
+            return RecallOutcome(_item_messages(final.get("output") or [], calls), True)
         handler = anthropic_handler if protocol is Protocol.ANTHROPIC else chat_handler
         status, body, extra = await handler.buffered_recall(ctx, principal)
         await client.respond(status, body, extra)
@@ -200,21 +201,33 @@ async def _principal_json(exchange: Exchange, resp: UpstreamResponse,
     return payload
 
 
-def _item_messages(items: list[dict[str, Any]]) -> list[Message]:
+def _item_messages(items: list[dict[str, Any]],
+                   calls: dict[str, dict[str, Any]] | None = None) -> list[Message]:
     """A Responses turn for storage: the model's items, recall calls included.
 
-    Recall *results* are left out: they are copies of stored memory, and storing
-    them again would make every later search find its own echo.
+    An anchor item (what the client got in place of a recall) is stored as the
+    recall call it stands for, from ``calls`` (anchor id → ``function_call``), never
+    as its text. Recall *results* are left out: they are copies of stored memory,
+    and storing them again would make every later search find its own echo.
     """
-    kept = [i for i in items if i.get("type") != "function_call_output" and not _is_anchor(i)]
+    kept: list[dict[str, Any]] = []
+    for item in items:
+        if item.get("type") == "function_call_output":
+            continue
+        anchor = _anchor_of(item)
+        if anchor is None:
+            kept.append(item)
+        elif calls and anchor in calls:
+            kept.append(calls[anchor])
     return responses.items_messages(kept)
 
 
-def _is_anchor(item: dict[str, Any]) -> bool:
-    """A message item that only carries a recall anchor (never stored as text)."""
+def _anchor_of(item: dict[str, Any]) -> str | None:
+    """The anchor id of a message item that only carries a recall anchor."""
     content = item.get("content") if item.get("type") == "message" else None
-    return (isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict)
-            and parse_anchor(str(content[0].get("text") or "")) is not None)
+    if isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict):
+        return parse_anchor(str(content[0].get("text") or ""))
+    return None
 
 
 def _check_empty(exchange: Exchange, response: dict[str, Any], depth: int) -> None:
