@@ -16,6 +16,7 @@ import anthropic
 import orjson
 import pytest
 
+from lore_gateway.obs import metrics
 from lore_gateway.recall.budget import FINAL_ROUND_TEXT
 from lore_gateway.sse import SSEDecoder
 from lore_gateway.testing import FakeUpstream
@@ -27,6 +28,13 @@ QUERY = "staging password rotation"
 TOOLS: Any = [{"name": "read_file", "description": "Read a file.",
                "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]
 MARKER = f'📚 Searching all archives for "{QUERY}"…'
+
+
+def counters() -> tuple[float, float, float]:
+    """Recalls run, follow-ups sent, follow-ups failed with a 5xx: anthropic only."""
+    return (metrics.recall_calls_total.labels("anthropic", "ok")._value.get(),
+            metrics.followups_total.labels("anthropic")._value.get(),
+            metrics.followup_failures_total.labels("anthropic", "follow_up_failed")._value.get())
 
 
 def client(gw: Any, session: str, scenario: str | None = None) -> anthropic.Anthropic:
@@ -261,6 +269,7 @@ def test_follow_up_failure_recovers_once(make_gateway: Any, fake_upstream: FakeU
     gw = make_gateway()
     fake_upstream.script([f"recall:{QUERY}", "status-500", "text:Recovered without recall"])
     c = client(gw, f"recover-{stream}")
+    before = counters()
     if stream:
         with c.messages.stream(**ask()) as s:
             text = "".join(s.text_stream)
@@ -269,6 +278,8 @@ def test_follow_up_failure_recovers_once(make_gateway: Any, fake_upstream: FakeU
                        if b.type == "text")
     assert MARKER in text
     assert text.endswith("Recovered without recall")
+    after = counters()
+    assert [b - a for a, b in zip(before, after, strict=True)] == [1, 2, 1]
     _, failed, recovery = fake_upstream.model_requests
     assert failed.json["messages"][:-1] == recovery.json["messages"][:-1]
     assert FINAL_ROUND_TEXT in recovery.json["messages"][-1]["content"][0]["content"]

@@ -200,3 +200,20 @@ async def test_streaming_failure_without_recovery_ends_with_error_event(
     assert events[-1][0] == "error"
     assert events[-1][1]["error"]["message"] == "Lore could not continue the response after recall"
     assert delivered == []
+
+
+async def test_pings_keep_the_client_alive_while_the_follow_up_is_slow(
+        upstream: UpstreamClient, fake: FakeUpstream, memory: Memory) -> None:
+    body = request_body(stream=True)
+    fake.script(["recall:deploy target", "slow:0.4"])
+    principal = await upstream.send("POST", fake.url + "/v1/messages", HEADERS,
+                                    orjson.dumps(body))
+    sink = Sink()
+    ctx = context(upstream, fake, memory, body, [])
+    ctx.keepalive_seconds = 0.05
+    await stream_recall(ctx, principal, ClientChannel(sink), [])
+    names = [n for n, _ in sink.events()]
+    stops = [i for i, n in enumerate(names) if n == "message_stop"]
+    between = names[stops[1] + 1:names.index("message_start", stops[1])]
+    assert len(between) >= 3 and set(between) == {"ping"}
+    assert names.count("message_stop") == 3

@@ -17,6 +17,7 @@ import openai
 import orjson
 import pytest
 
+from lore_gateway.obs import metrics
 from lore_gateway.recall.budget import FINAL_ROUND_TEXT
 from lore_gateway.sse import SSEDecoder
 from lore_gateway.testing import FakeUpstream
@@ -29,6 +30,13 @@ TOOLS: Any = [{"type": "function", "function": {
     "name": "read_file", "parameters": {"type": "object",
                                         "properties": {"path": {"type": "string"}}}}}]
 MARKER = f'📚 Searching all archives for "{QUERY}"…'
+
+
+def counters() -> tuple[float, float, float]:
+    """Recalls run, follow-ups sent, follow-ups failed with a 5xx: chat only."""
+    return (metrics.recall_calls_total.labels("chat", "ok")._value.get(),
+            metrics.followups_total.labels("chat")._value.get(),
+            metrics.followup_failures_total.labels("chat", "follow_up_failed")._value.get())
 
 
 def client(gw: Any, session: str, scenario: str | None = None) -> openai.OpenAI:
@@ -217,6 +225,7 @@ def test_follow_up_failure_recovers_once(make_gateway: Any, fake_upstream: FakeU
     gw = make_gateway()
     fake_upstream.script([f"recall:{QUERY}", "status-500", "text:Recovered without recall"])
     c = client(gw, f"recover-{stream}")
+    before = counters()
     if stream:
         got = list(c.chat.completions.create(**ask(stream=True)))
         text = "".join(ch.choices[0].delta.content or "" for ch in got if ch.choices)
@@ -224,6 +233,8 @@ def test_follow_up_failure_recovers_once(make_gateway: Any, fake_upstream: FakeU
         text = c.chat.completions.create(**ask()).choices[0].message.content or ""
     assert text.startswith(MARKER)
     assert text.endswith("Recovered without recall")
+    after = counters()
+    assert [b - a for a, b in zip(before, after, strict=True)] == [1, 2, 1]
     _, failed, recovery = fake_upstream.model_requests
     assert failed.json["messages"][:-1] == recovery.json["messages"][:-1]
     assert FINAL_ROUND_TEXT in recovery.json["messages"][-1]["content"]

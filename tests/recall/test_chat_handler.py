@@ -150,3 +150,23 @@ async def test_non_streaming_failure_after_recovery_is_502(
     assert status == 502
     assert json.loads(out)["error"]["message"] == "Recall continuation failed"
     assert delivered == [] and len(fake.model_requests) == 3
+
+
+async def test_keepalive_comments_while_the_follow_up_is_slow(
+        upstream: UpstreamClient, fake: FakeUpstream, memory: Memory) -> None:
+    body = request_body(stream=True)
+    fake.script(["recall:deploy target", "slow:0.4"])
+    principal = await upstream.send("POST", fake.url + "/v1/chat/completions", HEADERS,
+                                    orjson.dumps(body))
+    sink = Sink()
+    ctx = ctx_for(upstream, fake, memory, body, [])
+    ctx.keepalive_seconds = 0.05
+    await chat_handler.stream_recall(ctx, principal, ClientChannel(sink), [])
+    decoder = SSEDecoder()
+    frames = decoder.feed(bytes(sink.body)) + decoder.close()
+    marker = next(i for i, f in enumerate(frames) if "lore-recall" in f.data)
+    after = frames[marker + 1:]
+    first_data = next(i for i, f in enumerate(after) if f.has_data)
+    assert first_data >= 3
+    assert all(f.raw == b": keepalive\n\n" for f in after[:first_data])
+    assert [f.data for f in frames if f.has_data][-1] == "[DONE]"

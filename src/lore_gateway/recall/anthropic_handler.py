@@ -15,19 +15,27 @@ to ``on_delivered`` only after the client received the whole response.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from lore_gateway.errors import error_body
+from lore_gateway.obs import metrics
 from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.recall.anthropic_live import AnthropicRecallStream, RecallCall, sum_usage
 from lore_gateway.recall.budget import FINAL_ROUND_TEXT, RecallChainBudget
 from lore_gateway.recall.executor import RecallExecutor
-from lore_gateway.recall.followup import FollowUpError, JSONFollowUp, send_follow_up
+from lore_gateway.recall.followup import (
+    FollowUpError,
+    JSONFollowUp,
+    StreamedFollowUp,
+    send_follow_up,
+)
 from lore_gateway.recall.markers import anchored_marker, new_anchor_id, visible_marker
 from lore_gateway.recall.tool import RECALL_TOOL_NAME, RecallArgumentError, parse_arguments
 from lore_gateway.sse import SSEDecoder, SSEEvent, encode_event
@@ -35,12 +43,20 @@ from lore_gateway.upstream import UpstreamClient, UpstreamResponse
 
 log = logging.getLogger("lore.recall")
 
+_PROTOCOL = "anthropic"
 RECALL_FAILED = "Recall continuation failed"
 STREAM_RECALL_FAILED = "Lore could not continue the response after recall"
 RECALL_INVOKED_HEADER = (b"x-lore-recall-invoked", b"true")
 # A non-stream answer larger than this is not a plausible single message.
 MAX_JSON_BYTES = 4 * 1024 * 1024
 _JSON_HEADERS = [(b"content-type", b"application/json")]
+# Bun's fetch (Claude Code) gives up after about five minutes of silence and some
+# agents sooner; the reference writes a keepalive after 30 s without output.
+DEFAULT_KEEPALIVE_SECONDS = 30.0
+# Anthropic's own keepalive: clients already ignore it between any two events.
+PING = encode_event("ping", b'{"type": "ping"}')
+
+T = TypeVar("T")
 
 
 class RecallFailed(Exception):
@@ -79,6 +95,7 @@ class RecallContext:
     budget: RecallChainBudget
     on_delivered: Callable[[list[StagedRecall]], None] | None = None
     staged: list[StagedRecall] = field(default_factory=list)
+    keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS
 
     def delivered(self) -> None:
         if self.on_delivered is not None and self.staged:
@@ -92,9 +109,11 @@ class ExecutedRecall:
     anchor_id: str | None
 
 
-async def execute_recall(ctx: RecallContext, recalls: list[RecallCall]) -> ExecutedRecall:
+async def execute_recall(ctx: RecallContext, recalls: list[RecallCall],
+                         protocol: str) -> ExecutedRecall:
     """Admit, run and account one recall; the shared step of every protocol."""
     if len(recalls) > 1:
+        metrics.record_followup_failure(protocol, "parallel_recall")
         raise RecallFailed("parallel_recall", "more than one recall call in one response")
     (call,) = recalls
     try:
@@ -103,12 +122,44 @@ async def execute_recall(ctx: RecallContext, recalls: list[RecallCall]) -> Execu
         return ExecutedRecall(exc.tool_result(), None, None)
     refused = ctx.budget.admit(args)
     if refused is not None:
+        metrics.record_followup_failure(protocol, "depth_exhausted")
         raise RecallFailed("depth_exhausted", f"recall budget refused: {refused}")
+    started = time.monotonic()
     outcome = await ctx.executor.run(args)
+    metrics.record_recall(protocol, len(outcome.coverage), time.monotonic() - started,
+                          ok=not outcome.failed)
     ctx.budget.record(outcome.text, outcome.coverage)
     anchor = new_anchor_id()
     return ExecutedRecall(ctx.budget.result_for_model(outcome.text),
                           anchored_marker(visible_marker(args), anchor), anchor)
+
+
+async def send_counted(ctx: RecallContext, protocol: str, body: dict[str, Any], *,
+                       stream: bool) -> StreamedFollowUp | JSONFollowUp:
+    """``send_follow_up`` with the follow-up metrics: one count per request sent,
+    one failure count (by C.7 category) per request that did not answer."""
+    metrics.record_followup(protocol)
+    try:
+        return await send_follow_up(ctx.upstream, ctx.url, ctx.headers, body, stream=stream)
+    except FollowUpError as exc:
+        metrics.record_followup_failure(protocol, exc.category)
+        raise
+
+
+async def with_keepalive(client: Any, work: Awaitable[T], frame: bytes, every: float) -> T:
+    """Await ``work`` while writing ``frame`` to the client every ``every`` seconds,
+    so a recall and a slow follow-up do not look like a dead connection."""
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(every)
+            await client.write(frame)
+
+    beater = asyncio.create_task(beat())
+    try:
+        return await work
+    finally:
+        beater.cancel()
 
 
 def _decoded(arguments: str) -> Any:
@@ -219,7 +270,8 @@ async def _stream_one_recall(ctx: RecallContext, stream: AnthropicRecallStream, 
     """One recall round; returns the follow-up's messages, or None when the
     response ends here (the model also called a visible tool)."""
     round_ = stream.round
-    executed = await execute_recall(ctx, round_.recalls)
+    executed = await with_keepalive(client, execute_recall(ctx, round_.recalls, _PROTOCOL),
+                                    PING, ctx.keepalive_seconds)
     call = round_.recalls[0]
     assistant, tool_result = follow_up_pair(round_.content(), call, executed.result)
     ctx.staged.append(StagedRecall(executed.anchor_id, executed.marker, call,
@@ -242,15 +294,17 @@ async def _stream_follow_up(ctx: RecallContext, stream: AnthropicRecallStream, c
                             follow_up: list[dict[str, Any]], assistant: dict[str, Any],
                             tool_result: dict[str, Any]) -> None:
     body = {**ctx.body, "messages": follow_up}
+    every = ctx.keepalive_seconds
     try:
-        answer = await send_follow_up(ctx.upstream, ctx.url, ctx.headers, body, stream=True)
+        answer = await with_keepalive(
+            client, send_counted(ctx, _PROTOCOL, body, stream=True), PING, every)
     except FollowUpError as exc:
         log.warning("recall follow-up failed (%s); trying recovery", exc.category)
         if not ctx.budget.can_recover():
             raise
-        recovery = _recovery_messages(follow_up, tool_result)
-        answer = await send_follow_up(ctx.upstream, ctx.url, ctx.headers,
-                                      {**ctx.body, "messages": recovery}, stream=True)
+        recovery = {**ctx.body, "messages": _recovery_messages(follow_up, tool_result)}
+        answer = await with_keepalive(
+            client, send_counted(ctx, _PROTOCOL, recovery, stream=True), PING, every)
     assert not isinstance(answer, JSONFollowUp)
     try:
         async for event in answer.events:
@@ -294,7 +348,7 @@ async def _buffered_loop(ctx: RecallContext, message: dict[str, Any]) -> dict[st
         recalls, visible = message_recalls(message)
         if not recalls:
             break
-        executed = await execute_recall(ctx, recalls)
+        executed = await execute_recall(ctx, recalls, _PROTOCOL)
         call = recalls[0]
         assistant, tool_result = follow_up_pair(message["content"], call, executed.result)
         ctx.staged.append(StagedRecall(executed.anchor_id, executed.marker, call,
@@ -325,8 +379,8 @@ async def _json_follow_up(ctx: RecallContext, messages: list[dict[str, Any]],
                           tool_result: dict[str, Any]) -> dict[str, Any]:
     """A ``stream:false`` follow-up, with one recovery attempt on failure."""
     try:
-        answer = await send_follow_up(ctx.upstream, ctx.url, ctx.headers,
-                                      {**ctx.body, "messages": messages}, stream=False)
+        answer = await send_counted(ctx, _PROTOCOL, {**ctx.body, "messages": messages},
+                                    stream=False)
         assert isinstance(answer, JSONFollowUp)
         return _check_message(answer.payload)
     except (FollowUpError, ProtocolError) as exc:
@@ -334,13 +388,12 @@ async def _json_follow_up(ctx: RecallContext, messages: list[dict[str, Any]],
                     getattr(exc, "category", "follow_up_protocol"))
         if not ctx.budget.can_recover():
             raise
-    answer = await send_follow_up(ctx.upstream, ctx.url, ctx.headers,
-                                  {**ctx.body, "messages": _recovery_messages(messages,
-                                                                              tool_result)},
-                                  stream=False)
+    recovery = {**ctx.body, "messages": _recovery_messages(messages, tool_result)}
+    answer = await send_counted(ctx, _PROTOCOL, recovery, stream=False)
     assert isinstance(answer, JSONFollowUp)
     recovered = _check_message(answer.payload)
     if message_recalls(recovered)[0] or not _usable(recovered):
+        metrics.record_followup_failure(_PROTOCOL, "follow_up_failed")
         raise RecallFailed("follow_up_failed", "upstream recovery output was unsafe")
     return recovered
 

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from lore_gateway.errors import error_body
+from lore_gateway.obs import metrics
 from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.recall.anthropic_handler import (
     _JSON_HEADERS,
@@ -28,6 +29,8 @@ from lore_gateway.recall.anthropic_handler import (
     _events,
     _final_round_result,
     execute_recall,
+    send_counted,
+    with_keepalive,
 )
 from lore_gateway.recall.chat import (
     ChatRecallStream,
@@ -37,10 +40,15 @@ from lore_gateway.recall.chat import (
     marker_completion,
     sum_chat_usage,
 )
-from lore_gateway.recall.followup import FollowUpError, JSONFollowUp, send_follow_up
+from lore_gateway.recall.followup import FollowUpError, JSONFollowUp
+from lore_gateway.sse import encode_comment
 from lore_gateway.upstream import UpstreamResponse
 
 log = logging.getLogger("lore.recall")
+
+_PROTOCOL = "chat"
+# An SSE comment: the openai SDK and other Chat clients skip it.
+KEEPALIVE = encode_comment("keepalive")
 
 
 def _recovery(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -60,7 +68,9 @@ async def stream_recall(ctx: RecallContext, principal: UpstreamResponse, client:
         stream.round.close()
         while stream.round.recalls:
             round_ = stream.round
-            executed = await execute_recall(ctx, round_.recalls)
+            executed = await with_keepalive(
+                client, execute_recall(ctx, round_.recalls, _PROTOCOL), KEEPALIVE,
+                ctx.keepalive_seconds)
             call = round_.recalls[0]
             assistant, tool = follow_up_messages(round_.message(), call, executed.result)
             ctx.staged.append(StagedRecall(executed.anchor_id, executed.marker, call,
@@ -88,15 +98,17 @@ async def stream_recall(ctx: RecallContext, principal: UpstreamResponse, client:
 async def _stream_follow_up(ctx: RecallContext, stream: ChatRecallStream, client: Any,
                             messages: list[dict[str, Any]]) -> None:
     body = {**ctx.body, "messages": messages}
+    every = ctx.keepalive_seconds
     try:
-        answer = await send_follow_up(ctx.upstream, ctx.url, ctx.headers, body, stream=True)
+        answer = await with_keepalive(
+            client, send_counted(ctx, _PROTOCOL, body, stream=True), KEEPALIVE, every)
     except FollowUpError as exc:
         log.warning("recall follow-up failed (%s); trying recovery", exc.category)
         if not ctx.budget.can_recover():
             raise
-        answer = await send_follow_up(ctx.upstream, ctx.url, ctx.headers,
-                                      {**ctx.body, "messages": _recovery(messages)},
-                                      stream=True)
+        recovery = {**ctx.body, "messages": _recovery(messages)}
+        answer = await with_keepalive(
+            client, send_counted(ctx, _PROTOCOL, recovery, stream=True), KEEPALIVE, every)
     assert not isinstance(answer, JSONFollowUp)
     try:
         async for event in answer.events:
@@ -128,7 +140,7 @@ async def _buffered_loop(ctx: RecallContext, body: dict[str, Any]) -> dict[str, 
         recalls, visible = completion_recalls(body)
         if not recalls:
             break
-        executed = await execute_recall(ctx, recalls)
+        executed = await execute_recall(ctx, recalls, _PROTOCOL)
         call = recalls[0]
         assistant, tool = follow_up_messages(completion_message(body), call, executed.result)
         ctx.staged.append(StagedRecall(executed.anchor_id, executed.marker, call,
@@ -153,8 +165,8 @@ async def _buffered_loop(ctx: RecallContext, body: dict[str, Any]) -> dict[str, 
 
 async def _json_follow_up(ctx: RecallContext, messages: list[dict[str, Any]]) -> dict[str, Any]:
     try:
-        answer = await send_follow_up(ctx.upstream, ctx.url, ctx.headers,
-                                      {**ctx.body, "messages": messages}, stream=False)
+        answer = await send_counted(ctx, _PROTOCOL, {**ctx.body, "messages": messages},
+                                    stream=False)
         assert isinstance(answer, JSONFollowUp)
         completion_message(answer.payload)
         return answer.payload
@@ -163,10 +175,11 @@ async def _json_follow_up(ctx: RecallContext, messages: list[dict[str, Any]]) ->
                     getattr(exc, "category", "follow_up_protocol"))
         if not ctx.budget.can_recover():
             raise
-    answer = await send_follow_up(ctx.upstream, ctx.url, ctx.headers,
-                                  {**ctx.body, "messages": _recovery(messages)}, stream=False)
+    answer = await send_counted(ctx, _PROTOCOL, {**ctx.body, "messages": _recovery(messages)},
+                                stream=False)
     assert isinstance(answer, JSONFollowUp)
     if completion_recalls(answer.payload)[0]:
+        metrics.record_followup_failure(_PROTOCOL, "follow_up_failed")
         raise RecallFailed("follow_up_failed", "upstream recovery output was unsafe")
     return answer.payload
 

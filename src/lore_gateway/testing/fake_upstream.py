@@ -25,6 +25,7 @@ Scenarios (``name`` or ``name:argument``; see docs/testing.md):
                           no seconds are given); the disconnect is recorded
 ``missing-terminal``      the stream ends cleanly without its terminal event
 ``big-stream:<MiB>``      that many MiB of text deltas, generated on the fly
+``slow:<seconds>``        wait that long before the response headers, then text
 
 ``x-fake-replay: <file>`` replays a recorded fixture byte for byte instead
 (scripted as ``replay:<file>``: SSE even to a ``stream:false`` request).
@@ -429,6 +430,8 @@ class FakeUpstream:
             megabytes = float(scenario.arg or "1")
             frames = _big_stream(shape, _model_of(body, "fake"), int(megabytes * 1024 * 1024))
             return await self._stream(request, record, frames, headers)
+        if scenario.name == "slow":
+            await asyncio.sleep(float(scenario.arg or "1"))
         answer = self._canned(shape, scenario, body)
         if not stream:
             return web.Response(body=answer.body, content_type=JSON_TYPE, headers=headers)
