@@ -151,7 +151,13 @@ class AnchorStore:
         self._pending = 0
         self._pending_lock = threading.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
+        # Commits for sessions not cached yet, applied when their load lands.
+        self._unloaded: dict[SessionKey, list[StoredRecall]] = {}
         self.dropped_writes = 0
+
+    @property
+    def cached_sessions(self) -> int:
+        return len(self._cache)
 
     # --- reads (event loop) ----------------------------------------------------------
 
@@ -187,11 +193,14 @@ class AnchorStore:
         """Add delivered recalls to the session; persisted on the store thread.
 
         Call on the event loop. A cached session is updated at once, so the very
-        next request can expand the anchors before the database write lands; an
-        uncached one is loaded first (in a task), so the cache never misses a
-        commit. Raises :class:`RecallStoreFull` (nothing added) when the session
-        cannot take the recalls without evicting a live entry; stale entries (not
-        seen in the latest expansion) are evicted oldest first, with a log line.
+        next request can expand the anchors before the database write lands; for
+        an uncached one the recalls wait until its load lands (started here if
+        no request started it), so no load ever caches a session without them.
+
+        Raises :class:`RecallStoreFull` (nothing added) when a cached session
+        cannot take the recalls without evicting a live entry (for an uncached
+        one this is logged); stale entries (not seen in the latest expansion) are
+        evicted oldest first, with a log line.
         """
         if not new:
             return
@@ -200,21 +209,25 @@ class AnchorStore:
         if recalls is not None:
             self._commit_cached(key, recalls, new)
             return
+        waiting = self._unloaded.setdefault(key, [])
+        waiting.extend(new)
+        if len(waiting) > len(new):
+            return  # a load that will apply them is already under way
         if len(self._tasks) >= MAX_PENDING_WRITES:
+            self._unloaded.pop(key, None)
             self.dropped_writes += 1
             log.warning("recall store: too many sessions loading; a recall is not kept")
             return
-        task = asyncio.get_running_loop().create_task(self._commit_after_load(key, new))
+        task = asyncio.get_running_loop().create_task(self._load_for_commit(key))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _commit_after_load(self, key: SessionKey, new: list[StoredRecall]) -> None:
+    async def _load_for_commit(self, key: SessionKey) -> None:
+        """Load a session so the commits waiting for it are applied (in ``_remember``)."""
         try:
-            recalls = await self.session(*key)
-            self._commit_cached(key, recalls, new)
-        except RecallStoreFull as exc:
-            log.warning("recall store: %s; the new recall is not kept for replay", exc)
+            await self.session(*key)
         except Exception as exc:  # a background task: report, never raise into the loop
+            self._unloaded.pop(key, None)
             log.error("recall store load failed: %s: %s", type(exc).__name__, exc)
 
     def _commit_cached(self, key: SessionKey, recalls: SessionRecalls,
@@ -285,8 +298,16 @@ class AnchorStore:
         recalls.bytes += entry.size
 
     def _remember(self, key: SessionKey, recalls: SessionRecalls) -> None:
+        """Cache a loaded session, applying the commits that waited for it."""
         self._cache[key] = recalls
         self._cached_bytes += recalls.bytes
+        waiting = self._unloaded.pop(key, None)
+        if waiting:
+            try:
+                self._commit_cached(key, recalls, waiting)
+            except RecallStoreFull as exc:
+                log.warning("recall store: %s; %d recall(s) will not be replayed",
+                            exc, len(waiting))
         self._trim_cache()
 
     def _trim_cache(self) -> None:
