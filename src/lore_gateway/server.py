@@ -91,7 +91,8 @@ class Gateway:
         if self.memory is not None:
             memory = self.memory
             metrics.set_queue_depth_source(lambda: memory.queue_depth)
-        turns = TurnSink(self.memory, max_json_bytes=self.settings.max_response_body_bytes)
+        turns = TurnSink(self.memory, max_json_bytes=self.settings.max_response_body_bytes,
+                         max_stored_chars=self.settings.store_max_message_bytes + 1)
         recall = None
         if self.memory is not None and self.settings.recall:
             recall = RecallService(self.memory, self.upstream)

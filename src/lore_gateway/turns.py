@@ -35,12 +35,12 @@ class _Model:
         self.module = importlib.import_module(f"lore_gateway.protocols.{_MODULE_NAMES[protocol]}")
         self.name = _MODULE_NAMES[protocol]
 
-    def accumulator(self) -> Any:
+    def accumulator(self, max_text_chars: int | None) -> Any:
         if self.name == "responses":
-            return self.module.ResponsesAccumulator(mode="codex")
+            return self.module.ResponsesAccumulator(mode="codex", max_text_chars=max_text_chars)
         if self.name == "anthropic":
-            return self.module.AnthropicAccumulator()
-        return self.module.ChatAccumulator()
+            return self.module.AnthropicAccumulator(max_text_chars=max_text_chars)
+        return self.module.ChatAccumulator(max_text_chars=max_text_chars)
 
     def response_body(self, acc: Any) -> dict[str, Any]:
         body: dict[str, Any] = acc.response_body()
@@ -66,9 +66,13 @@ def _model(protocol: Protocol) -> _Model:
 class TurnCollector:
     """Accumulates one upstream response (SSE or JSON) as it is relayed."""
 
-    def __init__(self, protocol: Protocol, *, max_json_bytes: int) -> None:
+    def __init__(self, protocol: Protocol, *, max_json_bytes: int,
+                 max_text_chars: int | None = None) -> None:
+        """``max_text_chars`` bounds the answer text kept (storage caps messages
+        anyway); None keeps all of it, for a collector whose body is the reply."""
         self._model = _model(protocol)
         self._max_json_bytes = max_json_bytes
+        self._max_text = max_text_chars
         self._sse: SSEDecoder | None = None
         self._acc: Any = None
         # Earlier messages of the same stream: the gateway's own recall stream to an
@@ -84,14 +88,14 @@ class TurnCollector:
             if self._sse is None and self._json is None:
                 if looks_like_sse(chunk[:64]):
                     self._sse = SSEDecoder()
-                    self._acc = self._model.accumulator()
+                    self._acc = self._model.accumulator(self._max_text)
                 else:
                     self._json = bytearray()
             if self._sse is not None:
                 for event in self._sse.feed(chunk):
                     if self._acc.done and event.event == "message_start":
                         self._earlier.append(self._acc)
-                        self._acc = self._model.accumulator()
+                        self._acc = self._model.accumulator(self._max_text)
                     self._acc.feed_event(event)
             else:
                 assert self._json is not None
@@ -144,7 +148,7 @@ class TurnCollector:
     def _accumulate_body(self, body: dict[str, Any]) -> None:
         """Run a non-stream body through the same accumulator as a stream (via the
         model's stream synthesiser), so every stored turn is built one way."""
-        self._acc = self._model.accumulator()
+        self._acc = self._model.accumulator(self._max_text)
         decoder = SSEDecoder()
         for frame in self._model.module.stream_from_response(body):
             for event in decoder.feed(frame):
@@ -170,9 +174,11 @@ class TurnCollector:
 class TurnSink:
     """Where the proxy reports turns. Without memory every call is a no-op."""
 
-    def __init__(self, memory: Any | None, *, max_json_bytes: int) -> None:
+    def __init__(self, memory: Any | None, *, max_json_bytes: int,
+                 max_stored_chars: int | None = None) -> None:
         self.memory = memory
         self._max_json_bytes = max_json_bytes
+        self._max_stored_chars = max_stored_chars
 
     def identify(self, route: Route, headers: Mapping[str, str], payload: dict[str, Any]) -> Any:
         if self.memory is None or route.protocol is None:
@@ -188,10 +194,11 @@ class TurnSink:
     def collector(self, exchange: Exchange, pending: Any) -> TurnCollector | None:
         """A collector when the response must be understood: for storage, or
         because the client asked for JSON and the upstream streams (Codex)."""
-        if pending is None and exchange.client_stream == exchange.upstream_stream \
-                and not exchange.recall:
+        whole = exchange.client_stream != exchange.upstream_stream or exchange.recall
+        if pending is None and not whole:
             return None
-        return TurnCollector(exchange.protocol, max_json_bytes=self._max_json_bytes)
+        return TurnCollector(exchange.protocol, max_json_bytes=self._max_json_bytes,
+                             max_text_chars=None if whole else self._max_stored_chars)
 
     def begin(self, exchange: Exchange) -> Any:
         """Start a pending turn with this request's new input (None without memory)."""

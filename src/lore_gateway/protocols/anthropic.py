@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from lore_gateway.protocols.common import Message, ProtocolError, ToolCall
+from lore_gateway.protocols.common import Message, ProtocolError, TextBuffer, ToolCall
 from lore_gateway.protocols.usage import Usage, usage_from_anthropic
 from lore_gateway.sse import SSEEvent, encode_event
 
@@ -94,14 +94,37 @@ class AnthropicResult:
 @dataclass(slots=True)
 class _Block:
     raw: dict[str, Any]
-    partial_json: str = ""
     stopped: bool = False
+    # Streamed fields (text, thinking, signature, partial_json): see TextBuffer.
+    bufs: dict[str, TextBuffer] = field(default_factory=dict)
+
+    def add(self, key: str, piece: str, limit: int | None) -> None:
+        buf = self.bufs.get(key)
+        if buf is None:
+            initial = "" if key == "partial_json" else str(self.raw.get(key) or "")
+            buf = self.bufs[key] = TextBuffer(initial, limit)
+        buf.append(piece)
+
+    @property
+    def partial_json(self) -> str:
+        buf = self.bufs.get("partial_json")
+        return buf.value if buf is not None else ""
+
+    def settled(self) -> dict[str, Any]:
+        """The block with its streamed fields written in."""
+        for key, buf in self.bufs.items():
+            if key != "partial_json":
+                self.raw[key] = buf.value
+        return self.raw
 
 
 class AnthropicAccumulator:
     """Applies Anthropic stream events into the complete Message."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_text_chars: int | None = None) -> None:
+        """``max_text_chars`` bounds the streamed text kept per block (storage keeps
+        a bounded share of a huge answer); tool input is always kept whole."""
+        self._max_text = max_text_chars
         self._message: dict[str, Any] | None = None
         self._usage: dict[str, Any] = {}
         self._blocks: dict[int, _Block] = {}
@@ -201,19 +224,19 @@ class AnthropicAccumulator:
         if not isinstance(delta, dict):
             raise ProtocolError("malformed Anthropic content_block_delta")
         kind = delta.get("type")
-        raw = block.raw
         if kind == "text_delta":
-            raw["text"] = str(raw.get("text") or "") + str(delta.get("text") or "")
+            block.add("text", str(delta.get("text") or ""), self._max_text)
         elif kind == "thinking_delta":
-            raw["thinking"] = str(raw.get("thinking") or "") + str(delta.get("thinking") or "")
+            block.add("thinking", str(delta.get("thinking") or ""), self._max_text)
         elif kind == "signature_delta":
-            raw["signature"] = str(raw.get("signature") or "") + str(delta.get("signature") or "")
+            block.add("signature", str(delta.get("signature") or ""), None)
         elif kind == "input_json_delta":
-            block.partial_json += str(delta.get("partial_json") or "")
+            block.add("partial_json", str(delta.get("partial_json") or ""), None)
         elif kind == "citations_delta":
-            raw.setdefault("citations", []).append(delta.get("citation"))
+            block.raw.setdefault("citations", []).append(delta.get("citation"))
 
     def _finish_block(self, block: _Block, index: int) -> None:
+        block.settled()
         if block.raw.get("type") in ("tool_use", "server_tool_use") and block.partial_json:
             try:
                 block.raw["input"] = json.loads(block.partial_json)
@@ -238,7 +261,7 @@ class AnthropicAccumulator:
         content: list[dict[str, Any]] = []
         for index in sorted(self._blocks):
             block = self._blocks[index]
-            raw = dict(block.raw)
+            raw = dict(block.settled())
             if raw.get("type") in ("tool_use", "server_tool_use") and not block.stopped:
                 # Cut off mid-input (max_tokens): keep the fragment we have.
                 raw["input"] = _partial_input(block.partial_json, raw.get("input"))

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from lore_gateway.protocols.common import Message, ProtocolError, ToolCall
+from lore_gateway.protocols.common import Message, ProtocolError, TextBuffer, ToolCall
 from lore_gateway.protocols.usage import Usage, usage_from_chat
 from lore_gateway.sse import SSEEvent
 
@@ -95,17 +95,34 @@ class ChatResult:
 @dataclass(slots=True)
 class _Choice:
     role: str = "assistant"
-    content: str | None = None
-    refusal: str | None = None
+    content_buf: TextBuffer | None = None
+    refusal_buf: TextBuffer | None = None
     tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
     finish_reason: str | None = None
     logprobs: dict[str, list[Any]] | None = None
+    args_bufs: dict[int, TextBuffer] = field(default_factory=dict)
+
+    @property
+    def content(self) -> str | None:
+        return self.content_buf.value if self.content_buf is not None else None
+
+    @property
+    def refusal(self) -> str | None:
+        return self.refusal_buf.value if self.refusal_buf is not None else None
+
+    def settled_tool_calls(self) -> list[dict[str, Any]]:
+        for i, buf in self.args_bufs.items():
+            self.tool_calls[i]["function"]["arguments"] = buf.value
+        return [self.tool_calls[i] for i in sorted(self.tool_calls)]
 
 
 class ChatAccumulator:
     """Applies Chat Completions chunks into the complete ``chat.completion``."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_text_chars: int | None = None) -> None:
+        """``max_text_chars`` bounds the streamed text kept per choice (storage
+        keeps a bounded share of a huge answer); tool arguments are kept whole."""
+        self._max_text = max_text_chars
         self._head: dict[str, Any] = {}
         self._choices: dict[int, _Choice] = {}
         self._usage: dict[str, Any] | None = None
@@ -175,9 +192,13 @@ class ChatAccumulator:
             if isinstance(delta.get("role"), str):
                 choice.role = delta["role"]
             if isinstance(delta.get("content"), str):
-                choice.content = (choice.content or "") + delta["content"]
+                if choice.content_buf is None:
+                    choice.content_buf = TextBuffer(limit=self._max_text)
+                choice.content_buf.append(delta["content"])
             if isinstance(delta.get("refusal"), str):
-                choice.refusal = (choice.refusal or "") + delta["refusal"]
+                if choice.refusal_buf is None:
+                    choice.refusal_buf = TextBuffer(limit=self._max_text)
+                choice.refusal_buf.append(delta["refusal"])
             for call in delta.get("tool_calls") or []:
                 self._apply_tool_call(choice, call)
         logprobs = raw.get("logprobs")
@@ -212,7 +233,9 @@ class ChatAccumulator:
             if isinstance(fn.get("name"), str) and not acc["function"]["name"]:
                 acc["function"]["name"] = fn["name"]
             if isinstance(fn.get("arguments"), str):
-                acc["function"]["arguments"] += fn["arguments"]
+                if index not in choice.args_bufs:
+                    choice.args_bufs[index] = TextBuffer(str(acc["function"]["arguments"]))
+                choice.args_bufs[index].append(fn["arguments"])
 
     def result(self) -> ChatResult:
         choices: list[dict[str, Any]] = []
@@ -222,7 +245,7 @@ class ChatAccumulator:
             if c.refusal is not None:
                 message["refusal"] = c.refusal
             if c.tool_calls:
-                message["tool_calls"] = [c.tool_calls[i] for i in sorted(c.tool_calls)]
+                message["tool_calls"] = c.settled_tool_calls()
             choices.append(
                 {
                     "index": index,
@@ -250,7 +273,7 @@ class ChatAccumulator:
                 name=str(tc["function"]["name"]),
                 arguments=str(tc["function"]["arguments"]),
             )
-            for tc in (first.tool_calls[i] for i in sorted(first.tool_calls))
+            for tc in first.settled_tool_calls()
         ]
         return ChatResult(
             id=str(completion["id"]),

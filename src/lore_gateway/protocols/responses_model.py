@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from lore_gateway.protocols.common import ProtocolError, ToolCall
+from lore_gateway.protocols.common import ProtocolError, TextBuffer, ToolCall
 from lore_gateway.protocols.usage import Usage
 from lore_gateway.sse import SSEEvent
 
@@ -76,6 +76,18 @@ class Item:
     args_done: bool = False
     summaries: dict[int, dict[str, Any]] = field(default_factory=dict)
     matched: bool = False  # used while reconciling a terminal's output
+    # Streamed text and arguments, by (content index, field): see TextBuffer.
+    texts: dict[tuple[int, str], TextBuffer] = field(default_factory=dict)
+    args_buf: TextBuffer | None = None
+
+    def settle(self) -> None:
+        """Write the streamed text into ``parts`` and ``args`` before they are read."""
+        for (ci, key), buf in self.texts.items():
+            part = self.parts.get(ci)
+            if part is not None:
+                part[key] = buf.value
+        if self.args_buf is not None:
+            self.args = self.args_buf.value
 
 
 def item_kind(name: str) -> str | None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from lore_gateway.protocols.common import ProtocolError, ToolCall
+from lore_gateway.protocols.common import ProtocolError, TextBuffer, ToolCall
 from lore_gateway.protocols.ratelimits import RATE_LIMITS_EVENT, RateLimitLog
 from lore_gateway.protocols.responses_model import (
     INCOMPLETE_REASONS,
@@ -50,8 +50,14 @@ from lore_gateway.sse import SSEEvent
 class ResponsesAccumulator:
     """Applies Responses stream events; see the module docstring for the modes."""
 
-    def __init__(self, mode: Mode = "public") -> None:
+    def __init__(self, mode: Mode = "public", *, max_text_chars: int | None = None) -> None:
+        """``max_text_chars`` bounds the text kept per content part and per tool
+        call's arguments (storage keeps a bounded share of a huge answer); it
+        is for the lenient ``codex`` mode only, as strict checks need it all."""
+        if max_text_chars is not None and mode == "public":
+            raise ValueError("max_text_chars needs mode='codex'")
         self.mode: Mode = mode
+        self._max_text = max_text_chars
         self._id = ""
         self._model = ""
         self._snapshot: dict[str, Any] = {}
@@ -448,6 +454,7 @@ class ResponsesAccumulator:
 
     def _close_item(self, item: Item, raw: dict[str, Any]) -> None:
         """The done item replaces the added one, filled from what was streamed."""
+        item.settle()
         if not self.strict:
             self._reconcile_identity(item, raw)
         final = dict(raw)
@@ -530,6 +537,9 @@ class ResponsesAccumulator:
         part = payload.get("part")
         if not isinstance(part, dict):
             raise ProtocolError(f"malformed Responses {name}")
+        item.settle()
+        for key in [k for k in item.texts if k[0] == ci]:
+            del item.texts[key]
         if name.endswith(".added"):
             if self.strict and item.active_part is not None:
                 raise ProtocolError(
@@ -565,15 +575,20 @@ class ResponsesAccumulator:
             delta = payload.get("delta")
             if not isinstance(delta, str):
                 raise ProtocolError(f"malformed Responses {name}")
-            part[key] = as_str(part.get(key)) + delta
+            buf = item.texts.get((ci, key))
+            if buf is None:
+                buf = item.texts[(ci, key)] = TextBuffer(as_str(part.get(key)), self._max_text)
+            buf.append(delta)
             return
         text = payload.get(key)
         if not isinstance(text, str):
             raise ProtocolError(f"malformed Responses {name}")
+        item.settle()
         if self.strict and text != as_str(part.get(key)):
             raise ProtocolError(
                 f"Responses {name} text does not match streamed deltas for index {item.index}"
             )
+        item.texts.pop((ci, key), None)
         part[key] = text
 
     def _apply_arguments(self, name: str, payload: dict[str, Any], item: Item) -> None:
@@ -584,14 +599,16 @@ class ResponsesAccumulator:
             delta = payload.get("delta")
             if not isinstance(delta, str):
                 raise ProtocolError(f"malformed Responses {name}")
-            if not item.args_streamed:
-                item.args = ""
-            item.args += delta
+            if item.args_buf is None:
+                item.args_buf = TextBuffer(limit=self._max_text)
+            item.args_buf.append(delta)
             item.args_streamed = True
             return
         final = payload.get(key)
         if not isinstance(final, str):
             raise ProtocolError(f"malformed Responses {name}")
+        item.settle()
+        item.args_buf = None
         if self.strict and item.args_streamed and final != item.args:
             raise ProtocolError(
                 f"Responses {name} arguments do not match streamed deltas for index {item.index}"
@@ -625,6 +642,7 @@ class ResponsesAccumulator:
 
     def _final_item(self, item: Item) -> dict[str, Any]:
         """The item as it stands: the done item, or the added one filled in."""
+        item.settle()
         if item.done:
             return item.raw
         raw = dict(item.raw)
