@@ -27,6 +27,7 @@ import orjson
 from lore_gateway.errors import error_body
 from lore_gateway.obs import metrics
 from lore_gateway.protocols.common import ProtocolError
+from lore_gateway.recall import telemetry
 from lore_gateway.recall.anthropic_live import AnthropicRecallStream, RecallCall, sum_usage
 from lore_gateway.recall.budget import FINAL_ROUND_TEXT, RecallChainBudget
 from lore_gateway.recall.executor import RecallExecutor
@@ -96,6 +97,17 @@ class RecallContext:
     on_delivered: Callable[[list[StagedRecall]], None] | None = None
     staged: list[StagedRecall] = field(default_factory=list)
     keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS
+    session: str = ""  # for telemetry only
+
+    def check_empty(self, protocol: str, empty: bool, model: Any, stop_reason: Any,
+                    output_tokens: Any) -> None:
+        """Empty-completion telemetry for the answer the client got (never raises)."""
+        if empty:
+            telemetry.report_empty_completion(telemetry.EmptyCompletion(
+                protocol=protocol, model=str(model or "unknown"), session=self.session,
+                stop_reason=str(stop_reason or "unknown"),
+                output_tokens=output_tokens if isinstance(output_tokens, int) else None,
+                recall_depth=len(self.staged)))
 
     def delivered(self) -> None:
         if self.on_delivered is not None and self.staged:
@@ -262,7 +274,16 @@ async def stream_recall(ctx: RecallContext, principal: UpstreamResponse, client:
     finally:
         principal.close()
     await client.end(stream.finish())
+    last = stream.round.accumulated()
+    ctx.check_empty(_PROTOCOL, _visible_empty(last["content"]), last.get("model"),
+                    last.get("stop_reason"), last["usage"].get("output_tokens"))
     ctx.delivered()
+
+
+def _visible_empty(content: list[dict[str, Any]]) -> bool:
+    shown = [b for b in content
+             if not (b.get("type") == "tool_use" and b.get("name") == RECALL_TOOL_NAME)]
+    return telemetry.anthropic_content_is_empty(shown)
 
 
 async def _stream_one_recall(ctx: RecallContext, stream: AnthropicRecallStream, client: Any,
@@ -337,6 +358,9 @@ async def buffered_recall(ctx: RecallContext, principal: dict[str, Any]) -> tupl
         ctx.staged.clear()
         return 502, error_body("server_error", RECALL_FAILED), _JSON_HEADERS
     headers = _JSON_HEADERS + ([RECALL_INVOKED_HEADER] if ctx.staged else [])
+    usage = message.get("usage") or {}
+    ctx.check_empty(_PROTOCOL, _visible_empty(message["content"]), message.get("model"),
+                    message.get("stop_reason"), usage.get("output_tokens"))
     return 200, orjson.dumps(message), headers
 
 

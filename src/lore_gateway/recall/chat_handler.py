@@ -18,6 +18,7 @@ import orjson
 from lore_gateway.errors import error_body
 from lore_gateway.obs import metrics
 from lore_gateway.protocols.common import ProtocolError
+from lore_gateway.recall import telemetry
 from lore_gateway.recall.anthropic_handler import (
     _JSON_HEADERS,
     RECALL_FAILED,
@@ -41,6 +42,7 @@ from lore_gateway.recall.chat import (
     sum_chat_usage,
 )
 from lore_gateway.recall.followup import FollowUpError, JSONFollowUp
+from lore_gateway.recall.tool import RECALL_TOOL_NAME
 from lore_gateway.sse import encode_comment
 from lore_gateway.upstream import UpstreamResponse
 
@@ -92,7 +94,16 @@ async def stream_recall(ctx: RecallContext, principal: UpstreamResponse, client:
     finally:
         principal.close()
     await client.end(stream.finish())
+    last = stream.round
+    ctx.check_empty(_PROTOCOL, telemetry.chat_message_is_empty(_visible(last.message())),
+                    last.model, last.finish_reason, last.usage.get("completion_tokens"))
     ctx.delivered()
+
+
+def _visible(message: dict[str, Any]) -> dict[str, Any]:
+    calls = [c for c in message.get("tool_calls") or []
+             if c["function"]["name"] != RECALL_TOOL_NAME]
+    return {**message, "tool_calls": calls}
 
 
 async def _stream_follow_up(ctx: RecallContext, stream: ChatRecallStream, client: Any,
@@ -129,6 +140,10 @@ async def buffered_recall(ctx: RecallContext, principal: dict[str, Any]) -> tupl
         ctx.staged.clear()
         return 502, error_body("server_error", RECALL_FAILED), _JSON_HEADERS
     headers = _JSON_HEADERS + ([RECALL_INVOKED_HEADER] if ctx.staged else [])
+    choice = body["choices"][0]
+    ctx.check_empty(_PROTOCOL, telemetry.chat_message_is_empty(_visible(choice["message"])),
+                    body.get("model"), choice.get("finish_reason"),
+                    (body.get("usage") or {}).get("completion_tokens"))
     return 200, orjson.dumps(body), headers
 
 

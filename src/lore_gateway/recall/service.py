@@ -112,6 +112,7 @@ class RecallService:
             body=upstream_payload,
             executor=RecallExecutor(self.memory, exchange.identity),
             budget=RecallChainBudget(),
+            session=exchange.identity.session if exchange.identity is not None else "",
         )
         ctx.on_delivered = lambda staged: self._delivered(exchange, staged)
         protocol = exchange.protocol
