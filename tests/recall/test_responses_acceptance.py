@@ -3,6 +3,7 @@ hidden recall on ``/v1/responses`` and ``/backend-api/codex/responses``."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +121,17 @@ async def test_recorded_stream_unchanged_with_recall_tool_injected(
         expected = created + b"\n\n" + limits + b"\n\n" + tail
     assert received == expected
 
+
+
+async def test_events_before_a_recall_reach_the_client_live(
+    gateway: Any, fake_upstream: FakeUpstream, http: aiohttp.ClientSession
+) -> None:
+    """With the tool injected, the stream is still relayed as it arrives: the first
+    frames reach the client while the upstream is silent."""
+    body = {"model": "m", "input": "hi", "stream": True, "tools": TOOLS}
+    headers = {"x-fake-scenario": "stall:2", "x-lore-session-id": "acc-live"}
+    async with http.post(gateway.url + "/v1/responses", json=body, headers=headers) as response:
+        first = await asyncio.wait_for(response.content.readuntil(b"\n\n"), 1.0)
+        assert first.startswith(b"event: response.created")
+        rest = await response.read()
+    assert rest.rstrip().endswith(b"}") and b"response.completed" in rest

@@ -117,13 +117,21 @@ def follow_up_body(
     return body
 
 
-async def _events(resp: UpstreamResponse) -> AsyncIterator[SSEEvent]:
+async def _event_batches(resp: UpstreamResponse) -> AsyncIterator[list[SSEEvent]]:
+    """The events of each body chunk, together (so they reach the client in one write)."""
     decoder = SSEDecoder()
     async for chunk in resp.chunks():
-        for event in decoder.feed(chunk):
-            yield event
-    for event in decoder.close():
-        yield event
+        events = decoder.feed(chunk)
+        if events:
+            yield events
+    tail = decoder.close()
+    if tail:
+        yield tail
+
+
+async def _one_by_one(events: AsyncIterator[SSEEvent]) -> AsyncIterator[list[SSEEvent]]:
+    async for event in events:
+        yield [event]
 
 
 async def _with_keepalive(client: ClientWriter, work: Awaitable[T], every: float) -> T:
@@ -158,13 +166,15 @@ async def stream_responses_recall(
     """Relay the principal stream with live recall interception. Returns the
     interceptor, whose ``turn_items()`` and ``usage`` are the turn for storage."""
     icpt = LiveInterceptor(budget=ctx.budget, codex=codex, limits=limits)
-    events = _events(principal)
-    pending = await _pump(icpt, events)
+    batches = _event_batches(principal)
+    pending = await _pump(icpt, batches, client)
     while pending:
+        sends, pending = _leading_sends(pending)
+        if sends:
+            await client.write(sends)
+            continue
         action = pending.pop(0)
-        if isinstance(action, Send):
-            await client.write(action.data)
-        elif isinstance(action, RunRecall):
+        if isinstance(action, RunRecall):
             more = await _with_keepalive(client, _run_recall(ctx, icpt, action, codex),
                                         keepalive_seconds)
             pending = more + pending
@@ -174,16 +184,17 @@ async def stream_responses_recall(
                 log.warning("recall continuation failed category=%s: %s; recovering",
                             *icpt.recovered_from)
             more = await _with_keepalive(
-                client, _stream_follow_up(ctx, icpt, action, codex), keepalive_seconds
+                client, _stream_follow_up(ctx, icpt, action, codex, client), keepalive_seconds
             )
             pending = more + pending
         elif isinstance(action, Done):
             if icpt.relaying:
                 # No recall: whatever follows the terminal is relayed as is.
-                async for event in events:
-                    for relayed in icpt.feed(event):
-                        if isinstance(relayed, Send):
-                            await client.write(relayed.data)
+                trailing, _ = _leading_sends(pending)
+                if trailing:
+                    await client.write(trailing)
+                async for batch in batches:
+                    await client.write(b"".join(e.raw for e in batch))
             if action.ok:
                 ctx.delivered()
             else:
@@ -199,18 +210,34 @@ async def stream_responses_recall(
     return icpt
 
 
-async def _pump(icpt: LiveInterceptor, events: AsyncIterator[SSEEvent]) -> list[Action]:
-    """Feed a stream until the interceptor needs something other than writes."""
-    out: list[Action] = []
-    try:
-        async for event in events:
-            out.extend(icpt.feed(event))
-            if any(not isinstance(a, Send) for a in out):
-                return out
-        out.extend(icpt.end_of_stream())
-    except Exception:  # the body read failed (protocol errors are handled inside)
-        out.extend(icpt.follow_up_failed("follow_up_transport"))
-    return out
+def _leading_sends(actions: list[Action]) -> tuple[bytes, list[Action]]:
+    """The bytes of the Send actions at the head of ``actions`` (one client write
+    instead of one per event), and the actions after them."""
+    n = 0
+    while n < len(actions) and isinstance(actions[n], Send):
+        n += 1
+    data = b"".join(a.data for a in actions[:n] if isinstance(a, Send))
+    return data, actions[n:]
+
+
+async def _pump(
+    icpt: LiveInterceptor, batches: AsyncIterator[list[SSEEvent]], client: ClientWriter
+) -> list[Action]:
+    """Feed a stream, writing what the client may see as each upstream chunk
+    arrives, until the interceptor needs something other than writes."""
+    while True:
+        try:
+            batch = await anext(batches, None)
+        except Exception as exc:  # the body read failed (protocol errors are handled inside)
+            return icpt.follow_up_failed("follow_up_transport", type(exc).__name__)
+        actions = icpt.end_of_stream() if batch is None else [
+            a for event in batch for a in icpt.feed(event)
+        ]
+        data, rest = _leading_sends(actions)
+        if data:
+            await client.write(data)
+        if rest or batch is None:
+            return rest
 
 
 async def _execute(ctx: RecallContext, args: RecallArgs, codex: bool) -> RecallOutcome:
@@ -256,7 +283,8 @@ async def _run_recall(
 
 
 async def _stream_follow_up(
-    ctx: RecallContext, icpt: LiveInterceptor, action: FollowUp, codex: bool
+    ctx: RecallContext, icpt: LiveInterceptor, action: FollowUp, codex: bool,
+    client: ClientWriter,
 ) -> list[Action]:
     body = follow_up_body(ctx.body, action.items, recovery=action.recovery)
     log.info("recall (stream, depth=%d): executing follow-up", icpt.depth)
@@ -268,7 +296,7 @@ async def _stream_follow_up(
     assert isinstance(result, StreamedFollowUp)
     icpt.begin_continuation(recovery=action.recovery)
     try:
-        return await _pump(icpt, result.events)
+        return await _pump(icpt, _one_by_one(result.events), client)
     finally:
         result.close()
 
