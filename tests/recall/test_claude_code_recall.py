@@ -21,7 +21,7 @@ import pytest
 from lore_gateway.testing import FakeUpstream
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients"))
-from agent_cli import CLAUDE_BIN, agent_binary, claude_print
+from agent_cli import CLAUDE_BIN, agent_binary, base_env, claude_print, run
 
 CAPTURED = "claude-code/captured-requests/messages_turn1_request.json"
 API_KEY = "sk-ant-test-claude-recall-0123456789"
@@ -129,3 +129,17 @@ def test_claude_code_recalls_a_fact_from_an_earlier_run(
                           if isinstance(b, dict))]
     assert follow_ups, "no follow-up carried the recalled fact"
     assert any(t["name"] == "recall" for t in follow_ups[0].json["tools"])
+
+    # The next turn of that conversation (claude -c): Claude Code sends back the
+    # marker message; upstream gets the follow-up's exact pair in its place.
+    pair = follow_ups[-1].json["messages"][-2:]
+    fake_upstream.reset()
+    env |= {"ANTHROPIC_BASE_URL": gw.url, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1",
+            "DISABLE_AUTOUPDATER": "1"}
+    third = run([str(claude), "-c", "-p", "thanks"], base_env(tmp_path / "home") | env,
+                tmp_path / "work")
+    assert third.returncode == 0, third.stderr[-3000:]
+    history = fake_upstream.model_requests[-1].json["messages"]
+    assert any(history[i:i + 2] == pair for i in range(len(history) - 1))
+    assert "lore-recall:" not in json.dumps(history)
