@@ -123,6 +123,8 @@ class SSEDecoder:
         return events
 
     def _parse(self, *, final: bool) -> list[SSEEvent]:
+        if not final and not self._lines and self._buf.find(b"\r", self._pos) == -1:
+            return self._parse_lf()
         buf = self._buf
         pos = self._pos
         events: list[SSEEvent] = []
@@ -147,11 +149,44 @@ class SSEDecoder:
                 self._lines.append(bytes(buf[pos:line_end]))
             pos = next_pos
         self._pos = pos
-        if self._frame_start > 64 * 1024 or (self._frame_start and self._frame_start == end):
-            del buf[: self._frame_start]
+        self._compact()
+        return events
+
+    def _parse_lf(self) -> list[SSEEvent]:
+        """The common case, LF line endings only: whole frames at a time.
+
+        Lines of a frame are only split once the frame is complete, so between
+        calls ``_lines`` stays empty and the general parser can take over at
+        any frame boundary (a stream may switch line endings).
+        """
+        buf = self._buf
+        pos = self._pos
+        events: list[SSEEvent] = []
+        size = len(buf)
+        while pos < size:
+            if buf[pos] == _LF:  # a blank line with nothing before it: an empty frame
+                events.append(self._build(bytes(buf[self._frame_start : pos + 1])))
+                pos += 1
+                self._frame_start = pos
+                continue
+            end = buf.find(b"\n\n", pos)
+            if end == -1:
+                break
+            self._lines = bytes(buf[pos:end]).split(b"\n")
+            events.append(self._build(bytes(buf[self._frame_start : end + 2])))
+            pos = end + 2
+            self._frame_start = pos
+        self._pos = pos
+        self._compact()
+        return events
+
+    def _compact(self) -> None:
+        if self._frame_start > 64 * 1024 or (
+            self._frame_start and self._frame_start == len(self._buf)
+        ):
+            del self._buf[: self._frame_start]
             self._pos -= self._frame_start
             self._frame_start = 0
-        return events
 
     def _build(self, raw: bytes) -> SSEEvent:
         self._frames += 1

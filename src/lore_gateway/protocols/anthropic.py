@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from lore_gateway.protocols.common import Message, ProtocolError, TextBuffer, ToolCall
 from lore_gateway.protocols.usage import Usage, usage_from_anthropic
 from lore_gateway.sse import SSEEvent, encode_event
@@ -142,7 +144,7 @@ class AnthropicAccumulator:
             return
         name = ev.event or "message"
         try:
-            payload = json.loads(data)
+            payload = orjson.loads(data)
         except ValueError:
             raise ProtocolError(f"malformed JSON in Anthropic event {name}") from None
         if not isinstance(payload, dict):
@@ -239,7 +241,7 @@ class AnthropicAccumulator:
         block.settled()
         if block.raw.get("type") in ("tool_use", "server_tool_use") and block.partial_json:
             try:
-                block.raw["input"] = json.loads(block.partial_json)
+                block.raw["input"] = orjson.loads(block.partial_json)
             except ValueError:
                 raise ProtocolError(
                     f"malformed Anthropic tool input JSON for index {index}"
@@ -305,7 +307,7 @@ def _partial_input(partial: str, initial: object) -> object:
     if not partial:
         return initial if initial is not None else {}
     try:
-        return json.loads(partial)
+        return orjson.loads(partial)
     except ValueError:
         return {}
 

@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from lore_gateway.protocols.common import Message, ProtocolError, TextBuffer, ToolCall
 from lore_gateway.protocols.usage import Usage, usage_from_chat
 from lore_gateway.sse import SSEEvent
@@ -148,7 +150,7 @@ class ChatAccumulator:
             self._done = True
             return
         try:
-            payload = json.loads(data)
+            payload = orjson.loads(data)
         except ValueError:
             raise ProtocolError("malformed JSON in Chat Completions chunk") from None
         if not isinstance(payload, dict):

@@ -4,9 +4,10 @@ pure helpers that read events. Kept apart from the state machine
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import orjson
 
 from lore_gateway.protocols.common import ProtocolError, TextBuffer, ToolCall
 from lore_gateway.protocols.usage import Usage
@@ -118,7 +119,7 @@ def decode_payload(ev: SSEEvent, protocol: str) -> dict[str, Any] | None:
     if not ev.has_data or not data.strip() or data.strip() == "[DONE]":
         return None
     try:
-        payload = json.loads(data)
+        payload = orjson.loads(data)
     except ValueError:
         if ev.event is not None and ev.event.startswith("response."):
             raise ProtocolError(f"malformed JSON in {protocol} event {ev.event}") from None

@@ -21,8 +21,9 @@ accumulator is then unusable (like h11, it never limps on).
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+import orjson
 
 from lore_gateway.protocols.common import ProtocolError, TextBuffer, ToolCall
 from lore_gateway.protocols.ratelimits import RATE_LIMITS_EVENT, RateLimitLog
@@ -89,7 +90,7 @@ class ResponsesAccumulator:
         """Apply one decoded SSE frame."""
         if ev.event == RATE_LIMITS_EVENT:
             try:
-                rl: object = json.loads(ev.data)
+                rl: object = orjson.loads(ev.data)
             except ValueError:
                 return  # non-JSON rate limits are dropped, never fatal (lore-spec D.1)
             if not self.done:
