@@ -124,7 +124,8 @@ class Memory:
         if embedder is not None:
             from lore_gateway.memory.vectors import EmbeddingWorker
 
-            worker = EmbeddingWorker(db.conn_factory(settings.db_path), embedder)
+            worker = EmbeddingWorker(db.conn_factory(settings.db_path), embedder,
+                                     cpu_share=settings.embed_cpu_share)
         writer = TurnWriter(
             db.conn_factory(settings.db_path),
             max_message_bytes=settings.store_max_message_bytes,
