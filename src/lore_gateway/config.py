@@ -60,9 +60,6 @@ class Settings(BaseSettings):
     store: bool = True
     store_max_message_bytes: int = 256 * 1024
     embeddings: bool = True
-    # Share of one CPU core the background embedding worker may use (0-1]; the
-    # rest of a burst is embedded later, so traffic is never slowed by it.
-    embed_cpu_share: float = 0.25
     # Give the model the hidden recall tool (needs the memory store).
     recall: bool = True
 

@@ -25,8 +25,8 @@ from lore_gateway.protocols.common import Message
 
 if TYPE_CHECKING:
     from lore_gateway.memory.embed import Embedder
+    from lore_gateway.memory.embed_process import EmbeddingProcess
     from lore_gateway.memory.search import Searcher, SearchResult
-    from lore_gateway.memory.vectors import EmbeddingWorker
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class Memory:
     """The memory store: write path, search, detail lookup and housekeeping."""
 
     def __init__(self, settings: Settings, *, salt: bytes, writer: TurnWriter,
-                 embedder: Embedder | None, embedding_worker: EmbeddingWorker | None) -> None:
+                 embedder: Embedder | None, embedding_worker: EmbeddingProcess | None) -> None:
         self.settings = settings
         self.salt = salt
         self._writer = writer
@@ -120,12 +120,11 @@ class Memory:
                 from lore_gateway.memory.embed import load_embedder
 
                 embedder = load_embedder()
-        worker: EmbeddingWorker | None = None
+        worker: EmbeddingProcess | None = None
         if embedder is not None:
-            from lore_gateway.memory.vectors import EmbeddingWorker
+            from lore_gateway.memory.embed_process import EmbeddingProcess
 
-            worker = EmbeddingWorker(db.conn_factory(settings.db_path), embedder,
-                                     cpu_share=settings.embed_cpu_share)
+            worker = EmbeddingProcess(settings.db_path)
         writer = TurnWriter(
             db.conn_factory(settings.db_path),
             max_message_bytes=settings.store_max_message_bytes,

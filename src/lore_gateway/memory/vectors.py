@@ -1,9 +1,9 @@
-"""Vectors: the background embedding worker and the in-memory vector index.
+"""Vectors: storing message embeddings, and the in-memory vector index.
 
 Embedding costs ~10 ms of CPU per short text on this class of machine, so it
 never runs on the event loop nor per request: the writer thread hands freshly
-committed message ids to :class:`EmbeddingWorker` (one thread, bounded queue),
-which embeds them in batches and writes ``embeddings`` rows.
+committed message ids to the embedding process (``embed_process.py``: one
+low-priority process, bounded queue), which calls :func:`embed_and_store`.
 
 Search needs cosine similarity over every stored message of a scope, and at a
 million messages a float32 matrix is 1.5 GB, too much to keep resident. The
@@ -16,12 +16,7 @@ scopes (a session, a typical project) skip the proxy and are scored exactly.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import queue
-import threading
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,19 +25,12 @@ import apsw
 import numpy as np
 import numpy.typing as npt
 
-from lore_gateway.memory.db import ConnFactory
 from lore_gateway.memory.embed import Embedder, FloatArray, as_blob
 
 log = logging.getLogger(__name__)
 
-# Ids waiting to be embedded. A burst larger than this (an import) is not lost:
-# rows without an embedding are picked up by ``EmbeddingWorker.backfill``.
-MAX_PENDING_IDS = 100_000
 # Messages embedded per batch; also the unit of one write transaction.
 EMBED_BATCH = 64
-# Scheduling priority of a throttled embedding thread (0 is normal, 19 lowest).
-BACKGROUND_NICE = 10
-
 # Only the first characters of a message are embedded: MiniLM reads at most 256
 # word pieces (~1,000 characters of prose), so longer text is wasted tokenisation.
 EMBED_CHARS = 2_000
@@ -63,106 +51,28 @@ def sign_codes(vectors: FloatArray) -> npt.NDArray[np.uint64]:
     return np.ascontiguousarray(bits).view(np.uint64)
 
 
-class EmbeddingWorker:
-    """One thread that embeds committed messages and stores their vectors.
+def embed_and_store(conn: apsw.Connection, embedder: Embedder, ids: list[int]) -> int:
+    """Embed the given stored messages and write their vectors; how many were written.
 
-    Embedding is background work and must not compete with the proxy for the
-    CPU: a MiniLM forward pass costs ~10 ms per message, more than relaying the
-    turn did. The thread runs at a lower scheduling priority (on Linux nice is
-    per thread) and busy at most ``cpu_share`` of the time, sleeping after each
-    batch in proportion to its cost, so a burst of traffic is embedded slowly
-    rather than slowing the traffic. Imports and benchmarks pass 1.0.
+    Runs in the embedding process (``memory/embed_process.py``), batch by batch.
     """
-
-    def __init__(self, connect: ConnFactory, embedder: Embedder,
-                 *, max_pending: int = MAX_PENDING_IDS, cpu_share: float = 1.0) -> None:
-        if not 0 < cpu_share <= 1:
-            raise ValueError(f"cpu_share must be in (0, 1], got {cpu_share}")
-        self._cpu_share = cpu_share
-        self._connect = connect
-        self._embedder = embedder
-        self._queue: queue.Queue[list[int] | None] = queue.Queue(maxsize=max_pending)
-        self._idle = threading.Condition()
-        self._pending = 0
-        self.embedded = 0
-        self.dropped = 0
-        self._thread = threading.Thread(target=self._run, name="lore-embed", daemon=True)
-        self._thread.start()
-
-    def submit(self, message_ids: list[int]) -> None:
-        """Queue ids for embedding; never blocks (drops and counts when full)."""
-        with self._idle:
-            self._pending += 1
-        try:
-            self._queue.put_nowait(list(message_ids))
-        except queue.Full:
-            self.dropped += len(message_ids)
-            self._done()
-            log.warning("embedding queue full; %d messages left for backfill", len(message_ids))
-
-    def backfill(self) -> None:
-        """Queue every stored message that has no embedding yet."""
-        conn = self._connect()
-        try:
-            ids = [int(r[0]) for r in conn.execute(
-                "SELECT id FROM messages WHERE id NOT IN (SELECT message_id FROM embeddings)")]
-        finally:
-            conn.close()
-        for start in range(0, len(ids), EMBED_BATCH * 16):
-            self.submit(ids[start:start + EMBED_BATCH * 16])
-
-    def flush(self, timeout: float | None = None) -> bool:
-        """Wait until everything submitted so far is embedded; ``False`` on timeout."""
-        with self._idle:
-            return self._idle.wait_for(lambda: self._pending == 0, timeout)
-
-    def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join(timeout=30)
-
-    def _done(self) -> None:
-        with self._idle:
-            self._pending -= 1
-            self._idle.notify_all()
-
-    def _run(self) -> None:
-        if self._cpu_share < 1:
-            with contextlib.suppress(AttributeError, OSError):
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
-        conn = self._connect()
-        try:
-            while True:
-                ids = self._queue.get()
-                if ids is None:
-                    return
-                try:
-                    for start in range(0, len(ids), EMBED_BATCH):
-                        began = time.monotonic()
-                        self._embed(conn, ids[start:start + EMBED_BATCH])
-                        if self._cpu_share < 1:
-                            busy = time.monotonic() - began
-                            time.sleep(busy * (1 / self._cpu_share - 1))
-                except Exception:
-                    log.exception("embedding %d messages failed; they stay BM25-only", len(ids))
-                finally:
-                    self._done()
-        finally:
-            conn.close()
-
-    def _embed(self, conn: apsw.Connection, ids: list[int]) -> None:
-        marks = ",".join("?" * len(ids))
+    written = 0
+    for start in range(0, len(ids), EMBED_BATCH):
+        batch = ids[start:start + EMBED_BATCH]
+        marks = ",".join("?" * len(batch))
         rows = [(int(r[0]), str(r[1])) for r in conn.execute(
             f"SELECT id, substr(content, 1, {EMBED_CHARS}) FROM messages WHERE id IN ({marks})",
-            ids)]
+            batch)]
         if not rows:
-            return
-        vectors = self._embedder.embed([text for _, text in rows])
-        model = self._embedder.model_name
+            continue
+        vectors = embedder.embed([text for _, text in rows])
         with conn:
             conn.executemany(
                 "INSERT OR REPLACE INTO embeddings(message_id, model, vector) VALUES (?,?,?)",
-                [(mid, model, as_blob(vec)) for (mid, _), vec in zip(rows, vectors, strict=True)])
-        self.embedded += len(rows)
+                [(mid, embedder.model_name, as_blob(vec))
+                 for (mid, _), vec in zip(rows, vectors, strict=True)])
+        written += len(rows)
+    return written
 
 
 @dataclass(slots=True)

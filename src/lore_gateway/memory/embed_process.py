@@ -1,0 +1,150 @@
+"""Embedding stored messages in a separate, low-priority process.
+
+A MiniLM forward pass costs ~10 ms of CPU per message, more than relaying the
+whole turn did. Run in the gateway's process it competes with the proxy for the
+CPU and, worse, for the GIL: a background thread holding the GIL when the
+scheduler pauses it stalls the event loop. In its own process at the lowest
+scheduling priority (nice 19) it uses whatever CPU the machine has spare: all
+of it when idle (imports, benchmarks), almost none under a traffic burst, whose
+messages are then embedded later. The vectors land in the shared SQLite file,
+where search picks them up.
+
+The interface is the in-process ``EmbeddingWorker``'s: ``submit``, ``backfill``,
+``flush``, ``close``. The queue is bounded; what does not fit is dropped, counted
+and left for ``backfill``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import queue
+import threading
+from multiprocessing.context import SpawnProcess
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# Id batches waiting for the process (each up to a turn's messages, or a
+# backfill slice); beyond it, ids are dropped and left for backfill.
+MAX_PENDING_BATCHES = 10_000
+BACKGROUND_NICE = 19
+_STOP = None
+
+
+class EmbeddingProcess:
+    """One child process that embeds committed messages and stores their vectors."""
+
+    def __init__(self, db_path: Path, *, max_pending: int = MAX_PENDING_BATCHES) -> None:
+        ctx = multiprocessing.get_context("spawn")  # never fork a threaded process
+        self._jobs: multiprocessing.Queue[list[int] | None] = ctx.Queue(maxsize=max_pending)
+        self._acks: multiprocessing.Queue[int] = ctx.Queue()
+        self._idle = threading.Condition()
+        self._pending = 0
+        self.embedded = 0
+        self.dropped = 0
+        self._db_path = db_path
+        self._process: SpawnProcess = ctx.Process(
+            target=_child_main, args=(str(db_path), self._jobs, self._acks),
+            name="lore-embed", daemon=True,
+        )
+        self._process.start()
+        self._reader = threading.Thread(target=self._read_acks, name="lore-embed-acks",
+                                        daemon=True)
+        self._reader.start()
+
+    def submit(self, message_ids: list[int]) -> None:
+        """Queue ids for embedding; never blocks (drops and counts when full)."""
+        if not message_ids:
+            return
+        with self._idle:
+            self._pending += 1
+        try:
+            self._jobs.put_nowait(list(message_ids))
+        except queue.Full:
+            self.dropped += len(message_ids)
+            self._ack(0)
+            log.warning("embedding queue full; %d messages left for backfill", len(message_ids))
+
+    def backfill(self) -> None:
+        """Queue every stored message that has no embedding yet."""
+        from lore_gateway.memory import db
+
+        conn = db.connect(self._db_path)
+        try:
+            ids = [int(r[0]) for r in conn.execute(
+                "SELECT id FROM messages WHERE id NOT IN (SELECT message_id FROM embeddings)")]
+        finally:
+            conn.close()
+        for start in range(0, len(ids), 256):
+            self.submit(ids[start:start + 256])
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything submitted so far is embedded; ``False`` on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._pending == 0 or not self.alive, timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._process.is_alive()
+
+    def close(self) -> None:
+        with contextlib.suppress(queue.Full, ValueError, OSError):
+            self._jobs.put(_STOP, timeout=5)
+        self._process.join(timeout=30)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(timeout=5)
+        self._acks.put(-1)
+        self._reader.join(timeout=5)
+
+    def _ack(self, embedded: int) -> None:
+        with self._idle:
+            self._pending -= 1
+            self.embedded += embedded
+            self._idle.notify_all()
+
+    def _read_acks(self) -> None:
+        while True:
+            try:
+                count = self._acks.get(timeout=1.0)
+            except queue.Empty:
+                if not self._process.is_alive():
+                    with self._idle:
+                        self._idle.notify_all()  # flush() must not wait on a dead child
+                continue
+            except (EOFError, OSError):
+                return
+            if count < 0:
+                return
+            self._ack(count)
+
+
+def _child_main(db_path: str, jobs: Any, acks: Any) -> None:
+    """The child: lowest priority, one embedder, one connection, one batch at a time."""
+    with contextlib.suppress(OSError):
+        os.nice(BACKGROUND_NICE)
+    from lore_gateway.memory import db
+    from lore_gateway.memory.embed import load_embedder
+    from lore_gateway.memory.vectors import embed_and_store
+
+    embedder = load_embedder()
+    conn = db.connect(Path(db_path))
+    try:
+        while True:
+            ids = jobs.get()
+            if ids is _STOP:
+                return
+            done = 0
+            if embedder is not None:
+                try:
+                    done = embed_and_store(conn, embedder, ids)
+                except Exception:
+                    logging.getLogger(__name__).exception(
+                        "embedding %d messages failed; they stay BM25-only", len(ids))
+            acks.put(done)
+    finally:
+        conn.close()
