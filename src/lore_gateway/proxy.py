@@ -38,6 +38,8 @@ from lore_gateway.upstream import (
 
 log = logging.getLogger("lore.proxy")
 
+# Relayed bytes held back from the storage collector until the response is done.
+_UNFED_LIMIT = 256 * 1024
 # Bodies above this size are parsed in a worker thread so one huge agent request
 # (a long session is several MB of JSON) does not stall every other stream.
 _PARSE_OFF_LOOP_BYTES = 256 * 1024
@@ -167,6 +169,10 @@ class Proxy:
         await client.start(resp.status, client_response_headers(resp.raw_headers))
         chunks = resp.chunks()
         tail = b"\n\n"
+        # Chunks wait here for the collector until the client has them all (or
+        # this much piled up): parsing for storage never delays a byte.
+        unfed: list[bytes] = []
+        unfed_bytes = 0
         while True:
             waited = perf_counter()
             try:
@@ -175,6 +181,7 @@ class Proxy:
                 break
             except UpstreamBroken as exc:
                 log.warning("upstream broke mid-response: %s", exc)
+                _feed(collector, unfed)
                 frame = None
                 if "event-stream" in resp.content_type and tail.endswith((b"\n\n", b"\r\r")):
                     frame = broken_stream_event(exchange.protocol, collector)
@@ -186,8 +193,13 @@ class Proxy:
             await client.write(chunk)
             tail = chunk[-4:]
             if collector is not None:
-                collector.feed(chunk)
+                unfed.append(chunk)
+                unfed_bytes += len(chunk)
+                if unfed_bytes > _UNFED_LIMIT:
+                    _feed(collector, unfed)
+                    unfed_bytes = 0
         await client.end()
+        _feed(collector, unfed)
         return True
 
     async def _answer_json_from_stream(self, resp: UpstreamResponse, client: ClientChannel,
@@ -269,6 +281,13 @@ async def _parse_json(body: bytes) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise invalid_request("Invalid JSON body: expected a JSON object")
     return payload
+
+
+def _feed(collector: TurnCollector | None, chunks: list[bytes]) -> None:
+    if collector is not None:
+        for chunk in chunks:
+            collector.feed(chunk)
+    chunks.clear()
 
 
 def _upstream_rules(route: Route, payload: dict[str, Any],

@@ -73,6 +73,11 @@ class TurnCollector:
         self._model = _model(protocol)
         self._max_json_bytes = max_json_bytes
         self._max_text = max_text_chars
+        # A Responses stream repeats every delta's text in its ``*.done`` events
+        # (``output_text.done``, ``output_item.done``), so storage skips the deltas:
+        # most of the events, and most of the parsing cost. The price: an answer
+        # cut off before its done events is stored without its partial text.
+        self._skip_deltas = max_text_chars is not None and self._model.name == "responses"
         self._sse: SSEDecoder | None = None
         self._acc: Any = None
         # Earlier messages of the same stream: the gateway's own recall stream to an
@@ -93,6 +98,8 @@ class TurnCollector:
                     self._json = bytearray()
             if self._sse is not None:
                 for event in self._sse.feed(chunk):
+                    if self._skip_deltas and event.event and event.event.endswith(".delta"):
+                        continue
                     if self._acc.done and event.event == "message_start":
                         self._earlier.append(self._acc)
                         self._acc = self._model.accumulator(self._max_text)
