@@ -68,6 +68,7 @@ class Gateway:
         self._memory_arg = memory
         self.memory: Any = None
         self.upstream = UpstreamClient(settings)
+        self.recall: RecallService | None = None
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
         self._sock: socket.socket | None = None
@@ -93,10 +94,9 @@ class Gateway:
             metrics.set_queue_depth_source(lambda: memory.queue_depth)
         turns = TurnSink(self.memory, max_json_bytes=self.settings.max_response_body_bytes,
                          max_stored_chars=self.settings.store_max_message_bytes + 1)
-        recall = None
         if self.memory is not None and self.settings.recall:
-            recall = RecallService(self.memory, self.upstream)
-        app = GatewayApp(Proxy(self.settings, self.upstream, turns, recall))
+            self.recall = RecallService(self.memory, self.upstream)
+        app = GatewayApp(Proxy(self.settings, self.upstream, turns, self.recall))
         config = uvicorn.Config(
             app,
             lifespan="off",
@@ -127,6 +127,8 @@ class Gateway:
             await self._task
         await self.upstream.close()
         metrics.set_queue_depth_source(None)
+        if self.recall is not None:
+            await asyncio.to_thread(self.recall.close)
         if self.memory is not None and self._memory_arg == "auto":
             await asyncio.to_thread(self.memory.close)
         if self._sock is not None:

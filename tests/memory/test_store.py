@@ -313,3 +313,25 @@ def test_a_writer_killed_mid_write_leaves_a_consistent_database(tmp_path: Path) 
         " WHERE n != 4").fetchone() == (0,)
     assert conn.execute("SELECT COUNT(DISTINCT turn_id) FROM messages").fetchone() == (turns,)
     assert conn.execute("SELECT turns FROM sessions").fetchone() == (turns,)
+
+
+def test_deleting_a_session_removes_its_replayable_recalls(tmp_path: Path) -> None:
+    from lore_gateway.memory import db as _db
+
+    settings = Settings(data_dir=tmp_path, embeddings=False)
+    mem = Memory.open(settings, embedder=None)
+    ident = Identity(tenant="t1", project="/p", session="s1")
+    assert mem.submit_turn(TurnRecord(identity=ident, protocol="responses", model="m",
+                                      messages=(Message("user", "hello"),),
+                                      created_at=time.time()))
+    mem.flush(timeout=10)
+    conn = _db.connect(settings.db_path)
+    with conn:
+        conn.execute(
+            "INSERT INTO recall_anchors(tenant, session, anchor_id, protocol, marker, call_id,"
+            " arguments, position, context_id, assistant, tool_result, created_at)"
+            " VALUES ('t1','s1','a1','responses','m','c','{}',0,'x','{}','{}',0)")
+    mem.delete("t1", session="s1")
+    assert conn.execute("SELECT COUNT(*) FROM recall_anchors").fetchall() == [(0,)]
+    conn.close()
+    mem.close()

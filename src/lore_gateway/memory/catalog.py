@@ -215,6 +215,9 @@ def delete_turns(conn: apsw.Connection, tenant: str | None, *, session: str | No
             progress(done, total)
     where, args = _selector(tenant, session, project, session_column="id")
     with conn:
+        # Recalls kept for replay carry stored text too; they go with their sessions.
+        conn.execute("DELETE FROM recall_anchors WHERE (tenant, session) IN "
+                     f"(SELECT tenant, id FROM sessions WHERE {where})", args)
         conn.execute(f"DELETE FROM sessions WHERE {where}", args)
     return done
 
