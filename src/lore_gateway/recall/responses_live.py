@@ -26,7 +26,6 @@ included) for storage.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
@@ -42,129 +41,41 @@ from lore_gateway.protocols.usage import (
 from lore_gateway.recall.budget import RecallChainBudget
 from lore_gateway.recall.responses_frames import failed_event, marker_events, marker_item
 from lore_gateway.recall.responses_recovery import FreshIds
+from lore_gateway.recall.responses_round import (
+    GATEWAY_FAILED_MESSAGE,
+    RATE_LIMITS,
+    RECALL_FAILED_MESSAGE,
+    TERMINALS,
+    Action,
+    Done,
+    FailureCategory,
+    FollowUp,
+    Limits,
+    RecallChainFailure,
+    Round,
+    RoundItem,
+    RunRecall,
+    Send,
+)
 from lore_gateway.recall.tool import (
     RecallArgs,
     RecallArgumentError,
     RecallFrameError,
     decode_arguments,
-    is_recall_call,
     parse_arguments,
 )
 from lore_gateway.sse import SSEEvent, encode_event
 
-MiB = 1024 * 1024
-# E.1 defaults. A real answer is a few hundred KiB; 64 MiB bounds a runaway stream.
-MAX_STREAM_BYTES = 64 * MiB
-# Item snapshots and the continuation spool kept until the chain ends.
-MAX_RETAINED_BYTES = 16 * MiB
-# Events held back (and hidden recall events) while a recall is open.
-MAX_DEFERRED_BYTES = 1 * MiB
-
-RECALL_FAILED_MESSAGE = "Lore could not continue the response after recall"
-GATEWAY_FAILED_MESSAGE = "Gateway request failed"
-RATE_LIMITS = "codex.rate_limits"
-TERMINALS = ("response.completed", "response.incomplete", "response.failed", "response.done")
-FailureCategory = str
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    stream_bytes: int = MAX_STREAM_BYTES
-    retained_bytes: int = MAX_RETAINED_BYTES
-    deferred_bytes: int = MAX_DEFERRED_BYTES
-
-
-# --- actions --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class RunRecall:
-    """Execute ``args``; ``invalid`` is set instead when the arguments were rejected
-    (the interceptor already knows the tool result; the shell just reports back)."""
-
-    call_id: str
-    arguments: str
-    args: RecallArgs | None
-    invalid: RecallArgumentError | None
-
-
-@dataclass(frozen=True, slots=True)
-class FollowUp:
-    """Send the follow-up: the request's input plus ``items``."""
-
-    items: tuple[dict[str, Any], ...]
-    recovery: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    ok: bool
-    category: FailureCategory | None = None
-
-
-Action = Send | RunRecall | FollowUp | Done
-
-
-class RecallChainFailure(Exception):
-    """The chain cannot continue; ``category`` is the C.7 failure category."""
-
-    def __init__(self, category: FailureCategory, message: str) -> None:
-        super().__init__(message)
-        self.category = category
-
-
-# --- per-round state ------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Item:
-    index: int
-    raw: dict[str, Any]
-    kind: str
-    recall: bool = False
-    unresolved: bool = False
-    arguments: str = ""
-    text: str = ""
-    done: bool = False
-
-    @property
-    def call_id(self) -> str:
-        value = self.raw.get("call_id") or self.raw.get("id") or ""
-        return str(value)
-
-    def snapshot(self) -> dict[str, Any]:
-        """The item as stored: the done item, or the added one completed from deltas."""
-        raw = dict(self.raw)
-        if self.kind == "function_call":
-            raw["arguments"] = raw.get("arguments") or self.arguments
-        elif self.kind == "message" and not raw.get("content") and self.text:
-            raw["content"] = [{"type": "output_text", "text": self.text, "annotations": []}]
-        return raw
-
-
-@dataclass(slots=True)
-class _Round:
-    number: int
-    recovery: bool = False
-    items: dict[int, _Item] = field(default_factory=dict)
-    by_item_id: dict[str, int] = field(default_factory=dict)
-    last_index: int = -1
-    created: dict[str, Any] | None = None
-    terminal_name: str | None = None
-    terminal: dict[str, Any] | None = None
-    fresh_ids: FreshIds | None = None  # a recovery answer gets gateway-made ids
-
-    def recalls(self) -> list[_Item]:
-        return [i for i in self.items.values() if i.recall]
-
-    def open_hold(self) -> bool:
-        return any(i.recall or i.unresolved for i in self.items.values())
-
+__all__ = [
+    "Action",
+    "Done",
+    "FollowUp",
+    "Limits",
+    "LiveInterceptor",
+    "RecallChainFailure",
+    "RunRecall",
+    "Send",
+]
 
 class LiveInterceptor:
     """One streaming client request whose upstream got the recall tool."""
@@ -179,8 +90,8 @@ class LiveInterceptor:
         self._budget = budget
         self._codex = codex
         self._limits = limits or Limits()
-        self._round = _Round(0)
-        self._rounds: list[_Round] = [self._round]
+        self._round = Round(0)
+        self._rounds: list[Round] = [self._round]
         self._state: Literal["streaming", "recall", "follow_up", "done"] = "streaming"
         self.response_id: str | None = None
         self._created_at: Any = None
@@ -331,7 +242,7 @@ class LiveInterceptor:
 
     # --- items --------------------------------------------------------------------
 
-    def _locate(self, name: str, payload: dict[str, Any]) -> _Item:
+    def _locate(self, name: str, payload: dict[str, Any]) -> RoundItem:
         rnd = self._round
         index = payload.get("output_index")
         item_id = payload.get("item_id")
@@ -358,26 +269,19 @@ class LiveInterceptor:
             item = self._add_item(index, seed)
         return item
 
-    def _add_item(self, index: int, raw: dict[str, Any]) -> _Item:
+    def _add_item(self, index: int, raw: dict[str, Any]) -> RoundItem:
         rnd = self._round
         if index in rnd.items:
             raise ProtocolError(f"duplicate Responses output_item.added for index {index}")
         kind = str(raw.get("type") or "")
-        item = _Item(index=index, raw=dict(raw), kind=kind)
-        self._classify(item)
+        item = RoundItem(index=index, raw=dict(raw), kind=kind)
+        item.classify(self._codex)
         rnd.items[index] = item
         rnd.last_index = max(rnd.last_index, index)
         if isinstance(raw.get("id"), str) and raw["id"]:
             rnd.by_item_id[raw["id"]] = index
         self._retain(len(orjson.dumps(raw)))
         return item
-
-    def _classify(self, item: _Item) -> None:
-        if item.kind != "function_call":
-            return
-        name = item.raw.get("name")
-        item.recall = is_recall_call(name)
-        item.unresolved = not item.recall and not name and self._codex
 
     def _item_event(self, event: SSEEvent, name: str, payload: dict[str, Any]) -> list[Action]:
         if name == "response.output_item.added":
@@ -397,40 +301,10 @@ class LiveInterceptor:
             return []
         return self._emit_or_defer(event, name, payload, item)
 
-    def _apply(self, item: _Item, name: str, payload: dict[str, Any]) -> None:
-        if name == "response.function_call_arguments.delta":
-            if item.done:
-                raise ProtocolError(
-                    f"Responses event after output_item.done for index {item.index}"
-                )
-            item.arguments += str(payload.get("delta") or "")
-        elif name == "response.function_call_arguments.done":
-            arguments = payload.get("arguments")
-            if isinstance(arguments, str):
-                item.arguments = arguments
-            item.raw["arguments"] = item.arguments
-        elif name == "response.output_text.delta":
-            item.text += str(payload.get("delta") or "")
-        elif name == "response.output_text.done":
-            text = payload.get("text")
-            if isinstance(text, str):
-                item.text = text
-        elif name == "response.output_item.done":
-            done = payload.get("item")
-            if not isinstance(done, dict):
-                raise ProtocolError("malformed Responses event response.output_item.done")
-            merged = {**item.raw, **{k: v for k, v in done.items() if v not in (None, "")}}
-            if item.kind == "function_call" and not merged.get("arguments"):
-                merged["arguments"] = item.arguments
-            was_unresolved = item.unresolved
-            item.raw = merged
-            item.kind = str(merged.get("type") or item.kind)
-            item.done = True
-            self._classify(item)
-            if item.recall and was_unresolved:
-                # The deferred events of this item were a recall after all.
-                self._drop_deferred_of(item.index)
-            item.unresolved = False
+    def _apply(self, item: RoundItem, name: str, payload: dict[str, Any]) -> None:
+        if item.apply(name, payload, self._codex):
+            # The deferred events of this item were a recall after all.
+            self._drop_deferred_of(item.index)
 
     def _drop_deferred_of(self, index: int) -> None:
         kept: list[tuple[int, SSEEvent]] = []
@@ -453,7 +327,7 @@ class LiveInterceptor:
     # --- emission -----------------------------------------------------------------
 
     def _emit_or_defer(
-        self, event: SSEEvent, name: str, payload: dict[str, Any], item: _Item | None = None
+        self, event: SSEEvent, name: str, payload: dict[str, Any], item: RoundItem | None = None
     ) -> list[Action]:
         if self._holding():
             self._hold(event)
@@ -610,7 +484,7 @@ class LiveInterceptor:
             )
         return self._deliver(rnd)
 
-    def _usable(self, rnd: _Round) -> bool:
+    def _usable(self, rnd: Round) -> bool:
         for item in rnd.items.values():
             if item.kind == "function_call" and not item.recall:
                 return True
@@ -625,7 +499,7 @@ class LiveInterceptor:
 
     # --- recall ------------------------------------------------------------------
 
-    def _start_recall(self, recall: _Item) -> list[Action]:
+    def _start_recall(self, recall: RoundItem) -> list[Action]:
         if self._budget.final_round:
             raise RecallChainFailure("depth_exhausted", "recall requested in the final round")
         arguments = recall.raw.get("arguments") or recall.arguments
@@ -696,7 +570,7 @@ class LiveInterceptor:
 
     def begin_continuation(self, *, recovery: bool = False) -> None:
         """The follow-up (or recovery) stream is about to be fed."""
-        self._round = _Round(len(self._rounds), recovery=recovery,
+        self._round = Round(len(self._rounds), recovery=recovery,
                              fresh_ids=FreshIds() if recovery else None)
         self._rounds.append(self._round)
         self._state = "streaming"
@@ -719,12 +593,12 @@ class LiveInterceptor:
         self._seq += len(frames)
         return frames
 
-    def _deliver(self, rnd: _Round) -> list[Action]:
+    def _deliver(self, rnd: Round) -> list[Action]:
         frames = [*self._spool, *self._flush_deferred()]
         self._spool.clear()
         return [*(Send(f) for f in frames), *self._finish(rnd)]
 
-    def _finish(self, rnd: _Round) -> list[Action]:
+    def _finish(self, rnd: Round) -> list[Action]:
         assert rnd.terminal is not None and rnd.terminal_name is not None
         self._state = "done"
         self._terminal_sent = True
