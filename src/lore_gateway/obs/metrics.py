@@ -145,8 +145,24 @@ _cache_totals: dict[str, tuple[int, int]] = {}
 _queue_depth_source: Callable[[], int] | None = None
 
 
+# Values the gateway itself produces are always kept; only unexpected ones (from
+# traffic) count towards the cap, so a flood of odd routes cannot fold these away.
+_KNOWN: dict[str, frozenset[str]] = {
+    "protocol": frozenset({"responses", "codex", "chat", "anthropic", "none"}),
+    "category": frozenset({
+        "recall_execution", "follow_up_setup", "follow_up_transport", "follow_up_protocol",
+        "follow_up_failed", "follow_up_missing_output", "follow_up_incomplete_arguments",
+        "follow_up_usage_missing", "parallel_recall", "nested_recall_incomplete",
+        "nested_recall_execution", "depth_exhausted", "missing_recall_block",
+        "resource_limit", "delivery", "unexpected",
+    }),
+}
+
+
 def _bounded(label: str, value: str) -> str:
     """``value``, or ``"other"`` once ``label`` already has MAX_LABEL_VALUES values."""
+    if value in _KNOWN.get(label, ()):
+        return value
     seen = _seen.setdefault(label, set())
     if value in seen:
         return value
