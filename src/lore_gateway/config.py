@@ -62,6 +62,12 @@ class Settings(BaseSettings):
     embeddings: bool = True
     # Give the model the hidden recall tool (needs the memory store).
     recall: bool = True
+    # Live Responses recall (lore-spec E.1): upstream bytes one streamed answer may
+    # carry, state kept until a recall chain ends (item snapshots, the spooled
+    # continuation), and events held back or hidden while a recall is open.
+    recall_stream_max_bytes: int = 64 * MiB
+    recall_retained_max_bytes: int = 16 * MiB
+    recall_deferred_max_bytes: int = 1 * MiB
 
     @field_validator("upstream_openai", "upstream_chatgpt", "upstream_anthropic")
     @classmethod

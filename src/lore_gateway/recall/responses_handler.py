@@ -56,7 +56,7 @@ from lore_gateway.recall.responses_live import (
     RunRecall,
     Send,
 )
-from lore_gateway.recall.responses_recovery import FreshIds
+from lore_gateway.recall.responses_recovery import FreshIds, repeated_delivery
 from lore_gateway.recall.tool import (
     RecallArgs,
     RecallArgumentError,
@@ -460,6 +460,10 @@ async def _recover(ctx: RecallContext, extra: list[dict[str, Any]], codex: bool)
         raise RecallFailed("follow_up_failed", "upstream recovery request failed")
     if _recall_items(response) or not _usable(response):
         raise RecallFailed("follow_up_failed", "upstream recovery output was unsafe")
+    repeat = repeated_delivery(
+        [i for i in response.get("output") or [] if isinstance(i, dict)], extra)
+    if repeat is not None:
+        raise RecallFailed("follow_up_failed", repeat)
     fresh = FreshIds()
     output = [fresh.item(i) if isinstance(i, dict) else i for i in response.get("output") or []]
     return {**response, "output": output}

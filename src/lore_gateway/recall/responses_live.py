@@ -40,7 +40,7 @@ from lore_gateway.protocols.usage import (
 )
 from lore_gateway.recall.budget import RecallChainBudget
 from lore_gateway.recall.responses_frames import failed_event, marker_events, marker_item
-from lore_gateway.recall.responses_recovery import FreshIds
+from lore_gateway.recall.responses_recovery import FreshIds, repeated_delivery
 from lore_gateway.recall.responses_round import (
     GATEWAY_FAILED_MESSAGE,
     RATE_LIMITS,
@@ -144,7 +144,7 @@ class LiveInterceptor:
         try:
             return self._feed(event)
         except RecallChainFailure as exc:
-            return self._fail(exc.category)
+            return self._fail(exc.category, str(exc))
         except ProtocolError as exc:
             return self._fail(
                 "follow_up_protocol" if self._round.number else "principal_protocol", str(exc)
@@ -162,7 +162,7 @@ class LiveInterceptor:
         try:
             return self._end_round()
         except RecallChainFailure as exc:
-            return self._fail(exc.category)
+            return self._fail(exc.category, str(exc))
 
     def _feed(self, event: SSEEvent) -> list[Action]:
         self._stream_bytes += len(event.raw)
@@ -410,7 +410,12 @@ class LiveInterceptor:
     def _retain(self, size: int) -> None:
         self._spool_bytes += size
         if self._spool_bytes > self._limits.retained_bytes:
-            raise ProtocolError("Responses retained state exceeded byte limit")
+            message = "Responses retained state exceeded byte limit"
+            if self._round.number > 0:
+                # The spooled continuation outgrew its bound: a resource limit, which
+                # a recovery request (spooled the same way) would only hit again.
+                raise RecallChainFailure("resource_limit", message)
+            raise ProtocolError(message)
 
     def _flush_deferred(self) -> list[bytes]:
         out: list[bytes] = []
@@ -482,6 +487,12 @@ class LiveInterceptor:
             raise RecallChainFailure(
                 "follow_up_missing_output", "recall continuation was not usable"
             )
+        if rnd.recovery:
+            earlier = [i.snapshot() for r in self._rounds if r is not rnd
+                       for i in r.items.values() if not i.recall]
+            repeat = repeated_delivery([i.snapshot() for i in rnd.items.values()], earlier)
+            if repeat is not None:
+                raise RecallChainFailure("follow_up_failed", repeat)
         return self._deliver(rnd)
 
     def _usable(self, rnd: Round) -> bool:

@@ -64,3 +64,41 @@ class FreshIds:
             return event, payload
         data = orjson.dumps(fresh)
         return SSEEvent(name, data.decode(), True, encode_event(name, data)), fresh
+
+
+def _normalised(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _message_text(item: dict[str, Any]) -> str:
+    parts = item.get("content") if item.get("type") == "message" else None
+    if not isinstance(parts, list):
+        return ""
+    return _normalised("".join(str(p.get("text") or "") for p in parts if isinstance(p, dict)))
+
+
+def _call_key(item: dict[str, Any]) -> tuple[str, str] | None:
+    if item.get("type") != "function_call":
+        return None
+    return str(item.get("name") or ""), str(item.get("arguments") or "")
+
+
+def repeated_delivery(recovered: list[dict[str, Any]],
+                      delivered: list[dict[str, Any]]) -> str | None:
+    """Why a recovery answer would repeat what the client already has, or None.
+
+    The recovery is a second attempt at a turn whose earlier output the client
+    may already show; text that equals or merely restates (starts with) a
+    delivered message, or a tool call with the same name and arguments as a
+    delivered one, would appear twice (lore-spec C.7). Whitespace is normalised.
+    """
+    texts = [t for t in (_message_text(i) for i in delivered) if t]
+    calls = {k for k in (_call_key(i) for i in delivered) if k is not None}
+    for item in recovered:
+        text = _message_text(item)
+        if text and any(text.startswith(old) for old in texts):
+            return "upstream recovery output repeated delivered text"
+        key = _call_key(item)
+        if key is not None and key in calls:
+            return "upstream recovery output repeated a delivered tool call"
+    return None

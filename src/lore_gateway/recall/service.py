@@ -34,6 +34,7 @@ from lore_gateway.recall.responses_handler import (
     buffered_responses_recall,
     stream_responses_recall,
 )
+from lore_gateway.recall.responses_round import Limits
 from lore_gateway.routing import Protocol, Route
 from lore_gateway.turns import TurnCollector
 from lore_gateway.upstream import UpstreamClient, UpstreamResponse
@@ -80,10 +81,11 @@ class RecallService:
         self.memory = memory
         self.upstream = upstream
         self._on_delivered = on_delivered
+        settings = getattr(memory, "settings", None)
         if anchors is None:
-            settings = getattr(memory, "settings", None)
             anchors = AnchorStore(getattr(settings, "db_path", None))
         self.replay = AnchorReplay(anchors)
+        self.limits = _live_limits(settings)
 
     async def prepare(self, route: Route, headers: dict[str, str], payload: dict[str, Any],
                       identity: Identity, body: bytes) -> Prepared:
@@ -121,7 +123,8 @@ class RecallService:
         if exchange.client_stream:
             if protocol in (Protocol.RESPONSES, Protocol.CODEX):
                 await client.start(resp.status, headers)
-                icpt = await stream_responses_recall(ctx, resp, _Tee(client, None), codex=codex)
+                icpt = await stream_responses_recall(ctx, resp, _Tee(client, None), codex=codex,
+                                                     limits=self.limits)
                 await client.end()
                 delivered = icpt.delivered_response()
                 if delivered is not None:
@@ -163,6 +166,15 @@ class RecallService:
         self.replay.commit(family, exchange.payload, exchange.identity, staged)
         if self._on_delivered is not None:
             self._on_delivered(exchange, staged)
+
+
+def _live_limits(settings: Any) -> Limits:
+    """The live Responses limits from the settings (E.1 defaults without them)."""
+    if settings is None:
+        return Limits()
+    return Limits(stream_bytes=settings.recall_stream_max_bytes,
+                  retained_bytes=settings.recall_retained_max_bytes,
+                  deferred_bytes=settings.recall_deferred_max_bytes)
 
 
 class _Tee:

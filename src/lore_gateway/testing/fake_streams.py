@@ -212,6 +212,52 @@ def responses_call(name: str, arguments: str, model: str) -> Answer:
     return Answer(tuple(seq.frames), _json(final))
 
 
+def responses_calls(calls: tuple[tuple[str, str], ...], model: str,
+                    preamble: str | None = None) -> Answer:
+    """The model calls each ``(name, arguments)`` in one response, in order, after
+    a message saying ``preamble`` when one is given."""
+    rid = _id("resp_", calls, model, preamble)
+    seq = _Seq()
+    start = _response(rid, model, "in_progress", [], None)
+    seq.add("response.created", response=start)
+    seq.add("response.in_progress", response=start)
+    done_items: list[dict[str, Any]] = []
+    if preamble is not None:
+        mid = _id("msg_", rid, preamble)
+        seq.add("response.output_item.added", output_index=0,
+                item=_message_item(mid, "", "in_progress"))
+        seq.add("response.output_text.delta", item_id=mid, output_index=0, content_index=0,
+                delta=preamble)
+        seq.add("response.output_text.done", item_id=mid, output_index=0, content_index=0,
+                text=preamble)
+        done_items.append(_message_item(mid, preamble, "completed"))
+        seq.add("response.output_item.done", output_index=0, item=done_items[0])
+    for position, (name, arguments) in enumerate(calls):
+        index = position + len(done_items)
+        fid, call_id = _id("fc_", index, name, arguments), _id("call_", index, name, arguments)
+        item = {"type": "function_call", "id": fid, "call_id": call_id, "name": name,
+                "arguments": "", "status": "in_progress"}
+        seq.add("response.output_item.added", output_index=index, item=item)
+        where = {"item_id": fid, "output_index": index}
+        seq.add("response.function_call_arguments.delta", **where, delta=arguments)
+        seq.add("response.function_call_arguments.done", **where, arguments=arguments,
+                name=name)
+        done = {**item, "arguments": arguments, "status": "completed"}
+        seq.add("response.output_item.done", output_index=index, item=done)
+        done_items.append(done)
+    final = _response(rid, model, "completed", done_items, _usage_responses(5 * len(calls)))
+    seq.add("response.completed", response=final)
+    return Answer(tuple(seq.frames), _json(final))
+
+
+def codex_rate_limits_frame(used_percent: float) -> bytes:
+    """A ``codex.rate_limits`` frame as the Codex backend sends it (no sequence number)."""
+    payload = {"type": "codex.rate_limits", "plan_type": "plus",
+               "rate_limits": {"primary": {"used_percent": used_percent, "window_minutes": 300,
+                                           "reset_at": CREATED_AT + 3600}}}
+    return named_frame("codex.rate_limits", payload)
+
+
 @lru_cache(maxsize=_CACHE_SIZE)
 def responses_failed(model: str) -> Answer:
     """created, then ``response.failed`` with a server_error (as Codex sees it)."""

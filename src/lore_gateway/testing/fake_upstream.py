@@ -15,6 +15,8 @@ Scenarios (``name`` or ``name:argument``; see docs/testing.md):
 ``thinking-recall[:q]``   Anthropic: a signed thinking block, text, then recall
 ``recall-first[:query]``  Anthropic: recall as the message's first block
 ``recall-between[:q]``    a visible ``read_file`` call, recall, another ``read_file``
+``parallel-recall[:q]``   Responses: two recall calls in one response
+``text-recall[:q]``       Responses: a short message, then a recall call
 ``failed`` ``incomplete`` ``minimal`` ``no-completed``
 ``status-<code>``         that HTTP status with the provider's error body and
                           rate-limit / retry-after / request-id headers
@@ -26,6 +28,9 @@ Scenarios (``name`` or ``name:argument``; see docs/testing.md):
 ``missing-terminal``      the stream ends cleanly without its terminal event
 ``big-stream:<MiB>``      that many MiB of text deltas, generated on the fly
 ``slow:<seconds>``        wait that long before the response headers, then text
+
+:meth:`FakeUpstream.script_rate_limits` starts the next Responses streams with a
+``codex.rate_limits`` frame (before ``response.created``, as the Codex backend does).
 
 ``x-fake-replay: <file>`` replays a recorded fixture byte for byte instead
 (scripted as ``replay:<file>``: SSE even to a ``stream:false`` request).
@@ -244,6 +249,7 @@ class FakeUpstream:
         self.default_scenario = "text"
         self._records: deque[RecordedRequest] = deque(maxlen=max_recorded)
         self._script: deque[str] = deque(maxlen=MAX_SCRIPT)
+        self._rate_limits: deque[float | None] = deque(maxlen=MAX_SCRIPT)
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._server: _NoDelayServer | None = None
@@ -285,11 +291,18 @@ class FakeUpstream:
         with self._lock:
             self._script.extend(scenarios)
 
+    def script_rate_limits(self, used_percents: Iterable[float | None]) -> None:
+        """Begin each of the next streamed Responses answers with a ``codex.rate_limits``
+        frame carrying that ``used_percent`` (None: no frame for that answer)."""
+        with self._lock:
+            self._rate_limits.extend(used_percents)
+
     def reset(self) -> None:
         """Forget recorded requests and pending scripts; back to ``text``."""
         with self._lock:
             self._records.clear()
             self._script.clear()
+            self._rate_limits.clear()
         self.default_scenario = "text"
 
     async def start(self) -> None:
@@ -435,6 +448,12 @@ class FakeUpstream:
         answer = self._canned(shape, scenario, body)
         if not stream:
             return web.Response(body=answer.body, content_type=JSON_TYPE, headers=headers)
+        if shape in ("responses", "codex"):
+            with self._lock:
+                percent = self._rate_limits.popleft() if self._rate_limits else None
+            if percent is not None:
+                answer = Answer((fs.codex_rate_limits_frame(percent), *answer.frames),
+                                answer.body)
         return await self._misbehave(request, record, scenario, shape, answer, headers)
 
     def _error(
@@ -579,8 +598,9 @@ class FakeUpstream:
 
 
 _RECALL_SCENARIOS = ("recall", "call-recall", "thinking-recall", "recall-first",
-                     "recall-between")
+                     "recall-between", "parallel-recall", "text-recall")
 _VISIBLE_TOOL = ("read_file", '{"path":"README.md"}')
+TEXT_RECALL_PREAMBLE = "Let me look that up."
 
 
 def _recall_call(api: str, name: str, arguments: str, model: str, chat_usage: bool) -> Answer:
@@ -591,6 +611,13 @@ def _recall_call(api: str, name: str, arguments: str, model: str, chat_usage: bo
             return fs.chat_calls((_VISIBLE_TOOL, recall, _VISIBLE_TOOL), model, chat_usage)
         return fs.chat_call(fs.RECALL_TOOL, arguments, model, chat_usage)
     if api == "responses":
+        if name == "recall-between":
+            return fs.responses_calls((_VISIBLE_TOOL, recall, _VISIBLE_TOOL), model)
+        if name == "text-recall":
+            return fs.responses_calls((recall,), model, preamble=TEXT_RECALL_PREAMBLE)
+        if name == "parallel-recall":
+            second = orjson.dumps({"query": "a second search"}).decode()
+            return fs.responses_calls((recall, (fs.RECALL_TOOL, second)), model)
         return fs.responses_call(fs.RECALL_TOOL, arguments, model)
     call = ("tool_use", fs.RECALL_TOOL, arguments)
     if name == "thinking-recall":
