@@ -11,27 +11,31 @@ from lore_gateway.config import Settings
 
 _HELP = """Start the gateway and serve until interrupted.
 
-Configuration comes from LORE_* environment variables (flags override them):
+Settings come from LORE_* environment variables; --host and --port override
+theirs. The defaults need no configuration.
 
-  LORE_HOST / --host           listen address (default 127.0.0.1)\n
-  LORE_PORT / --port           listen port (default 3207)\n
-  LORE_UPSTREAM_OPENAI         OpenAI base URL; /v1/... is appended (default https://api.openai.com)\n
-  LORE_UPSTREAM_CHATGPT        ChatGPT backend base; /codex/responses is appended
-                               (default https://chatgpt.com/backend-api)\n
-  LORE_UPSTREAM_ANTHROPIC      Anthropic base URL (default https://api.anthropic.com)\n
-  LORE_DATA_DIR                database and logs
-                               (default $XDG_DATA_HOME/lore, else ~/.local/share/lore)\n
-  LORE_LOG_LEVEL               debug, info, warning or error (default info)\n
-  LORE_LOG_FORMAT              text or json (default text)\n
-  LORE_STORE                   store turns in memory (default true)\n
-  LORE_EMBEDDINGS              use the offline embedding model for search (default true)
+\b
+  LORE_HOST / --host         listen address (127.0.0.1)
+  LORE_PORT / --port         listen port (3207)
+  LORE_UPSTREAM_OPENAI       OpenAI base URL, /v1/... appended (https://api.openai.com)
+  LORE_UPSTREAM_CHATGPT      ChatGPT backend, /codex/responses appended
+                             (https://chatgpt.com/backend-api)
+  LORE_UPSTREAM_ANTHROPIC    Anthropic base URL (https://api.anthropic.com)
+  LORE_DATA_DIR              database and logs ($XDG_DATA_HOME/lore or ~/.local/share/lore)
+  LORE_LOG_LEVEL             debug, info, warning or error (info)
+  LORE_LOG_FORMAT            text or json (text)
+  LORE_STORE                 store every turn in memory (true)
+  LORE_RECALL                give the model the hidden recall tool (true)
+  LORE_EMBEDDINGS            use the offline embedding model in search (true)
+
+More settings (limits, timeouts) are listed in the README.
 """
 
 
 @app.command(help=_HELP)
 def serve(
-    host: str = typer.Option(None, "--host", help="Listen address [env: LORE_HOST]."),
-    port: int = typer.Option(None, "--port", help="Listen port [env: LORE_PORT]."),
+    host: str = typer.Option(None, "--host", help="Listen address (env LORE_HOST)."),
+    port: int = typer.Option(None, "--port", help="Listen port (env LORE_PORT)."),
 ) -> None:
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     settings = Settings(**overrides)  # type: ignore[arg-type]
