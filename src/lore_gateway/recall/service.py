@@ -10,7 +10,6 @@ protocol-specific lives in the handlers; this module only picks one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,11 +75,9 @@ class RecallService:
     """Hidden recall for one gateway."""
 
     def __init__(self, memory: Any, upstream: UpstreamClient,
-                 on_delivered: Callable[[Exchange, list[StagedRecall]], None] | None = None,
                  anchors: AnchorStore | None = None) -> None:
         self.memory = memory
         self.upstream = upstream
-        self._on_delivered = on_delivered
         settings = getattr(memory, "settings", None)
         if anchors is None:
             anchors = AnchorStore(getattr(settings, "db_path", None))
@@ -164,8 +161,6 @@ class RecallService:
         """The client has the whole answer: keep its recalls for expansion."""
         family = _TOOL_PROTOCOL[exchange.protocol]
         self.replay.commit(family, exchange.payload, exchange.identity, staged)
-        if self._on_delivered is not None:
-            self._on_delivered(exchange, staged)
 
 
 def _live_limits(settings: Any) -> Limits:
