@@ -6,15 +6,18 @@ terms are extracted with a Unicode word pattern, lower-cased, stripped of stop
 words (question words included) and quoted. Quoting means ``AND``, ``NEAR`` or a
 stray ``"`` in the query can never become FTS syntax or a syntax error.
 
-Two expressions are built: the conjunction of all terms (precise) and their
-disjunction (recall). :mod:`lore_gateway.memory.search` runs the disjunction for
-ranking, because natural-language questions rarely share *every* content word
-with the answer turn; the conjunction exists for callers that want exact matches.
+Natural-language questions rarely share *every* content word with the answer
+turn, so search ranks the disjunction of the terms. On a large store a common
+term makes that disjunction match (and FTS5 score) a large share of every row, so
+:func:`plan_match` chooses, from each term's document frequency, which terms a
+search can afford and whether it must fall back to the conjunction over the most
+recent matches (docs/search.md, "Latency").
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 # Longest query we parse; recall queries are a sentence or two. Anything longer is
@@ -22,6 +25,9 @@ from dataclasses import dataclass
 MAX_TERMS = 32
 # Single characters are noise for BM25 (and the porter stemmer leaves them alone).
 MIN_TERM_CHARS = 2
+# Shorter terms are matched exactly: a short prefix ("go"*) expands to many terms,
+# and FTS5 merges all their doclists on every query.
+PREFIX_MIN_CHARS = 4
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
 
@@ -67,6 +73,87 @@ class ParsedQuery:
     def match_all(self) -> str:
         """FTS5 conjunction of the quoted terms (``"a" "b"``: implicit AND)."""
         return " ".join(_quote(t) for t in self.terms)
+
+
+def phrase(term: str, *, prefix: bool) -> str:
+    """One quoted FTS5 phrase, optionally a prefix query."""
+    return _quote(term) + ("*" if prefix else "")
+
+
+def prefix_eligible(term: str) -> bool:
+    return len(term) >= PREFIX_MIN_CHARS
+
+
+@dataclass(frozen=True, slots=True)
+class TermCost:
+    """A query term as it will be matched, with how many stored rows match it."""
+
+    phrase: str
+    df: int
+
+
+@dataclass(frozen=True, slots=True)
+class MatchPlan:
+    """What one search asks FTS5: the phrases and how they are combined.
+
+    ``recent`` means the affordable plan is too broad to score every match: the
+    conjunction of ``phrases`` is ranked over its ``recent`` newest matches only.
+    ``ranked=False`` means no term is affordable at all: the newest matches of the
+    conjunction are returned in recency order, without BM25.
+    """
+
+    phrases: tuple[str, ...]
+    conjunction: bool = False
+    recent: int = 0
+    ranked: bool = True
+
+    @property
+    def empty(self) -> bool:
+        return not self.phrases
+
+    @property
+    def expression(self) -> str:
+        return (" AND " if self.conjunction else " OR ").join(self.phrases)
+
+
+def plan_match(terms: Sequence[TermCost], *, scope_fraction: float, max_df: int,
+               max_counted: int, max_scored: int) -> MatchPlan:
+    """Choose the terms a search can afford, rarest first.
+
+    FTS5's BM25 costs two things per phrase: its IDF walks the phrase's whole
+    doclist (``df`` rows, cheap each), and every in-scope match is scored (about
+    30 times dearer per row). So terms are taken from the rarest while the rows
+    counted stay within ``max_counted`` and the estimated in-scope matches
+    (``df · scope_fraction``) within ``max_scored``; a term matching more than
+    ``max_df`` rows is a stop word for this store. The rarest terms carry most
+    of BM25's weight anyway (IDF = log(N / df)). On a small store nothing is
+    dropped. When even the rarest term has too many in-scope matches, the plan
+    ranks the conjunction of what is affordable over its ``max_scored`` newest
+    matches instead; when every term is a stop word, the conjunction of all of
+    them is returned newest first, unranked (BM25's IDF walk alone would cost
+    more than the whole budget).
+    """
+    usable = sorted((t for t in terms if 0 < t.df <= max_df), key=lambda t: t.df)
+    if not usable:
+        common = tuple(t.phrase for t in terms if t.df > max_df)
+        return MatchPlan(common, conjunction=True, ranked=False) if common else MatchPlan(())
+    fraction = min(max(scope_fraction, 0.0), 1.0)
+    if usable[0].df * fraction > max_scored:
+        chosen: list[str] = []
+        counted = 0
+        for t in usable:
+            if chosen and counted + t.df > max_counted:
+                break
+            chosen.append(t.phrase)
+            counted += t.df
+        return MatchPlan(tuple(chosen), conjunction=True, recent=max_scored)
+    chosen, counted = [], 0
+    for t in usable:
+        if chosen and (counted + t.df > max_counted or (counted + t.df) * fraction > max_scored):
+            break
+        chosen.append(t.phrase)
+        counted += t.df
+    return MatchPlan(tuple(chosen))
 
 
 def _quote(term: str) -> str:

@@ -141,10 +141,83 @@ CREATE TABLE recall_anchors(
 ) WITHOUT ROWID;
 """
 
+# v4 (search at scale): both search indexes gain a ``scope`` column holding three
+# short tokens per message (``t<n> p<n> s<n>``: its tenant, project and session, as
+# ids into ``search_scopes``). A scoped search then matches ``{scope}: p7 AND
+# {content}: (...)``, so FTS5 scores only in-scope rows instead of every match in
+# the database; ``bm25(…, 1.0, 0.0)`` gives the scope column no weight. Both tables
+# become contentless (``messages`` holds the text; search never reads it from the
+# index). Rebuilt from ``messages`` once, here.
+_SCOPE_TOKENS = """(SELECT 't' || t.id || ' p' || p.id || ' s' || s.id FROM search_scopes t,
+        search_scopes p, search_scopes s
+        WHERE t.kind = 't' AND t.tenant = {m}.tenant AND t.name = ''
+          AND p.kind = 'p' AND p.tenant = {m}.tenant AND p.name = {m}.project
+          AND s.kind = 's' AND s.tenant = {m}.tenant AND s.name = {m}.session)"""
+_PREVIOUS = """coalesce((SELECT substr(p.content, 1, 2000) FROM messages p
+        WHERE p.tenant = {m}.tenant AND p.session = {m}.session AND p.id < {m}.id
+        ORDER BY p.id DESC LIMIT 1), '') || char(10) || {m}.content"""
+_CLAIM_SCOPES = """INSERT OR IGNORE INTO search_scopes(kind, tenant, name)
+        VALUES ('t', {m}.tenant, ''), ('p', {m}.tenant, {m}.project),
+               ('s', {m}.tenant, {m}.session)"""
+_INDEX_ROW = """INSERT INTO messages_fts(rowid, content, scope)
+        VALUES ({m}.id, {m}.content, """ + _SCOPE_TOKENS + """);
+    INSERT INTO context_fts(rowid, content, scope)
+        VALUES ({m}.id, """ + _PREVIOUS + """, """ + _SCOPE_TOKENS + """);"""
+_V4 = """
+DROP TRIGGER messages_fts_ai;
+DROP TRIGGER messages_fts_ad;
+DROP TRIGGER messages_fts_au;
+DROP TRIGGER context_fts_ai;
+DROP TRIGGER context_fts_ad;
+DROP TRIGGER context_fts_au;
+DROP TABLE messages_fts;
+DROP TABLE context_fts;
+CREATE TABLE search_scopes(
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    name TEXT NOT NULL,
+    UNIQUE (kind, tenant, name)
+);
+CREATE VIRTUAL TABLE messages_fts USING fts5(
+    content, scope, content='', contentless_delete=1, tokenize='porter unicode61'
+);
+CREATE VIRTUAL TABLE context_fts USING fts5(
+    content, scope, content='', contentless_delete=1, tokenize='porter unicode61'
+);
+CREATE TRIGGER search_index_ai AFTER INSERT ON messages BEGIN
+    """ + _CLAIM_SCOPES.format(m="new") + """;
+    """ + _INDEX_ROW.format(m="new") + """
+END;
+CREATE TRIGGER search_index_ad AFTER DELETE ON messages BEGIN
+    DELETE FROM messages_fts WHERE rowid = old.id;
+    DELETE FROM context_fts WHERE rowid = old.id;
+END;
+CREATE TRIGGER search_index_au AFTER UPDATE OF content, tenant, project, session ON messages
+BEGIN
+    DELETE FROM messages_fts WHERE rowid = old.id;
+    DELETE FROM context_fts WHERE rowid = old.id;
+    """ + _CLAIM_SCOPES.format(m="new") + """;
+    """ + _INDEX_ROW.format(m="new") + """
+END;
+INSERT OR IGNORE INTO search_scopes(kind, tenant, name)
+    SELECT DISTINCT 't', tenant, '' FROM messages;
+INSERT OR IGNORE INTO search_scopes(kind, tenant, name)
+    SELECT DISTINCT 'p', tenant, project FROM messages;
+INSERT OR IGNORE INTO search_scopes(kind, tenant, name)
+    SELECT DISTINCT 's', tenant, session FROM messages;
+INSERT INTO messages_fts(rowid, content, scope)
+    SELECT m.id, m.content, """ + _SCOPE_TOKENS.format(m="m") + """ FROM messages m;
+INSERT INTO context_fts(rowid, content, scope)
+    SELECT m.id, """ + _PREVIOUS.format(m="m") + """, """ + _SCOPE_TOKENS.format(m="m") + """
+    FROM messages m;
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "turns, messages + FTS5, embeddings, sessions, kv", _V1),
     Migration(2, "context_fts: each message with its predecessor, for search", _V2),
     Migration(3, "recall_anchors: recalls kept for next-turn expansion", _V3),
+    Migration(4, "scope tokens in both search indexes; contentless", _V4),
 ]
 
 

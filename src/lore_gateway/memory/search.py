@@ -33,7 +33,16 @@ import numpy as np
 import orjson
 
 from lore_gateway.memory.embed import Embedder
-from lore_gateway.memory.query import ParsedQuery, parse_query
+from lore_gateway.memory.query import (
+    MatchPlan,
+    ParsedQuery,
+    TermCost,
+    parse_query,
+    phrase,
+    plan_match,
+    prefix_eligible,
+)
+from lore_gateway.memory.termstats import TermStats
 from lore_gateway.memory.vectors import VectorIndex
 
 log = logging.getLogger(__name__)
@@ -54,6 +63,16 @@ VECTOR_FLOOR_RANK = 50
 # PREV/NEXT_WEIGHT × a small score cannot move anything into the top results.
 NEIGHBOUR_SOURCES = 40
 MAX_LIMIT = 100
+# Cost bounds of one BM25 query (docs/search.md, "Latency"): rows whose IDF walk a
+# search may pay for, estimated in-scope matches FTS5 may score, and the count
+# above which a term is a stop word for this store. FTS5 counts a row in ~30 ns
+# and scores a match in ~1 µs; these keep both indexes within a few milliseconds.
+MAX_COUNTED_ROWS = 60_000
+MAX_SCORED_ROWS = 5_000
+MAX_TERM_ROWS = 60_000
+
+# The scope-token kind of each scope (schema v4: ``search_scopes``).
+SCOPE_KINDS = {"all": "t", "project": "p", "session": "s"}
 
 Scope = str
 
@@ -99,6 +118,7 @@ class Searcher:
         # The vector index is per process; one lock keeps concurrent searches from
         # refreshing it twice (the Memory facade runs one search thread anyway).
         self._vector_lock = threading.Lock()
+        self._stats = TermStats()
 
     def _conn(self) -> apsw.Connection:
         conn: apsw.Connection | None = getattr(self._local, "conn", None)
@@ -111,11 +131,15 @@ class Searcher:
                scope: Scope = "all", limit: int = 10) -> SearchResult:
         """The best ``limit`` messages of the scope for ``query``."""
         limit = max(1, min(limit, MAX_LIMIT))
-        where, args = _scope_filter(scope, tenant, project, session)
+        if scope not in SCOPE_KINDS:
+            raise ValueError(f"unknown scope {scope!r}; use session, project or all")
         conn = self._conn()
-        parsed = parse_query(query)
-        own = _bm25(conn, "messages_fts", parsed, where, args)
-        ctx = _bm25(conn, "context_fts", parsed, where, args)
+        own: dict[int, float] = {}
+        ctx: dict[int, float] = {}
+        match = self._match(conn, parse_query(query), scope, tenant, project, session)
+        if match is not None:
+            own = match.rank(conn, "messages_fts")
+            ctx = match.rank(conn, "context_fts")
         vec = self._vector_scores(conn, query, tenant, project, session, scope)
         prev_next = _neighbours(conn, own, NEIGHBOUR_SOURCES)
 
@@ -136,6 +160,44 @@ class Searcher:
         hits = _load_hits(conn, ranked[:limit], tenant)
         return SearchResult(query=query, scope=scope, hits=hits, total=len(ranked),
                             _candidates=tuple(mid for mid, _ in ranked[:limit]))
+
+    def _match(self, conn: apsw.Connection, parsed: ParsedQuery, scope: Scope, tenant: str,
+               project: str, session: str) -> _Match | None:
+        """The FTS5 query this search can afford (see ``query.plan_match``)."""
+        if parsed.empty:
+            return None
+        kind, name = SCOPE_KINDS[scope], {"all": "", "project": project, "session": session}[scope]
+        row = conn.execute("SELECT id FROM search_scopes WHERE kind = ? AND tenant = ?"
+                           " AND name = ?", (kind, tenant, name)).fetchone()
+        if row is None:  # nothing stored in this scope
+            return None
+        token = f"{kind}{int(row[0])}"
+        store_rows = self._stats.store_rows(conn)
+        if scope == "all":
+            # No scope token: the tenant's token would make BM25 walk every row of
+            # the tenant for its IDF. Other tenants' rows are filtered afterwards.
+            fraction = 1.0
+        else:
+            in_scope = self._stats.rows(conn, f"{{scope}}: {token}", cap=store_rows,
+                                        store_rows=store_rows)
+            fraction = in_scope / max(store_rows, 1)
+        costs = []
+        for term in parsed.terms:
+            exact = phrase(term, prefix=False)
+            df = self._stats.rows(conn, f"{{content}}: {exact}", cap=MAX_TERM_ROWS,
+                                  store_rows=store_rows)
+            if df <= MAX_TERM_ROWS and prefix_eligible(term):
+                wide = phrase(term, prefix=True)
+                wide_df = self._stats.rows(conn, f"{{content}}: {wide}", cap=MAX_TERM_ROWS,
+                                           store_rows=store_rows)
+                if wide_df <= MAX_TERM_ROWS:
+                    exact, df = wide, wide_df
+            costs.append(TermCost(exact, df))
+        plan = plan_match(costs, scope_fraction=fraction, max_df=MAX_TERM_ROWS,
+                          max_counted=MAX_COUNTED_ROWS, max_scored=MAX_SCORED_ROWS)
+        if plan.empty:
+            return None
+        return _Match(plan, tenant, token, scoped=scope != "all")
 
     def _vector_scores(self, conn: apsw.Connection, query: str, tenant: str, project: str,
                        session: str, scope: Scope) -> dict[int, float]:
@@ -159,30 +221,53 @@ class Searcher:
         return {mid: m / top for mid, m in margins.items()}
 
 
-def _scope_filter(scope: Scope, tenant: str, project: str,
-                  session: str) -> tuple[str, tuple[str, ...]]:
-    if scope == "session":
-        return "m.tenant = ? AND m.session = ?", (tenant, session)
-    if scope == "project":
-        return "m.tenant = ? AND m.project = ?", (tenant, project)
-    if scope == "all":
-        return "m.tenant = ?", (tenant,)
-    raise ValueError(f"unknown scope {scope!r}; use session, project or all")
+@dataclass(frozen=True, slots=True)
+class _Match:
+    """One planned FTS5 query, run against ``messages_fts`` and ``context_fts``."""
 
+    plan: MatchPlan
+    tenant: str
+    token: str
+    scoped: bool
 
-def _bm25(conn: apsw.Connection, table: str, parsed: ParsedQuery, where: str,
-          args: tuple[str, ...]) -> dict[int, float]:
-    """BM25 of the best matches in scope, each divided by the best (so 1.0 is the top)."""
-    if parsed.empty:
-        return {}
-    rows: list[tuple[Any, ...]] = conn.execute(
-        f"SELECT m.id, -bm25({table}) AS s FROM {table} JOIN messages m ON m.id = {table}.rowid"
-        f" WHERE {table} MATCH ? AND {where} ORDER BY s DESC LIMIT {BM25_CANDIDATES}",
-        (parsed.match_any, *args)).fetchall()
-    if not rows:
-        return {}
-    top = max(float(rows[0][1]), 1e-9)
-    return {int(r[0]): float(r[1]) / top for r in rows}
+    def rank(self, conn: apsw.Connection, table: str) -> dict[int, float]:
+        """BM25 of the best in-scope matches, each divided by the best (1.0 is the top)."""
+        rows = self._ranked(conn, table, scoped=self.scoped)
+        if not self.scoped and rows:
+            marks = ",".join("?" * len(rows))
+            mine = {int(r[0]) for r in conn.execute(
+                f"SELECT id FROM messages WHERE id IN ({marks}) AND +tenant = ?",
+                (*(mid for mid, _ in rows), self.tenant))}
+            if len(mine) < len(rows):
+                # Another tenant's rows crowd this one's: rank inside the tenant instead.
+                rows = self._ranked(conn, table, scoped=True)
+        if not rows:
+            return {}
+        top = max(rows[0][1], 1e-9)
+        return {mid: s / top for mid, s in rows}
+
+    def _ranked(self, conn: apsw.Connection, table: str, *,
+                scoped: bool) -> list[tuple[int, float]]:
+        expression = f"{{content}}: ({self.plan.expression})"
+        if scoped:
+            expression = f"{{scope}}: {self.token} AND {expression}"
+        if not self.plan.ranked:
+            newest = [int(r[0]) for r in conn.execute(
+                f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC"
+                f" LIMIT {BM25_CANDIDATES}", (expression,))]
+            return [(mid, 1.0 - i / BM25_CANDIDATES) for i, mid in enumerate(newest)]
+        floor = 0
+        if self.plan.recent:
+            row = conn.execute(
+                f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC"
+                " LIMIT 1 OFFSET ?", (expression, self.plan.recent - 1)).fetchone()
+            floor = int(row[0]) if row is not None else 0
+        # ``rank MATCH``: BM25 with weight 0 for the scope column, computed inside
+        # FTS5, which also keeps only the best rows for ``ORDER BY rank LIMIT``.
+        return [(int(r[0]), float(r[1])) for r in conn.execute(
+            f"SELECT rowid, -rank FROM {table} WHERE {table} MATCH ?"
+            f" AND rank MATCH 'bm25(1.0, 0.0)' AND rowid >= ?"
+            f" ORDER BY rank LIMIT {BM25_CANDIDATES}", (expression, floor))]
 
 
 def _neighbours(conn: apsw.Connection, own: dict[int, float],
@@ -213,7 +298,7 @@ def _load_hits(conn: apsw.Connection, ranked: list[tuple[int, float]], tenant: s
     marks = ",".join("?" * len(ids))
     rows: dict[int, tuple[Any, ...]] = {int(r[0]): r for r in conn.execute(
         f"SELECT id, role, content, created_at, session, project, meta FROM messages"
-        f" WHERE id IN ({marks}) AND tenant = ?", (*ids, tenant))}
+        f" WHERE id IN ({marks}) AND +tenant = ?", (*ids, tenant))}
     top = max(ranked[0][1], 1e-9)
     hits = []
     for mid, score in ranked:

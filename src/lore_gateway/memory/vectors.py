@@ -7,11 +7,14 @@ low-priority process, bounded queue), which calls :func:`embed_and_store`.
 
 Search needs cosine similarity over every stored message of a scope, and at a
 million messages a float32 matrix is 1.5 GB, too much to keep resident. The
-:class:`VectorIndex` therefore keeps only a 384-bit sign code per message
-(48 bytes; 48 MB per million) plus ids and scope codes. A query ranks a scope by
-Hamming distance between sign codes (a cheap proxy for the angle), then scores
-the best few hundred exactly with their float32 vectors read from SQLite. Small
-scopes (a session, a typical project) skip the proxy and are scored exactly.
+:class:`VectorIndex` therefore keeps only a 384-bit SimHash per message (the signs
+of 384 fixed random projections: 48 bytes, 48 MB per million) plus ids and scope
+codes. The Hamming distance between two SimHashes estimates the angle between
+the vectors. A large scope is ranked in two passes: by the first 128 bits over
+every row (one million rows in a few milliseconds), then by all 384 bits over the
+best few thousand; the best few hundred of those are scored exactly with their
+float32 vectors read from SQLite. Small scopes (a session, a typical project)
+skip the proxy and are scored exactly.
 """
 
 from __future__ import annotations
@@ -37,8 +40,15 @@ EMBED_CHARS = 2_000
 # A scope up to this size is scored exactly (all its vectors read from SQLite);
 # larger scopes are pre-ranked by sign-code Hamming distance first.
 EXACT_SCOPE_ROWS = 3_000
-# Candidates kept from the Hamming pre-rank for exact scoring.
+# Candidates kept from the 128-bit pass, then from the 384-bit pass for exact scoring.
+COARSE_CANDIDATES = 5_000
 HAMMING_CANDIDATES = 600
+# Words (64 bits each) of the SimHash, and how many the first pass reads.
+CODE_WORDS = 6
+COARSE_WORDS = 2
+# Rows read from SQLite per step when an index is loaded (bounds the transient
+# memory of loading a million vectors to ~75 MB).
+LOAD_BATCH = 50_000
 # Upper bound of sign codes held in memory across tenants (48 B each: ~190 MB).
 MAX_INDEX_ROWS = 4_000_000
 
@@ -49,6 +59,11 @@ def sign_codes(vectors: FloatArray) -> npt.NDArray[np.uint64]:
     """Pack the sign bits of each row into 6 uint64 words (384 bits)."""
     bits = np.packbits(vectors > 0, axis=1)
     return np.ascontiguousarray(bits).view(np.uint64)
+
+
+def _projections(dim: int) -> FloatArray:
+    """The fixed random hyperplanes of the SimHash (seeded: the same in every process)."""
+    return np.random.default_rng(384).standard_normal((dim, CODE_WORDS * 64)).astype(np.float32)
 
 
 def embed_and_store(conn: apsw.Connection, embedder: Embedder, ids: list[int]) -> int:
@@ -77,15 +92,38 @@ def embed_and_store(conn: apsw.Connection, embedder: Embedder, ids: list[int]) -
 
 @dataclass(slots=True)
 class _TenantIndex:
-    """Sign codes of one tenant's messages, with the scope of each row."""
+    """SimHashes of one tenant's messages, with the scope of each row.
+
+    ``codes`` is word-major (``codes[w]`` holds word ``w`` of every row) so the
+    first pass reads two contiguous arrays.
+    """
 
     watermark: int = 0
     ids: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
-    codes: npt.NDArray[np.uint64] = field(default_factory=lambda: np.zeros((0, 6), np.uint64))
+    codes: npt.NDArray[np.uint64] = field(
+        default_factory=lambda: np.zeros((CODE_WORDS, 0), np.uint64))
     projects: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, np.int32))
     sessions: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, np.int32))
     project_codes: dict[str, int] = field(default_factory=dict)
     session_codes: dict[str, int] = field(default_factory=dict)
+
+
+def _hamming(codes: npt.NDArray[np.uint64], query: npt.NDArray[np.uint64],
+             rows: IntArray | None) -> npt.NDArray[np.uint16]:
+    """Hamming distance of ``query`` to each row (all rows when ``rows`` is None)."""
+    total: npt.NDArray[np.uint16] | None = None
+    for word in range(len(query)):
+        column = codes[word] if rows is None else codes[word][rows]
+        bits = np.bitwise_count(column ^ query[word]).astype(np.uint16)
+        total = bits if total is None else total + bits
+    assert total is not None
+    return total
+
+
+def _best(distance: npt.NDArray[np.uint16], keep: int) -> IntArray:
+    if len(distance) <= keep:
+        return np.arange(len(distance), dtype=np.int64)
+    return np.argpartition(distance, keep - 1)[:keep].astype(np.int64)
 
 
 class VectorIndex:
@@ -99,30 +137,40 @@ class VectorIndex:
         self._model = model_name
         self._dim = dim
         self._max_rows = max_rows
+        self._planes = _projections(dim)
         self._tenants: dict[str, _TenantIndex] = {}
+
+    def simhash(self, vectors: FloatArray) -> npt.NDArray[np.uint64]:
+        """384-bit SimHash of each row, word-major: shape (6, rows)."""
+        return np.ascontiguousarray(sign_codes(vectors @ self._planes).T)
 
     def search(self, conn: apsw.Connection, query: FloatArray, *, tenant: str,
                project: str | None, session: str | None, k: int) -> dict[int, float]:
         """Up to ``k`` message ids of the scope with their cosine to ``query``."""
         index = self._refresh(conn, tenant)
-        mask = np.ones(len(index.ids), dtype=bool)
-        if project is not None:
-            code = index.project_codes.get(project)
-            if code is None:
-                return {}
-            mask &= index.projects == code
-        if session is not None:
-            code = index.session_codes.get(session)
-            if code is None:
-                return {}
-            mask &= index.sessions == code
-        rows = np.flatnonzero(mask)
-        if len(rows) > EXACT_SCOPE_ROWS:
-            qcode = sign_codes(query[None, :])[0]
-            distance = np.bitwise_count(index.codes[rows] ^ qcode).sum(axis=1)
-            keep = min(len(rows), max(HAMMING_CANDIDATES, k))
-            rows = rows[np.argpartition(distance, keep - 1)[:keep]]
-        scores = self.exact(conn, query, index.ids[rows].tolist())
+        rows: IntArray | None = None  # None: every row of the tenant
+        if project is not None or session is not None:
+            mask = np.ones(len(index.ids), dtype=bool)
+            for value, codes, column in ((project, index.project_codes, index.projects),
+                                         (session, index.session_codes, index.sessions)):
+                if value is None:
+                    continue
+                code = codes.get(value)
+                if code is None:
+                    return {}
+                mask &= column == code
+            rows = np.flatnonzero(mask)
+        size = len(index.ids) if rows is None else len(rows)
+        if size > EXACT_SCOPE_ROWS:
+            qcode = self.simhash(query[None, :])[:, 0]
+            coarse = _best(_hamming(index.codes[:COARSE_WORDS], qcode[:COARSE_WORDS], rows),
+                           COARSE_CANDIDATES)
+            rows = coarse if rows is None else rows[coarse]
+            fine = _best(_hamming(index.codes, qcode, rows),
+                         max(HAMMING_CANDIDATES, k))
+            rows = rows[fine]
+        candidates = index.ids if rows is None else index.ids[rows]
+        scores = self.exact(conn, query, candidates.tolist())
         best = sorted(scores.items(), key=lambda kv: -kv[1])[:k]
         return dict(best)
 
@@ -150,13 +198,19 @@ class VectorIndex:
         if index is None:
             self._evict_for_new_tenant()
             index = self._tenants[tenant] = _TenantIndex()
+        while self._load_batch(conn, tenant, index):
+            pass
+        return index
+
+    def _load_batch(self, conn: apsw.Connection, tenant: str, index: _TenantIndex) -> bool:
+        """Add up to LOAD_BATCH rows above the watermark; ``False`` when none were left."""
         rows: list[tuple[Any, ...]] = conn.execute(
             "SELECT e.message_id, m.project, m.session, e.vector FROM embeddings e"
             " JOIN messages m ON m.id = e.message_id"
-            " WHERE e.message_id > ? AND m.tenant = ? AND e.model = ? ORDER BY e.message_id",
-            (index.watermark, tenant, self._model)).fetchall()
+            " WHERE e.message_id > ? AND +m.tenant = ? AND e.model = ? ORDER BY e.message_id"
+            f" LIMIT {LOAD_BATCH}", (index.watermark, tenant, self._model)).fetchall()
         if not rows:
-            return index
+            return False
         ids = np.fromiter((int(r[0]) for r in rows), dtype=np.int64, count=len(rows))
         vectors = np.frombuffer(b"".join(bytes(r[3]) for r in rows), dtype="<f4").reshape(
             len(rows), self._dim)
@@ -167,16 +221,16 @@ class VectorIndex:
             (index.session_codes.setdefault(str(r[2]), len(index.session_codes)) for r in rows),
             dtype=np.int32, count=len(rows))
         index.ids = np.concatenate([index.ids, ids])
-        index.codes = np.concatenate([index.codes, sign_codes(vectors)])
+        index.codes = np.concatenate([index.codes, self.simhash(vectors)], axis=1)
         index.projects = np.concatenate([index.projects, projects])
         index.sessions = np.concatenate([index.sessions, sessions])
         index.watermark = int(ids[-1])
         if len(index.ids) > self._max_rows:
             # Keep the most recent rows: old memories stay reachable through BM25.
             cut = len(index.ids) - self._max_rows
-            index.ids, index.codes = index.ids[cut:], index.codes[cut:]
+            index.ids, index.codes = index.ids[cut:], np.ascontiguousarray(index.codes[:, cut:])
             index.projects, index.sessions = index.projects[cut:], index.sessions[cut:]
-        return index
+        return len(rows) == LOAD_BATCH
 
     def _evict_for_new_tenant(self) -> None:
         total = sum(len(t.ids) for t in self._tenants.values())
