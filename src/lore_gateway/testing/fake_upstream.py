@@ -9,6 +9,7 @@ request with the ``x-fake-scenario`` header, or for the next requests with
 Scenarios (``name`` or ``name:argument``; see docs/testing.md):
 
 ``text[:words]``          a complete answer (the default)
+``blank``                 a complete answer whose text is only whitespace
 ``recall[:query]``        a call to the ``recall`` tool; once the request ends
                           with the tool's output, text quoting its top result
 ``call-recall[:query]``   a recall call even after a tool output (chains recalls)
@@ -471,6 +472,8 @@ class FakeUpstream:
         text = self.text
         if name == "text" and scenario.arg:
             text = scenario.arg
+        if name == "blank":
+            text = BLANK_TEXT
         if name in _RECALL_SCENARIOS:
             output = tool_output(api, body)
             if output is None or name == "call-recall":
@@ -601,6 +604,7 @@ _RECALL_SCENARIOS = ("recall", "call-recall", "thinking-recall", "recall-first",
                      "recall-between", "parallel-recall", "text-recall")
 _VISIBLE_TOOL = ("read_file", '{"path":"README.md"}')
 TEXT_RECALL_PREAMBLE = "Let me look that up."
+BLANK_TEXT = " \n\t "
 
 
 def _recall_call(api: str, name: str, arguments: str, model: str, chat_usage: bool) -> Answer:
