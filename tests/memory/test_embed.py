@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from lore_gateway.config import Settings
+from lore_gateway.memory import db
 from lore_gateway.memory.embed import as_blob, from_blob, load_embedder
+from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.service import Memory
 from lore_gateway.memory.vectors import sign_codes
+from lore_gateway.protocols.common import Message
 
 embedder = load_embedder()
 pytestmark = pytest.mark.skipif(embedder is None, reason="embedding model not installed")
@@ -38,3 +45,37 @@ def test_blob_round_trip_and_sign_codes() -> None:
     codes = sign_codes(np.stack([v, -v]))
     assert codes.shape == (2, 6)
     assert int(np.bitwise_count(codes[0] ^ codes[1]).sum()) == 384
+
+
+def test_open_embeds_messages_stored_while_the_model_was_absent(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path)
+    ident = Identity("tenant-a", "proj-x", "s1")
+    texts = ["My puppy chewed through the sofa cushions again.",
+             "The quarterly tax filing is due next Tuesday."]
+    bm25_only = Memory.open(settings, embedder=None)
+    try:
+        for text in texts:
+            assert bm25_only.submit_turn(TurnRecord(identity=ident, protocol="chat", model=None,
+                                                    messages=(Message("user", text),),
+                                                    created_at=1.7e9))
+        bm25_only.flush(10)
+    finally:
+        bm25_only.close()
+
+    def vectors() -> int:
+        conn = db.connect(settings.db_path)
+        try:
+            return int(conn.execute("SELECT count(*) FROM embeddings").fetchone()[0])
+        finally:
+            conn.close()
+
+    assert vectors() == 0
+    memory = Memory.open(settings, embedder="auto")
+    try:
+        memory.flush(120)
+        assert vectors() == 2
+        # The backfilled vectors are searchable: no word in common with the answer.
+        hits = memory.search_sync("dog destroyed furniture", identity=ident, limit=1).hits
+        assert hits[0].content == texts[0]
+    finally:
+        memory.close()

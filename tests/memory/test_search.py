@@ -8,10 +8,19 @@ from pathlib import Path
 import pytest
 
 from lore_gateway.config import Settings
+from lore_gateway.memory import db, schema, search
 from lore_gateway.memory.embed import load_embedder
-from lore_gateway.memory.query import parse_query
+from lore_gateway.memory.query import (
+    MatchPlan,
+    TermCost,
+    parse_query,
+    phrase,
+    plan_match,
+    prefix_eligible,
+)
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.writer import write_turn
 from lore_gateway.protocols.common import Message, Role
 
 ALICE = Identity("tenant-a", "proj-x", "s1")
@@ -101,8 +110,98 @@ def test_deleted_session_disappears_from_search(memory: Memory) -> None:
 def test_parse_query_drops_stop_words_and_quotes_terms() -> None:
     parsed = parse_query("What did Caroline's team decide about the \"retry\" policy?")
     assert parsed.terms == ("caroline", "team", "decide", "retry", "policy")
-    assert parsed.match_any == '"caroline"* OR "team"* OR "decide"* OR "retry"* OR "policy"*'
+    assert [phrase(t, prefix=prefix_eligible(t)) for t in parsed.terms] == [
+        '"caroline"*', '"team"*', '"decide"*', '"retry"*', '"policy"*']
+    assert phrase('a"b', prefix=False) == '"a""b"'
+    assert not prefix_eligible("go")
     assert parse_query("what is it").empty
+
+
+def _plan(*dfs: int, fraction: float = 1.0) -> MatchPlan:
+    return plan_match([TermCost(f"t{df}", df) for df in dfs], scope_fraction=fraction,
+                      max_df=1_000, max_counted=1_500, max_scored=300)
+
+
+def test_plan_keeps_every_term_of_a_small_store_and_drops_common_ones_of_a_large() -> None:
+    assert _plan(5, 40, 200) == MatchPlan(("t5", "t40", "t200"))
+    # Rarest first while the in-scope matches stay affordable: t200 would make 545.
+    assert _plan(400, 5, 140) == MatchPlan(("t5", "t140"))
+    # A small scope (1 % of the store) affords far more matching rows ...
+    assert _plan(400, 5, 900, fraction=0.01) == MatchPlan(("t5", "t400", "t900"))
+    # ... but never a term past max_df, nor more IDF walking than max_counted.
+    assert _plan(5, 1_001, fraction=0.01) == MatchPlan(("t5",))
+    assert _plan(900, 800, fraction=0.01) == MatchPlan(("t800",))
+
+
+def test_plan_falls_back_to_the_newest_matches_of_the_conjunction() -> None:
+    # Even the rarest term has too many in-scope matches: rank the newest 300.
+    # The conjunction takes terms rarest first while their IDF walks stay affordable.
+    assert _plan(600, 1_000) == MatchPlan(("t600",), conjunction=True, recent=300)
+    assert _plan(700, 600, fraction=0.6) == MatchPlan(("t600", "t700"), conjunction=True,
+                                                      recent=300)
+    # Half the store in scope: 600 rows make 300 in-scope matches, still affordable.
+    assert _plan(600, fraction=0.5) == MatchPlan(("t600",))
+    # Every term is a stop word for this store: newest first, unranked.
+    assert _plan(5_000, 2_000) == MatchPlan(("t5000", "t2000"), conjunction=True, ranked=False)
+    assert _plan() == MatchPlan(())
+    assert MatchPlan(("a", "b"), conjunction=True).expression == "a AND b"
+
+
+def test_large_store_plans_rank_rare_terms_and_fall_back_to_recency(
+        memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same search code at toy limits: a store where "deploy" is in every row."""
+    monkeypatch.setattr(search, "MAX_TERM_ROWS", 20)
+    monkeypatch.setattr(search, "MAX_COUNTED_ROWS", 20)
+    _store(memory, *(_turn(ALICE, ("user", f"deploy note {i}"), at=1.7e9 + i)
+                     for i in range(30)))
+    _store(memory, _turn(ALICE, ("user", "deploy the zeppelin gateway")))
+    # "deploy" matches 31 rows, past the limit: the rare term decides.
+    hits = memory.search_sync("deploy zeppelin", identity=ALICE, scope="project").hits
+    assert hits[0].content == "deploy the zeppelin gateway"
+    # Only common terms: the newest rows that contain all of them (neighbour and
+    # context signals reorder them a little, but nothing old comes back).
+    hits = memory.search_sync("deploy note", identity=ALICE, scope="project", limit=3).hits
+    assert {h.content for h in hits} <= {f"deploy note {i}" for i in range(26, 30)}
+
+
+def test_another_tenants_rows_do_not_crowd_out_this_tenants_in_scope_all(
+        memory: Memory) -> None:
+    crowd = Identity("tenant-b", "proj-b", "sb")
+    _store(memory, *(_turn(crowd, ("user", "websocket websocket")) for _ in range(450)))
+    _store(memory, _turn(ALICE, ("user", "the websocket reconnect flakes on slow networks")))
+    hits = memory.search_sync("websocket", identity=ALICE, scope="all").hits
+    assert [h.content for h in hits] == ["the websocket reconnect flakes on slow networks"]
+
+
+def test_a_version_3_store_migrates_forward_and_stays_searchable(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, embeddings=False)
+    conn = db.connect(settings.db_path)
+    for migration in schema.MIGRATIONS[:3]:
+        conn.execute(migration.sql)
+    conn.execute("CREATE TABLE schema_version(version INTEGER NOT NULL)")
+    conn.execute("INSERT INTO schema_version VALUES (1), (2), (3)")
+    other = Identity("tenant-a", "proj-y", "s9")
+    with conn:
+        for record in (_turn(ALICE, ("user", "Which queue does the billing worker use?"),
+                             ("assistant", "RabbitMQ, the durable one.")),
+                       _turn(other, ("user", "billing worker in the other project"))):
+            write_turn(conn, record, 1 << 20)
+    conn.close()
+
+    mem = Memory.open(settings, embedder=None)
+    try:
+        hits = mem.search_sync("billing worker queue", identity=ALICE, scope="project").hits
+        assert [h.content for h in hits] == ["Which queue does the billing worker use?",
+                                             "RabbitMQ, the durable one."]
+        assert {h.project for h in
+                mem.search_sync("billing worker", identity=ALICE, scope="all").hits} == {
+            "proj-x", "proj-y"}
+        # Rows written after the migration are indexed by the new triggers.
+        _store(mem, _turn(ALICE, ("user", "billing worker retries twice")))
+        hits = mem.search_sync("billing retries", identity=ALICE, scope="session").hits
+        assert hits[0].content == "billing worker retries twice"
+    finally:
+        mem.close()
 
 
 @pytest.mark.skipif(load_embedder() is None, reason="embedding model not installed")

@@ -52,7 +52,7 @@ yourself yourselves also just will would like likely kind sort thing things get 
 
 @dataclass(frozen=True, slots=True)
 class ParsedQuery:
-    """The content terms of a query and the FTS5 expressions built from them."""
+    """The content terms of a query, in first-seen order."""
 
     terms: tuple[str, ...]
 
@@ -60,23 +60,13 @@ class ParsedQuery:
     def empty(self) -> bool:
         return not self.terms
 
-    @property
-    def match_any(self) -> str:
-        """FTS5 disjunction of the quoted terms as prefixes (``"a"* OR "b"*``).
-
-        Prefix matching (lore-spec G.4 does the same) lets "deploy" find "deployment"
-        where the porter stemmer keeps them apart; on LoCoMo it added ~0.004 recall@10.
-        """
-        return " OR ".join(_quote(t) + "*" for t in self.terms)
-
-    @property
-    def match_all(self) -> str:
-        """FTS5 conjunction of the quoted terms (``"a" "b"``: implicit AND)."""
-        return " ".join(_quote(t) for t in self.terms)
-
 
 def phrase(term: str, *, prefix: bool) -> str:
-    """One quoted FTS5 phrase, optionally a prefix query."""
+    """One quoted FTS5 phrase, optionally a prefix query (``"deploy"*``).
+
+    Prefix matching (lore-spec G.4 does the same) lets "deploy" find "deployment"
+    where the porter stemmer keeps them apart.
+    """
     return _quote(term) + ("*" if prefix else "")
 
 

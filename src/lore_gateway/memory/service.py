@@ -98,6 +98,7 @@ class Memory:
         self._searcher: Searcher | None = None
         self._reader: apsw.Connection | None = None
         self._reader_lock = threading.Lock()
+        self._backfill: threading.Thread | None = None
 
     @classmethod
     def open(cls, settings: Settings, *,
@@ -130,8 +131,31 @@ class Memory:
             max_message_bytes=settings.store_max_message_bytes,
             on_commit=worker.submit if worker is not None else None,
         )
-        return cls(settings, salt=salt, writer=writer, embedder=embedder,
-                   embedding_worker=worker)
+        memory = cls(settings, salt=salt, writer=writer, embedder=embedder,
+                     embedding_worker=worker)
+        memory._start_backfill()
+        return memory
+
+    def _start_backfill(self) -> None:
+        """Queue stored messages that have no vector (written while the model was
+        absent, or dropped from a full queue) for the embedding worker.
+
+        On its own thread so start-up never waits for the scan; the worker's queue
+        is bounded, and what does not fit waits for the next start.
+        """
+        worker = self._embedding_worker
+        if worker is None:
+            return
+
+        def run() -> None:
+            try:
+                worker.backfill()
+            except Exception:
+                log.exception("memory: queueing messages without vectors failed; they stay "
+                              "BM25-only until the next start")
+
+        self._backfill = threading.Thread(target=run, name="lore-embed-backfill", daemon=True)
+        self._backfill.start()
 
     # --- identity and the write path -----------------------------------------------
 
@@ -157,6 +181,9 @@ class Memory:
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self._writer.flush(timeout):
             raise TimeoutError(f"memory writer still busy after {timeout} s")
+        if self._backfill is not None:
+            self._backfill.join(None if deadline is None
+                                else max(0.0, deadline - time.monotonic()))
         if self._embedding_worker is not None:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             self._embedding_worker.flush(remaining)
@@ -255,6 +282,8 @@ class Memory:
     def close(self) -> None:
         """Write everything queued, stop the workers, close connections."""
         self._writer.close()
+        if self._backfill is not None:
+            self._backfill.join(timeout=30)
         if self._embedding_worker is not None:
             self._embedding_worker.close()
         self._search_pool.shutdown(wait=True)
