@@ -12,7 +12,7 @@ from lore_gateway.memory import db
 from lore_gateway.memory.embed import as_blob, from_blob, load_embedder
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
-from lore_gateway.memory.vectors import sign_codes
+from lore_gateway.memory.vectors import EXACT_SCOPE_ROWS, VectorIndex, sign_codes
 from lore_gateway.protocols.common import Message
 
 embedder = load_embedder()
@@ -79,3 +79,45 @@ def test_open_embeds_messages_stored_while_the_model_was_absent(tmp_path: Path) 
         assert hits[0].content == texts[0]
     finally:
         memory.close()
+
+
+def test_a_scope_past_the_exact_limit_is_pre_ranked_and_still_finds_the_nearest(
+        tmp_path: Path) -> None:
+    """More rows than EXACT_SCOPE_ROWS: the SimHash passes must keep the true neighbours."""
+    settings = Settings(data_dir=tmp_path, embeddings=False)
+    memory = Memory.open(settings, embedder=None)
+    rows = EXACT_SCOPE_ROWS + 2_000
+    try:
+        for i in range(0, rows, 2):
+            ident = Identity("tenant-a", f"proj-{i % 4 // 2}", f"s{i // 100}")
+            memory.submit_turn(TurnRecord(identity=ident, protocol="chat", model=None,
+                                          messages=(Message("user", f"note {i}"),
+                                                    Message("assistant", f"reply {i}")),
+                                          created_at=1.7e9), wait=True)
+        memory.flush(60)
+    finally:
+        memory.close()
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((rows, 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    conn = db.connect(settings.db_path)
+    try:
+        ids = [int(r[0]) for r in conn.execute("SELECT id FROM messages ORDER BY id")]
+        with conn:
+            conn.executemany("INSERT INTO embeddings(message_id, model, vector) VALUES (?,?,?)",
+                             [(mid, "m", as_blob(v)) for mid, v in zip(ids, vectors, strict=True)])
+        index = VectorIndex("m", 384)
+        for target in (7, 1_234, rows - 1):
+            query = vectors[target] + 0.6 * rng.standard_normal(384).astype(np.float32) / 20
+            query /= np.linalg.norm(query)
+            found = index.search(conn, query, tenant="tenant-a", project=None, session=None,
+                                 k=10)
+            assert max(found, key=lambda mid: found[mid]) == ids[target]
+        # A project scope only returns that project's rows.
+        project_ids = {int(r[0]) for r in conn.execute(
+            "SELECT id FROM messages WHERE project = 'proj-1'")}
+        found = index.search(conn, vectors[2], tenant="tenant-a", project="proj-1",
+                             session=None, k=50)
+        assert found and set(found) <= project_ids and ids[2] in found
+    finally:
+        conn.close()
