@@ -9,8 +9,10 @@ request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
@@ -56,6 +58,20 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+class _Server(uvicorn.Server):
+    """uvicorn, minus its signal handling.
+
+    uvicorn catches SIGINT/SIGTERM for the duration of ``serve()`` and raises
+    them again once it returns, which ends the process before the gateway
+    flushes its memory writer and stops its embedding process. ``lore serve``
+    handles the signals itself (``Gateway.request_stop``).
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 class Gateway:
     """A running gateway: ``await start()``, then ``url``; ``await stop()`` to end.
 
@@ -69,7 +85,7 @@ class Gateway:
         self.memory: Any = None
         self.upstream = UpstreamClient(settings)
         self.recall: RecallService | None = None
-        self._server: uvicorn.Server | None = None
+        self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
         self._sock: socket.socket | None = None
         self.port = settings.port
@@ -108,12 +124,17 @@ class Gateway:
             date_header=False,
             timeout_keep_alive=75,
         )
-        self._server = uvicorn.Server(config)
+        self._server = _Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[self._sock]))
         while not self._server.started:
             if self._task.done():
                 self._task.result()
             await asyncio.sleep(0.005)
+
+    def request_stop(self) -> None:
+        """Begin a graceful shutdown (a signal handler may call this)."""
+        if self._server is not None:
+            self._server.should_exit = True
 
     async def wait(self) -> None:
         """Until the server stops (a signal, or ``stop()``)."""

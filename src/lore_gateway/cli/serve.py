@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 
 import typer
 
@@ -57,6 +58,9 @@ async def _serve(settings: Settings) -> None:
 
     gateway = Gateway(settings)
     await gateway.start()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, gateway.request_stop)
     url = gateway.url
     typer.echo(
         f"lore-gateway listening on {url} — Codex: lore run codex (or base_url {url}/v1); "

@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 # backfill slice); beyond it, ids are dropped and left for backfill.
 MAX_PENDING_BATCHES = 10_000
 BACKGROUND_NICE = 19
+# How often an idle child checks that the gateway that started it is alive.
+PARENT_CHECK_SECONDS = 1.0
 _STOP = None
 
 
@@ -48,7 +50,7 @@ class EmbeddingProcess:
         self.dropped = 0
         self._db_path = db_path
         self._process: SpawnProcess = ctx.Process(
-            target=_child_main, args=(str(db_path), self._jobs, self._acks),
+            target=_child_main, args=(str(db_path), self._jobs, self._acks, os.getpid()),
             name="lore-embed", daemon=True,
         )
         self._process.start()
@@ -123,7 +125,7 @@ class EmbeddingProcess:
             self._ack(count)
 
 
-def _child_main(db_path: str, jobs: Any, acks: Any) -> None:
+def _child_main(db_path: str, jobs: Any, acks: Any, parent: int) -> None:
     """The child: lowest priority, one embedder, one connection, one batch at a time."""
     with contextlib.suppress(OSError):
         os.nice(BACKGROUND_NICE)
@@ -135,7 +137,12 @@ def _child_main(db_path: str, jobs: Any, acks: Any) -> None:
     conn = db.connect(Path(db_path))
     try:
         while True:
-            ids = jobs.get()
+            try:
+                ids = jobs.get(timeout=PARENT_CHECK_SECONDS)
+            except queue.Empty:
+                if os.getppid() != parent:
+                    return  # the gateway died without stopping us: never linger
+                continue
             if ids is _STOP:
                 return
             done = 0
