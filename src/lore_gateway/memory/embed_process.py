@@ -44,13 +44,17 @@ class EmbeddingProcess:
         ctx = multiprocessing.get_context("spawn")  # never fork a threaded process
         self._jobs: multiprocessing.Queue[list[int] | None] = ctx.Queue(maxsize=max_pending)
         self._acks: multiprocessing.Queue[int] = ctx.Queue()
+        # Set by close(): the child stops before its next batch, without working
+        # through its backlog first (unembedded rows are picked up by backfill).
+        self._stop = ctx.Event()
         self._idle = threading.Condition()
         self._pending = 0
         self.embedded = 0
         self.dropped = 0
         self._db_path = db_path
         self._process: SpawnProcess = ctx.Process(
-            target=_child_main, args=(str(db_path), self._jobs, self._acks, os.getpid()),
+            target=_child_main,
+            args=(str(db_path), self._jobs, self._acks, self._stop, os.getpid()),
             name="lore-embed", daemon=True,
         )
         self._process.start()
@@ -94,9 +98,10 @@ class EmbeddingProcess:
         return self._process.is_alive()
 
     def close(self) -> None:
+        self._stop.set()
         with contextlib.suppress(queue.Full, ValueError, OSError):
-            self._jobs.put(_STOP, timeout=5)
-        self._process.join(timeout=30)
+            self._jobs.put_nowait(_STOP)
+        self._process.join(timeout=10)
         if self._process.is_alive():
             self._process.kill()
             self._process.join(timeout=5)
@@ -125,30 +130,33 @@ class EmbeddingProcess:
             self._ack(count)
 
 
-def _child_main(db_path: str, jobs: Any, acks: Any, parent: int) -> None:
+def _child_main(db_path: str, jobs: Any, acks: Any, stop: Any, parent: int) -> None:
     """The child: lowest priority, one embedder, one connection, one batch at a time."""
     with contextlib.suppress(OSError):
         os.nice(BACKGROUND_NICE)
     from lore_gateway.memory import db
     from lore_gateway.memory.embed import load_embedder
-    from lore_gateway.memory.vectors import embed_and_store
+    from lore_gateway.memory.vectors import EMBED_BATCH, embed_and_store
 
     embedder = load_embedder()
     conn = db.connect(Path(db_path))
     try:
         while True:
+            if stop.is_set() or os.getppid() != parent:
+                return  # stopped, or the gateway died without stopping us: never linger
             try:
                 ids = jobs.get(timeout=PARENT_CHECK_SECONDS)
             except queue.Empty:
-                if os.getppid() != parent:
-                    return  # the gateway died without stopping us: never linger
                 continue
             if ids is _STOP:
                 return
             done = 0
             if embedder is not None:
                 try:
-                    done = embed_and_store(conn, embedder, ids)
+                    for start in range(0, len(ids), EMBED_BATCH):
+                        if stop.is_set() or os.getppid() != parent:
+                            return
+                        done += embed_and_store(conn, embedder, ids[start:start + EMBED_BATCH])
                 except Exception:
                     logging.getLogger(__name__).exception(
                         "embedding %d messages failed; they stay BM25-only", len(ids))
