@@ -196,6 +196,10 @@ class SSEDecoder:
             raise SSELimitError(f"SSE stream exceeded {self._max_frames} frame limit")
         self._skip = 0
         lines, self._lines = self._lines, []
+        if len(lines) == 2 and lines[0][:7] == b"event: " and lines[1][:6] == b"data: ":
+            # The shape of nearly every provider event, parsed without the general loop.
+            return SSEEvent(event=_decode(lines[0][7:]).strip(), data=_decode(lines[1][6:]),
+                            has_data=True, raw=raw)
         event: str | None = None
         data: list[str] = []
         for line in lines:

@@ -77,6 +77,14 @@ __all__ = [
     "Send",
 ]
 
+_TEXT_DELTAS = frozenset({
+    "response.output_text.delta",
+    "response.refusal.delta",
+    "response.reasoning_summary_text.delta",
+    "response.reasoning_text.delta",
+})
+
+
 class LiveInterceptor:
     """One streaming client request whose upstream got the recall tool."""
 
@@ -170,6 +178,8 @@ class LiveInterceptor:
             raise ProtocolError("Responses stream exceeded byte limit")
         if self._round.terminal_name is not None:
             return []  # bytes after the terminal are discarded (D.4)
+        if event.event in _TEXT_DELTAS and self._deltas_pass():
+            return self._pass_delta(event)
         if not event.has_data:
             return self._pass_through(event)
         data = event.data.strip()
@@ -202,6 +212,41 @@ class LiveInterceptor:
         if name in TERMINALS:
             return self._terminal(event, name, payload)
         return self._item_event(event, name, payload)
+
+    def _deltas_pass(self) -> bool:
+        """Whether a text delta may go out after a cheap check only.
+
+        Most of a stream is text deltas, and applying each one to the item state
+        is most of the cost of watching a stream for recall. A text delta cannot
+        reveal a recall, and its text repeats in the ``*.done`` events, which are
+        applied. So while the principal has hidden and held nothing (numbering is
+        still the upstream's), a delta is checked (valid JSON of its type) and
+        forwarded byte for byte.
+        """
+        return (
+            self._round.number == 0
+            and self._created_sent
+            and not self._renumber
+            and not self._deferred
+            and self._round.fresh_ids is None
+            and not self._round.open_hold()
+        )
+
+    def _pass_delta(self, event: SSEEvent) -> list[Action]:
+        name = event.name
+        try:
+            payload = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            raise ProtocolError(f"malformed JSON in Responses event {name}") from None
+        if not isinstance(payload, dict):
+            raise ProtocolError(f"malformed JSON in Responses event {name}")
+        kind = payload.get("type")
+        if kind is not None and kind != name:
+            raise ProtocolError(f"Responses payload type does not match {name}")
+        seq = payload.get("sequence_number")
+        if isinstance(seq, int):
+            self._seq = seq + 1
+        return [Send(event.raw)]
 
     # --- lifecycle ----------------------------------------------------------------
 

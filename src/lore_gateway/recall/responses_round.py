@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from lore_gateway.protocols.common import ProtocolError
+from lore_gateway.protocols.common import ProtocolError, TextBuffer
 from lore_gateway.recall.responses_recovery import FreshIds
 from lore_gateway.recall.tool import RecallArgs, RecallArgumentError, is_recall_call
 
@@ -93,9 +93,26 @@ class RoundItem:
     kind: str
     recall: bool = False
     unresolved: bool = False
-    arguments: str = ""
-    text: str = ""
     done: bool = False
+    # Streamed text and arguments (see TextBuffer: appends stay linear).
+    args_buf: TextBuffer = field(default_factory=TextBuffer)
+    text_buf: TextBuffer = field(default_factory=TextBuffer)
+
+    @property
+    def arguments(self) -> str:
+        return self.args_buf.value
+
+    @arguments.setter
+    def arguments(self, value: str) -> None:
+        self.args_buf = TextBuffer(value)
+
+    @property
+    def text(self) -> str:
+        return self.text_buf.value
+
+    @text.setter
+    def text(self, value: str) -> None:
+        self.text_buf = TextBuffer(value)
 
     @property
     def call_id(self) -> str:
@@ -128,14 +145,14 @@ class RoundItem:
                 raise ProtocolError(
                     f"Responses event after output_item.done for index {self.index}"
                 )
-            self.arguments += str(payload.get("delta") or "")
+            self.args_buf.append(str(payload.get("delta") or ""))
         elif name == "response.function_call_arguments.done":
             arguments = payload.get("arguments")
             if isinstance(arguments, str):
                 self.arguments = arguments
             self.raw["arguments"] = self.arguments
         elif name == "response.output_text.delta":
-            self.text += str(payload.get("delta") or "")
+            self.text_buf.append(str(payload.get("delta") or ""))
         elif name == "response.output_text.done":
             text = payload.get("text")
             if isinstance(text, str):
