@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,22 +46,6 @@ def memory(tmp_path: Path) -> Iterator[Memory]:
     mem.flush(10)
     yield mem
     mem.close()
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeUpstream]:
-    server = FakeUpstream()
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-async def upstream(fake: FakeUpstream, tmp_path: Path) -> AsyncIterator[UpstreamClient]:
-    client = UpstreamClient(Settings(data_dir=tmp_path, upstream_anthropic=fake.url))
-    await client.start()
-    yield client
-    await client.close()
 
 
 class Sink:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,22 +52,6 @@ class Sink:
             self.body += message["body"]
 
 HEADERS = [("authorization", "Bearer sk-test-fake"), ("content-type", "application/json")]
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeUpstream]:
-    server = FakeUpstream()
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-async def upstream(fake: FakeUpstream, tmp_path: Path) -> AsyncIterator[UpstreamClient]:
-    client = UpstreamClient(Settings(data_dir=tmp_path, upstream_openai=fake.url))
-    await client.start()
-    yield client
-    await client.close()
 
 
 def request_body(stream: bool) -> dict[str, Any]:
