@@ -21,32 +21,17 @@ from typing import Any
 import aiohttp
 import pytest
 
-from lore_gateway.config import Settings
-from lore_gateway.testing import BackgroundServer, FakeUpstream
+from lore_gateway.testing import (
+    ANTHROPIC_KEY,
+    OPENAI_KEY,
+    BackgroundServer,
+    FakeUpstream,
+    gateway_settings,
+)
 
 # CI clones the repository into a fresh folder with ``shared/`` beside it.
 FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
 REPO = Path(__file__).resolve().parents[1]
-
-# Fake credentials: the gateway must send these upstream and nowhere else.
-OPENAI_KEY = "sk-test-fake-key-0123456789"
-ANTHROPIC_KEY = "sk-ant-test-fake-key-0123456789"
-
-
-def gateway_settings(fake: FakeUpstream, data_dir: Path, **overrides: Any) -> Settings:
-    """Settings for a gateway on a free loopback port, all upstreams on the fake."""
-    values: dict[str, Any] = {
-        "host": "127.0.0.1",
-        "port": 0,
-        "upstream_openai": fake.url,
-        "upstream_chatgpt": fake.url + "/backend-api",
-        "upstream_anthropic": fake.url,
-        "data_dir": data_dir,
-        "store": True,
-        "embeddings": False,
-    }
-    return Settings(**(values | overrides))
-
 
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:

@@ -19,10 +19,15 @@ import openai
 import orjson
 import pytest
 
-from conftest import ANTHROPIC_KEY, OPENAI_KEY, gateway_settings
 from lore_gateway.memory import db
 from lore_gateway.sse import SSEDecoder
-from lore_gateway.testing import BackgroundServer, FakeUpstream
+from lore_gateway.testing import (
+    ANTHROPIC_KEY,
+    OPENAI_KEY,
+    BackgroundServer,
+    FakeUpstream,
+    gateway_settings,
+)
 
 RECALL = "recall:deploy key vault"
 FACT_TOOLS = [{"type": "function", "name": "exec",

@@ -158,6 +158,25 @@ async def send_counted(ctx: RecallContext, protocol: str, body: dict[str, Any], 
         raise
 
 
+async def stream_follow_up(ctx: RecallContext, protocol: str, client: Any,
+                           messages: list[dict[str, Any]], recovery: list[dict[str, Any]],
+                           keepalive: bytes) -> StreamedFollowUp:
+    """The streamed follow-up, with keepalives while it starts, and one recovery
+    request (``recovery`` messages) when it fails and the budget allows one."""
+    every = ctx.keepalive_seconds
+    try:
+        answer = await with_keepalive(client, send_counted(
+            ctx, protocol, {**ctx.body, "messages": messages}, stream=True), keepalive, every)
+    except FollowUpError as exc:
+        log.warning("recall follow-up failed (%s); trying recovery", exc.category)
+        if not ctx.budget.can_recover():
+            raise
+        answer = await with_keepalive(client, send_counted(
+            ctx, protocol, {**ctx.body, "messages": recovery}, stream=True), keepalive, every)
+    assert isinstance(answer, StreamedFollowUp)
+    return answer
+
+
 async def with_keepalive(client: Any, work: Awaitable[T], frame: bytes, every: float) -> T:
     """Await ``work`` while writing ``frame`` to the client every ``every`` seconds,
     so a recall and a slow follow-up do not look like a dead connection."""
@@ -314,19 +333,8 @@ async def _stream_one_recall(ctx: RecallContext, stream: AnthropicRecallStream, 
 async def _stream_follow_up(ctx: RecallContext, stream: AnthropicRecallStream, client: Any,
                             follow_up: list[dict[str, Any]], assistant: dict[str, Any],
                             tool_result: dict[str, Any]) -> None:
-    body = {**ctx.body, "messages": follow_up}
-    every = ctx.keepalive_seconds
-    try:
-        answer = await with_keepalive(
-            client, send_counted(ctx, _PROTOCOL, body, stream=True), PING, every)
-    except FollowUpError as exc:
-        log.warning("recall follow-up failed (%s); trying recovery", exc.category)
-        if not ctx.budget.can_recover():
-            raise
-        recovery = {**ctx.body, "messages": _recovery_messages(follow_up, tool_result)}
-        answer = await with_keepalive(
-            client, send_counted(ctx, _PROTOCOL, recovery, stream=True), PING, every)
-    assert not isinstance(answer, JSONFollowUp)
+    answer = await stream_follow_up(ctx, _PROTOCOL, client, follow_up,
+                                    _recovery_messages(follow_up, tool_result), PING)
     try:
         async for event in answer.events:
             await client.write(stream.feed(event))

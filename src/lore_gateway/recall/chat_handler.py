@@ -31,6 +31,7 @@ from lore_gateway.recall.anthropic_handler import (
     _final_round_result,
     execute_recall,
     send_counted,
+    stream_follow_up,
     with_keepalive,
 )
 from lore_gateway.recall.chat import (
@@ -108,19 +109,8 @@ def _visible(message: dict[str, Any]) -> dict[str, Any]:
 
 async def _stream_follow_up(ctx: RecallContext, stream: ChatRecallStream, client: Any,
                             messages: list[dict[str, Any]]) -> None:
-    body = {**ctx.body, "messages": messages}
-    every = ctx.keepalive_seconds
-    try:
-        answer = await with_keepalive(
-            client, send_counted(ctx, _PROTOCOL, body, stream=True), KEEPALIVE, every)
-    except FollowUpError as exc:
-        log.warning("recall follow-up failed (%s); trying recovery", exc.category)
-        if not ctx.budget.can_recover():
-            raise
-        recovery = {**ctx.body, "messages": _recovery(messages)}
-        answer = await with_keepalive(
-            client, send_counted(ctx, _PROTOCOL, recovery, stream=True), KEEPALIVE, every)
-    assert not isinstance(answer, JSONFollowUp)
+    answer = await stream_follow_up(ctx, _PROTOCOL, client, messages, _recovery(messages),
+                                    KEEPALIVE)
     try:
         async for event in answer.events:
             await client.write(stream.feed(event))

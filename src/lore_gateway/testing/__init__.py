@@ -2,5 +2,13 @@
 
 from lore_gateway.testing.background import BackgroundServer
 from lore_gateway.testing.fake_upstream import FakeUpstream, RecordedRequest
+from lore_gateway.testing.gateway import ANTHROPIC_KEY, OPENAI_KEY, gateway_settings
 
-__all__ = ["BackgroundServer", "FakeUpstream", "RecordedRequest"]
+__all__ = [
+    "ANTHROPIC_KEY",
+    "OPENAI_KEY",
+    "BackgroundServer",
+    "FakeUpstream",
+    "RecordedRequest",
+    "gateway_settings",
+]

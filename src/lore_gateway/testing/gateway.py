@@ -1,0 +1,28 @@
+"""Settings and credentials for a gateway in front of the fake provider (tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lore_gateway.config import Settings
+from lore_gateway.testing.fake_upstream import FakeUpstream
+
+# Fake credentials: the gateway must send these upstream and nowhere else.
+OPENAI_KEY = "sk-test-fake-key-0123456789"
+ANTHROPIC_KEY = "sk-ant-test-fake-key-0123456789"
+
+
+def gateway_settings(fake: FakeUpstream, data_dir: Path, **overrides: Any) -> Settings:
+    """Settings for a gateway on a free loopback port, all upstreams on the fake."""
+    values: dict[str, Any] = {
+        "host": "127.0.0.1",
+        "port": 0,
+        "upstream_openai": fake.url,
+        "upstream_chatgpt": fake.url + "/backend-api",
+        "upstream_anthropic": fake.url,
+        "data_dir": data_dir,
+        "store": True,
+        "embeddings": False,
+    }
+    return Settings(**(values | overrides))
