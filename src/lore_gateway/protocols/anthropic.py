@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from lore_gateway.protocols.common import Message, ProtocolError, TextBuffer, ToolCall
+from lore_gateway.protocols.common import Message, ProtocolError, TextBuffer, ToolCall, content_text
 from lore_gateway.protocols.usage import Usage, usage_from_anthropic
 from lore_gateway.sse import SSEEvent, encode_event
 
@@ -73,7 +73,7 @@ def parse_request(body: object) -> AnthropicRequest:
         tool_names=names,
         has_recall_tool=RECALL_TOOL_NAME in names,
         disable_parallel_tool_use=disable if isinstance(disable, bool) else None,
-        system=_text(system) if system is not None else None,
+        system=content_text(system) if system is not None else None,
         max_tokens=max_tokens,
         thinking=isinstance(thinking, dict) and thinking.get("type") != "disabled",
     )
@@ -367,17 +367,6 @@ def _emit_block(emit: Any, index: int, block: dict[str, Any]) -> None:
     emit("content_block_stop", {"index": index})
 
 
-def _text(content: object) -> str:
-    """Text of a string or an array of blocks (text blocks only)."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    return "\n".join(
-        b["text"] for b in content if isinstance(b, dict) and isinstance(b.get("text"), str)
-    )
-
-
 def new_input_messages(body: dict[str, Any]) -> list[Message]:
     """The user-side messages after the last assistant message.
 
@@ -408,7 +397,7 @@ def new_input_messages(body: dict[str, Any]) -> list[Message]:
                 if not block["text"].lstrip().startswith(_INJECTED_PREFIX):
                     texts.append(block["text"])
             elif block.get("type") == "tool_result":
-                result = _text(block.get("content"))
+                result = content_text(block.get("content"))
                 out.append(Message("tool", f"[tool:{block.get('tool_use_id', '')}] {result}"))
         if texts:
             out.append(Message("user", "\n".join(texts)))

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from lore_gateway.protocols.common import Message, ProtocolError, TextBuffer, ToolCall
+from lore_gateway.protocols.common import Message, ProtocolError, TextBuffer, ToolCall, content_text
 from lore_gateway.protocols.usage import Usage, usage_from_chat
 from lore_gateway.sse import SSEEvent
 
@@ -68,7 +68,7 @@ def parse_request(body: object) -> ChatRequest:
     parallel = body.get("parallel_tool_calls")
     options = body.get("stream_options")
     systems = [
-        _text(m.get("content")) for m in messages if m.get("role") in ("system", "developer")
+        content_text(m.get("content")) for m in messages if m.get("role") in ("system", "developer")
     ]
     return ChatRequest(
         model=model,
@@ -345,16 +345,6 @@ def stream_from_response(completion: dict[str, Any]) -> list[bytes]:
     return frames
 
 
-def _text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    return "\n".join(
-        p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
-    )
-
-
 def new_input_messages(body: dict[str, Any]) -> list[Message]:
     """The user and tool messages after the last assistant message; system and
     developer messages are instructions, not turns, and are skipped."""
@@ -366,7 +356,7 @@ def new_input_messages(body: dict[str, Any]) -> list[Message]:
     out: list[Message] = []
     for message in messages[start:]:
         role = message.get("role")
-        text = _text(message.get("content"))
+        text = content_text(message.get("content"))
         if role == "user" and text:
             out.append(Message("user", text))
         elif role in ("tool", "function"):

@@ -33,6 +33,18 @@ class ToolCall:
     item_id: str = ""
 
 
+def content_text(content: object) -> str:
+    """Text of a message's content in any of the three protocols: a string, or
+    the ``text`` of its parts/blocks joined by newlines (other parts ignored)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "\n".join(
+        p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+    )
+
+
 class ProtocolError(Exception):
     """The upstream or the client broke the wire protocol.
 

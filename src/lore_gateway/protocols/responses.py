@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from lore_gateway.protocols.common import Message, ProtocolError, ToolCall
+from lore_gateway.protocols.common import Message, ProtocolError, ToolCall, content_text
 from lore_gateway.protocols.responses_model import Mode, ResponsesResult
 from lore_gateway.protocols.responses_stream import ResponsesAccumulator
 from lore_gateway.protocols.responses_synth import stream_from_response
@@ -116,20 +116,6 @@ def _optional(body: dict[str, Any], key: str, kind: type[_T]) -> _T | None:
     return value
 
 
-def _content_text(content: object) -> str:
-    """Text of a message's content: a string, or the text of its parts."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    texts = [
-        part["text"]
-        for part in content
-        if isinstance(part, dict) and isinstance(part.get("text"), str)
-    ]
-    return "\n".join(texts)
-
-
 def _is_assistant_item(item: dict[str, Any]) -> bool:
     kind = item.get("type", "message")
     if kind == "message":
@@ -159,12 +145,12 @@ def new_input_messages(body: dict[str, Any]) -> list[Message]:
     for item in items[start:]:
         kind = item.get("type", "message")
         if kind == "message" and item.get("role") == "user":
-            text = _content_text(item.get("content"))
+            text = content_text(item.get("content"))
             if text and not text.lstrip().startswith(_INJECTED_PREFIXES):
                 out.append(Message("user", text))
         elif str(kind).endswith("_output"):
             output = item.get("output")
-            text = output if isinstance(output, str) else _content_text(output)
+            text = output if isinstance(output, str) else content_text(output)
             out.append(Message("tool", f"[tool:{item.get('call_id', '')}] {text}"))
     return out
 
