@@ -22,7 +22,7 @@ from lore_gateway.memory.importers import (
     render_tool_output,
 )
 from lore_gateway.memory.records import Identity, TurnRecord
-from lore_gateway.protocols.common import Message
+from lore_gateway.protocols.common import Message, content_text
 
 SOURCE = "codex"
 
@@ -94,7 +94,7 @@ def _item_message(item: dict[str, Any], tool_names: dict[str, str]) -> tuple[Any
     kind = item.get("type", "message")
     if kind == "message":
         role = item.get("role")
-        text = _content_text(item.get("content"))
+        text = content_text(item.get("content")).strip()
         if role not in ("user", "assistant") or not text or is_boilerplate(text):
             return role, None
         return role, text
@@ -119,12 +119,3 @@ def _item_message(item: dict[str, Any], tool_names: dict[str, str]) -> tuple[Any
         text = "\n".join(p for p in parts if p)
         return "assistant", (f"[reasoning] {text}" if text else None)
     return None, None
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content.strip()
-    if isinstance(content, list):
-        texts = [p.get("text", "") for p in content if isinstance(p, dict)]
-        return "\n".join(t for t in texts if isinstance(t, str) and t).strip()
-    return ""
