@@ -16,6 +16,7 @@ from lore_gateway import __version__
 from lore_gateway.channel import ClientChannel, Receive, Send
 from lore_gateway.errors import error_body
 from lore_gateway.obs import metrics
+from lore_gateway.obs import status as status_route
 from lore_gateway.obs.logging import bind_request
 from lore_gateway.proxy import Proxy
 from lore_gateway.routing import Kind, Route, match
@@ -28,6 +29,8 @@ _HEALTH_BODY = orjson.dumps({"status": "ok", "version": __version__})
 class GatewayApp:
     def __init__(self, proxy: Proxy) -> None:
         self.proxy = proxy
+        self.live = status_route.Live(memory=proxy.turns.memory,
+                                      recall_active=proxy.recall is not None)
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -78,6 +81,8 @@ class GatewayApp:
         elif kind is Kind.METRICS:
             body, content_type = metrics.render()
             await client.respond(200, body, [(b"content-type", content_type.encode())])
+        elif kind is Kind.STATUS:
+            await status_route.respond(scope, client, self.proxy.settings, self.live)
         elif kind is Kind.WEBSOCKET_REFUSED:
             await client.respond(
                 426,

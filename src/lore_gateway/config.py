@@ -1,18 +1,45 @@
-"""Gateway configuration, read from ``LORE_*`` environment variables.
+"""Gateway configuration: defaults < config file < ``LORE_*`` environment < flags.
 
 Every setting has an embedded default so that ``lore serve`` works on a fresh
-machine with nothing configured. Command-line flags override the environment.
+machine with nothing configured. The config file (``config_path()``, TOML, one
+``name = value`` line per setting, names as in the class below) is read through
+pydantic-settings' own TOML source, so a setting added to ``Settings`` is
+automatically settable there, shown by ``lore config show`` and explained when
+invalid: nothing else lists the fields.
 """
 
 from __future__ import annotations
 
 import os
+import tomllib
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
 MiB = 1024 * 1024
+ENV_PREFIX = "LORE_"
+CONFIG_ENV = "LORE_CONFIG"
+
+
+def config_path() -> Path:
+    """``$LORE_CONFIG``, else ``$XDG_CONFIG_HOME/lore/config.toml``, else
+    ``~/.config/lore/config.toml`` (where Codex users keep their own ``config.toml``)."""
+    explicit = os.environ.get(CONFIG_ENV)
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".config"
+    return base / "lore" / "config.toml"
 
 
 def default_data_dir() -> Path:
@@ -69,15 +96,71 @@ class Settings(BaseSettings):
     recall_retained_max_bytes: int = 16 * MiB
     recall_deferred_max_bytes: int = 1 * MiB
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # First wins: flags (passed as init values), environment, config file.
+        return (init_settings, env_settings,
+                TomlConfigSettingsSource(settings_cls, toml_file=config_path()))
+
+    @field_validator("port", mode="before")
+    @classmethod
+    def _port(cls, value: Any) -> int:
+        # 0 asks the OS for a free port (tests and benchmarks use it).
+        try:
+            port = int(str(value).strip()) if not isinstance(value, int) else value
+        except ValueError:
+            port = -1
+        if isinstance(value, bool) or not 0 <= port <= 65535:
+            raise ValueError("must be a port number from 1 to 65535")
+        return port
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must be an address such as 127.0.0.1")
+        return value.strip()
+
     @field_validator("upstream_openai", "upstream_chatgpt", "upstream_anthropic")
     @classmethod
-    def _strip_trailing_slash(cls, value: str) -> str:
-        return value.rstrip("/")
+    def _upstream_url(cls, value: str) -> str:
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            hint = value.strip().split("://")[-1].lstrip("/") or "host"
+            raise ValueError(f"must be a URL starting with https:// or http://, "
+                             f"such as https://{hint}")
+        return value.strip().rstrip("/")
 
     @field_validator("log_level")
     @classmethod
     def _lower(cls, value: str) -> str:
+        if value.lower() not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
         return value.lower()
+
+    @field_validator("log_format")
+    @classmethod
+    def _log_format(cls, value: str) -> str:
+        if value.lower() not in LOG_FORMATS:
+            raise ValueError(f"must be one of {', '.join(LOG_FORMATS)}")
+        return value.lower()
+
+    @field_validator("max_request_bytes", "max_error_body_bytes", "max_response_body_bytes",
+                     "upstream_connect_timeout", "upstream_read_timeout",
+                     "store_max_message_bytes", "recall_stream_max_bytes",
+                     "recall_retained_max_bytes", "recall_deferred_max_bytes")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be greater than 0")
+        return value
 
     @property
     def db_path(self) -> Path:
@@ -86,3 +169,161 @@ class Settings(BaseSettings):
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
+
+
+# --- where each setting comes from, and errors a person can act on --------------------
+
+
+class SettingsError(ValueError):
+    """A setting is unusable. ``str()`` is one line naming the setting and the fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where one setting's effective value came from."""
+
+    kind: str  # "flag", "env", "file" or "default"
+    name: str  # the flag, the variable, or the file's path
+
+    def describe(self, field: str, value: object) -> str:
+        """How a person would write this setting where it was set."""
+        if self.kind == "flag":
+            return f"{self.name} {value}"
+        if self.kind == "env":
+            return f"{self.name}={value}"
+        if self.kind == "file":
+            return f"{field} = {value!r} in {self.name}"
+        return f"the default {field} {value}"
+
+    def __str__(self) -> str:
+        return {"flag": f"flag {self.name}", "env": f"env {self.name}",
+                "file": f"file {self.name}"}.get(self.kind, "default")
+
+
+def env_name(field: str) -> str:
+    return f"{ENV_PREFIX}{field.upper()}"
+
+
+def flag_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def read_config_file(path: Path | None = None) -> dict[str, Any]:
+    """The config file's settings ({} when there is none), checked against the fields.
+
+    Raises ``SettingsError`` for a file that is not TOML or names an unknown setting:
+    a typo silently ignored is a setting silently not applied.
+    """
+    path = path or config_path()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if os.environ.get(CONFIG_ENV):
+            raise SettingsError(f"{CONFIG_ENV}={path}: no such file; create it or unset "
+                                f"{CONFIG_ENV}") from None
+        return {}
+    except OSError as exc:
+        raise SettingsError(f"config file {path} cannot be read ({exc.strerror}); fix its "
+                            f"permissions or set {CONFIG_ENV} to another file") from None
+    try:
+        values = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"config file {path} is not valid TOML ({exc}); fix it or set "
+                            f"{CONFIG_ENV} to another file") from None
+    unknown = sorted(set(values) - set(Settings.model_fields))
+    if unknown:
+        raise SettingsError(f"config file {path}: unknown setting {unknown[0]!r}; "
+                            "`lore config show` lists the settings")
+    return values
+
+
+# The flags of this process's ``load_settings`` call: a CLI process loads its settings
+# once, and later messages must name the flag the user actually typed.
+_flags_in_use: dict[str, Any] = {}
+
+
+def origins(flags: dict[str, Any] | None = None,
+            file_values: dict[str, Any] | None = None) -> dict[str, Origin]:
+    """For every field, the source that decides its value (highest precedence first)."""
+    flags = _flags_in_use if flags is None else flags
+    file_values = read_config_file() if file_values is None else file_values
+    env = {key.upper() for key in os.environ}
+    path = str(config_path())
+    found: dict[str, Origin] = {}
+    for field in Settings.model_fields:
+        if field in flags:
+            found[field] = Origin("flag", flag_name(field))
+        elif env_name(field) in env:
+            found[field] = Origin("env", env_name(field))
+        elif field in file_values:
+            found[field] = Origin("file", path)
+        else:
+            found[field] = Origin("default", "")
+    return found
+
+
+def load_settings(**flags: Any) -> Settings:
+    """Settings from every source, flags given as keyword arguments (``None`` = unset).
+
+    Raises ``SettingsError`` naming the setting, where it was set, and the fix.
+    """
+    flags = {k: v for k, v in flags.items() if v is not None}
+    _flags_in_use.clear()
+    _flags_in_use.update(flags)
+    file_values = read_config_file()
+    try:
+        return Settings(**flags)
+    except ValidationError as exc:
+        # The first invalid setting; the others show once it is fixed.
+        raise settings_error(exc.errors()[0], origins(flags, file_values)) from None
+
+
+def settings_error(error: ErrorDetails, where: dict[str, Origin]) -> SettingsError:
+    """One line for one invalid setting: where it was set, why it is wrong, the fix."""
+    field = str(error["loc"][0]) if error["loc"] else ""
+    origin = where.get(field, Origin("default", ""))
+    reason = str(error["msg"]).removeprefix("Value error, ")
+    value = error.get("input")
+    setting = origin.describe(field, value)
+    default = Settings.model_fields[field].get_default(call_default_factory=True) \
+        if field in Settings.model_fields else None
+    fix = {"flag": f"pass a valid {origin.name}",
+           "env": f"set {origin.name} to a valid value, or unset it for the default "
+                  f"({default})",
+           "file": f"fix {field} in {origin.name}"}.get(origin.kind, "")
+    return SettingsError(f"{setting}: {reason}" + (f"; {fix}" if fix else ""))
+
+
+def lenient_settings() -> tuple[Settings, dict[str, str]]:
+    """Settings with each invalid value replaced by its default, and what was wrong
+    (setting name, or ``"config file"``, to the one-line message).
+
+    ``lore doctor`` and ``lore status`` use it: they must report a bad setting,
+    not stop at it.
+    """
+    problems: dict[str, str] = {}
+    try:
+        file_values = read_config_file()
+    except SettingsError as exc:
+        problems["config file"] = str(exc)
+        file_values = {}
+    where = origins({}, file_values)
+    defaults: dict[str, Any] = {}
+    for _ in range(len(Settings.model_fields)):
+        try:
+            return Settings(**defaults), problems
+        except ValidationError as exc:
+            for error in exc.errors():
+                field = str(error["loc"][0]) if error["loc"] else ""
+                if field not in Settings.model_fields or field in defaults:
+                    continue
+                problems[field] = str(settings_error(error, where))
+                defaults[field] = Settings.model_fields[field].get_default(
+                    call_default_factory=True)
+        except (tomllib.TOMLDecodeError, OSError):
+            break
+    return Settings.model_construct(), problems

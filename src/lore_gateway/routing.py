@@ -30,6 +30,7 @@ class Kind(StrEnum):
     PASSTHROUGH = "passthrough"  # any other /v1/* request, bytes in, bytes out
     HEALTH = "health"
     METRICS = "metrics"
+    STATUS = "status"  # lore status: loopback-only JSON (obs/status.py)
     WEBSOCKET_REFUSED = "websocket_refused"
 
 
@@ -82,6 +83,8 @@ def match(
         return Route(Kind.HEALTH)
     if method == "GET" and path == "/metrics":
         return Route(Kind.METRICS)
+    if method == "GET" and path == "/lore/status":
+        return Route(Kind.STATUS)
     if path.startswith("/v1/"):
         upstream = Upstream.ANTHROPIC if anthropic_version else Upstream.OPENAI
         return Route(Kind.PASSTHROUGH, upstream, path + suffix)

@@ -31,7 +31,8 @@ def doctor_env(tmp_path: Path, fake: FakeUpstream, port: int) -> dict[str, str]:
 
 
 def row(output: str, check: str) -> str:
-    return next(line for line in output.splitlines() if f" {check} " in line)
+    """The check's line of doctor's plain output (CliRunner is not a terminal)."""
+    return next(line for line in output.splitlines() if line.startswith(f"{check}\t"))
 
 
 def lore(env: dict[str, str], *args: str) -> Any:
@@ -50,7 +51,7 @@ def test_doctor_all_good(gateway: Any, fake_upstream: FakeUpstream, tmp_path: Pa
     assert result.exit_code == 0, result.output
     for check in ("gateway", "upstream openai", "upstream anthropic", "data dir", "database",
                   "agent claude"):
-        assert "│ ok" in row(result.output, check), result.output
+        assert row(result.output, check).split("\t")[1] == "ok", result.output
     assert "schema version" in row(result.output, "database")
     assert "skipped" in row(result.output, "embedding model")
 

@@ -8,22 +8,21 @@ rather than a wall of failures.
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import socket
-import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from lore_gateway.agents import setup_state
+from lore_gateway.cli import output, preflight
 from lore_gateway.cli.main import app
 from lore_gateway.cli.run import probe_health
-from lore_gateway.config import Settings
+from lore_gateway.config import Settings, lenient_settings
 
 NETWORK_TIMEOUT_S = 2.0
 
@@ -35,7 +34,8 @@ class Status(Enum):
     SKIP = "skipped"
 
 
-_STYLE = {Status.OK: "green", Status.WARN: "yellow", Status.FAIL: "bold red", Status.SKIP: "dim"}
+_STYLE = {Status.OK.value: "green", Status.WARN.value: "yellow", Status.FAIL.value: "bold red",
+          Status.SKIP.value: "dim"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +50,9 @@ def check_gateway(settings: Settings) -> Check:
     health = probe_health(settings.base_url)
     if health is not None:
         return Check("gateway", Status.OK, f"{settings.base_url} (version {health.get('version')})")
+    problem = preflight.port_problem(settings)
+    if problem is not None:  # something that is not a healthy lore gateway holds the port
+        return Check("gateway", Status.FAIL, problem.what, problem.fix)
     set_up = [a for a in setup_state.AGENTS
               if setup_state.status(a, settings.data_dir, settings.base_url).points_at_gateway]
     if set_up:
@@ -83,12 +86,18 @@ def _reach(url: str) -> tuple[str, str | None]:
     return "reachable", None
 
 
-def check_upstreams(settings: Settings) -> list[Check]:
+def check_upstreams(settings: Settings, invalid: dict[str, str] | None = None) -> list[Check]:
+    """Reachability of each upstream; ``invalid`` maps a setting to why it is unusable
+    (those are reported as such, not probed)."""
+    invalid = invalid or {}
+    broken = [Check(f"upstream {name}", Status.FAIL, *invalid[f"upstream_{name}"].split("; ", 1))
+              for name in ("openai", "chatgpt", "anthropic") if f"upstream_{name}" in invalid]
     upstreams = {
-        "upstream openai": ("LORE_UPSTREAM_OPENAI", settings.upstream_openai),
-        "upstream chatgpt": ("LORE_UPSTREAM_CHATGPT", settings.upstream_chatgpt),
-        "upstream anthropic": ("LORE_UPSTREAM_ANTHROPIC", settings.upstream_anthropic),
+        f"upstream {name}": (f"LORE_UPSTREAM_{name.upper()}", getattr(settings, f"upstream_{name}"))
+        for name in ("openai", "chatgpt", "anthropic") if f"upstream_{name}" not in invalid
     }
+    if not upstreams:
+        return broken
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(upstreams))
     futures = {name: pool.submit(_reach, url) for name, (_, url) in upstreams.items()}
     # getaddrinfo has no timeout of its own; the deadline bounds the whole check.
@@ -102,7 +111,7 @@ def check_upstreams(settings: Settings) -> list[Check]:
     pool.shutdown(wait=False, cancel_futures=True)
 
     offline = all(outcome == "unresolvable" for outcome, _ in results.values())
-    checks = []
+    checks = broken
     for name, (env_name, url) in upstreams.items():
         outcome, error = results[name]
         if outcome == "reachable":
@@ -119,35 +128,54 @@ def check_upstreams(settings: Settings) -> list[Check]:
     return checks
 
 
-def check_data_dir(data_dir: Path) -> Check:
-    try:
-        data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with tempfile.NamedTemporaryFile(dir=data_dir, prefix=".doctor-") as handle:
-            handle.write(b"ok")
-            handle.flush()
-    except OSError as exc:
-        return Check("data dir", Status.FAIL, f"{data_dir}: {exc}",
-                     "make it writable, or set LORE_DATA_DIR to a writable directory")
-    return Check("data dir", Status.OK, f"{data_dir} is writable")
+def check_data_dir(settings: Settings) -> Check:
+    problem = preflight.data_dir_problem(settings)
+    if problem is not None:
+        return Check("data dir", Status.FAIL, problem.what, problem.fix)
+    return Check("data dir", Status.OK, f"{settings.data_dir} is writable")
 
 
 def check_database(db_path: Path) -> Check:
+    """Readable, intact, and a schema this version knows.
+
+    Only a file that is not a database, or fails the integrity check, is called
+    damaged: a database that merely cannot be opened for writing (a read-only data
+    dir) is checked read-only, without its write-ahead log, and reported intact.
+    """
     if not db_path.exists():
         return Check("database", Status.OK, f"{db_path} not created yet (made on first start)")
+    if not os.access(db_path, os.R_OK):
+        return Check("database", Status.FAIL, f"{db_path} cannot be read (permission denied)",
+                     f"give your user read and write access to it (chmod u+rw {db_path})")
+    import apsw
+
     from lore_gateway.memory import db, schema
 
     latest = schema.MIGRATIONS[-1].version
+    writable = os.access(db_path.parent, os.W_OK) and os.access(db_path, os.W_OK)
+    note = ""
     try:
-        conn = db.connect(db_path, readonly=True)
+        if writable:
+            conn = db.connect(db_path, readonly=True)
+        else:
+            # A WAL database needs its -shm file, which cannot be made in a read-only
+            # dir; immutable=1 reads the main file alone.
+            conn = apsw.Connection(f"file:{db_path}?immutable=1",
+                                   flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+            note = " (checked read-only: the data dir cannot be written)"
         try:
             problems = [str(row[0]) for row in conn.execute("PRAGMA integrity_check")]
             row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
             version = int(row[0]) if row and row[0] is not None else 0
         finally:
             conn.close()
-    except Exception as exc:
-        return Check("database", Status.FAIL, f"{db_path}: cannot read it ({exc})",
+    except (apsw.NotADBError, apsw.CorruptError) as exc:
+        return Check("database", Status.FAIL, f"{db_path} is not a usable database ({exc})",
                      "stop the gateway and move the file aside; a fresh one is created on start")
+    except apsw.Error as exc:
+        return Check("database", Status.FAIL, f"{db_path}: cannot read it ({exc})",
+                     "check the file's permissions and that no other program locks it; "
+                     "the file itself is left as it is")
     if problems != ["ok"]:
         return Check("database", Status.FAIL,
                      f"integrity check: {'; '.join(problems[:3])}",
@@ -156,7 +184,8 @@ def check_database(db_path: Path) -> Check:
         return Check("database", Status.FAIL,
                      f"schema version {version} is newer than this lore-gateway ({latest})",
                      "upgrade lore-gateway")
-    note = "" if version == latest else f"; migrates to {latest} on next start"
+    if version < latest:
+        note += f"; migrates to {latest} on next start"
     return Check("database", Status.OK, f"integrity ok, schema version {version}{note}")
 
 
@@ -197,28 +226,43 @@ def check_agents(settings: Settings) -> list[Check]:
     return checks
 
 
-def run_checks(settings: Settings) -> list[Check]:
+def run_checks(settings: Settings, invalid: dict[str, str] | None = None) -> list[Check]:
+    """Every check. ``invalid``: settings that failed validation (``lenient_settings``);
+    the checks then use the defaults for those and report each problem."""
+    invalid = invalid or {}
+    upstream_keys = {f"upstream_{n}" for n in ("openai", "chatgpt", "anthropic")}
     return [
+        *(Check("settings", Status.FAIL, *message.split("; ", 1))
+          for key, message in invalid.items() if key not in upstream_keys),
         check_gateway(settings),
-        *check_upstreams(settings),
-        check_data_dir(settings.data_dir),
+        *check_upstreams(settings, invalid),
+        check_data_dir(settings),
         check_database(settings.db_path),
         check_embedder(settings),
         *check_agents(settings),
     ]
 
 
+def _style(row: int, column: int, text: str) -> str | None:
+    return _STYLE.get(text) if column == 1 else None
+
+
 @app.command("doctor")
-def doctor_command() -> None:
-    """Check the gateway, upstreams, data dir, database, embedding model and agent configs."""
-    settings = Settings()
-    checks = run_checks(settings)
-    table = Table(title="lore doctor")
-    for column in ("check", "status", "detail", "fix"):
-        table.add_column(column, overflow="fold")
-    for check in checks:
-        style = _STYLE[check.status]
-        table.add_row(check.name, f"[{style}]{check.status.value}[/]", check.detail, check.fix)
-    Console().print(table)
+def doctor_command(
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Check the settings, gateway, upstreams, data dir, database, embedding model and
+    agent configs; exit code 1 when a check fails."""
+    settings, invalid = lenient_settings()
+    checks = run_checks(settings, invalid)
+    if as_json:
+        output.print_json({"ok": not any(c.status is Status.FAIL for c in checks),
+                           "checks": [asdict(c) | {"status": c.status.value} for c in checks]})
+    else:
+        output.print_table(
+            [output.Column("check", wrap=False), output.Column("status", wrap=False),
+             output.Column("detail"), output.Column("fix")],
+            [(c.name, c.status.value, c.detail, c.fix) for c in checks],
+            title="lore doctor", style=_style)
     if any(check.status is Status.FAIL for check in checks):
         raise typer.Exit(1)

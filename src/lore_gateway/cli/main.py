@@ -1,6 +1,14 @@
-"""Entry point of the ``lore`` command: a table of sub-commands."""
+"""Entry point of the ``lore`` command: a table of sub-commands.
+
+``main`` is also where errors become one line: a ``UserError`` or an invalid setting
+exits 2 with its message; anything unexpected exits 1 with one line saying how to
+see the traceback (``LORE_LOG_LEVEL=debug``, which lets it through).
+"""
 
 from __future__ import annotations
+
+import os
+import sys
 
 import typer
 
@@ -39,15 +47,46 @@ def _register() -> None:
     from lore_gateway.cli import (  # noqa: F401
         bench_gateway,
         bench_memory,
+        config_cmd,
         doctor,
         logs,
         memory_cmds,
         run,
         serve,
         setup,
+        status,
     )
 
 
+def _debug() -> bool:
+    level = os.environ.get("LORE_LOG_LEVEL")
+    if level is None:
+        from lore_gateway.config import SettingsError, read_config_file
+
+        try:
+            level = str(read_config_file().get("log_level", ""))
+        except SettingsError:
+            return False
+    return level.strip().lower() == "debug"
+
+
 def main() -> None:
+    from lore_gateway.cli.output import UserError, error
+    from lore_gateway.config import SettingsError
+
     _register()
-    app()
+    try:
+        app()
+    except (UserError, SettingsError) as exc:
+        if _debug():
+            raise
+        error(str(exc))
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:
+        if _debug():
+            raise
+        error(f"unexpected {type(exc).__name__}: {exc} (run with LORE_LOG_LEVEL=debug for "
+              "the traceback, and please report it)")
+        sys.exit(1)

@@ -7,13 +7,15 @@ import signal
 
 import typer
 
+from lore_gateway.cli import preflight
 from lore_gateway.cli.main import app
-from lore_gateway.config import Settings
+from lore_gateway.config import Settings, load_settings
 
 _HELP = """Start the gateway and serve until interrupted.
 
-Settings come from LORE_* environment variables; --host and --port override
-theirs. The defaults need no configuration.
+Settings come from the config file (`lore config path`), then LORE_* environment
+variables, then --host and --port. The defaults need no configuration;
+`lore config show` prints every setting and where it came from.
 
 \b
   LORE_HOST / --host         listen address (127.0.0.1)
@@ -38,8 +40,9 @@ def serve(
     host: str = typer.Option(None, "--host", help="Listen address (env LORE_HOST)."),
     port: int = typer.Option(None, "--port", help="Listen port (env LORE_PORT)."),
 ) -> None:
-    overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
-    settings = Settings(**overrides)  # type: ignore[arg-type]
+    settings = load_settings(host=host, port=port)
+    preflight.require_data_dir(settings)
+    preflight.require_port(settings)
     from lore_gateway.obs.logging import configure_logging, log_file_path
 
     configure_logging(settings.log_level, settings.log_format, log_file_path(settings.data_dir))
@@ -53,6 +56,13 @@ def serve(
         pass
 
 
+def _banner(settings: Settings, url: str) -> list[str]:
+    from lore_gateway.cli.status import banner
+    from lore_gateway.obs.status import Live, snapshot
+
+    return banner(snapshot(settings, Live(listen=url)))
+
+
 async def _serve(settings: Settings) -> None:
     from lore_gateway.server import Gateway
 
@@ -61,12 +71,7 @@ async def _serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, gateway.request_stop)
-    url = gateway.url
-    typer.echo(
-        f"lore-gateway listening on {url} — Codex: lore run codex (or base_url {url}/v1); "
-        f"Claude Code: ANTHROPIC_BASE_URL={url}",
-        err=True,
-    )
+    typer.echo("\n".join(await asyncio.to_thread(_banner, settings, gateway.url)), err=True)
     try:
         await gateway.wait()
     finally:

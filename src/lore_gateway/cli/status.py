@@ -1,0 +1,154 @@
+"""``lore status [--json]``: is the gateway up, where does it send traffic, what is stored.
+
+Asks the running gateway (``GET /lore/status``, loopback only); when nothing answers,
+the same document is built from the settings and the database file, with
+``gateway.running = false``. ``banner`` turns the document into the few lines
+``lore serve`` prints at start.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from typing import Any
+
+import orjson
+import typer
+
+from lore_gateway.cli import output
+from lore_gateway.cli.main import app
+from lore_gateway.config import Settings, lenient_settings
+from lore_gateway.obs import status
+
+STATUS_TIMEOUT_S = 2.0
+
+
+def fetch_live(settings: Settings) -> dict[str, Any] | None:
+    """The running gateway's status document, or None when none answers."""
+    try:
+        with urllib.request.urlopen(settings.base_url + status.ROUTE,
+                                    timeout=STATUS_TIMEOUT_S) as response:
+            document = orjson.loads(response.read(1024 * 1024))
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+    return document if isinstance(document, dict) and "gateway" in document else None
+
+
+def collect(settings: Settings) -> dict[str, Any]:
+    live = fetch_live(settings)
+    if live is not None:
+        return live
+    document = status.snapshot(settings)
+    from lore_gateway.cli.preflight import port_problem
+    from lore_gateway.cli.run import probe_health
+
+    health = probe_health(settings.base_url)
+    if health is not None:  # a gateway without the status route (an older version)
+        document["gateway"].update(running=True, version=health.get("version"))
+    elif problem := port_problem(settings):
+        document["gateway"]["problem"] = problem
+    return document
+
+
+def size(count: int) -> str:
+    value = float(count)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{count} B"
+
+
+def duration(seconds: float) -> str:
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {secs}s" if minutes else f"{secs}s"
+
+
+def _on(flag: object) -> str:
+    return "on" if flag else "off"
+
+
+def _worker(section: dict[str, Any]) -> str:
+    text = str(section.get("state", "not configured"))
+    budget = section.get("budget")
+    if isinstance(budget, dict) and budget:
+        text += ", budget " + ", ".join(f"{k} {v}" for k, v in budget.items())
+    return text
+
+
+def _database(db: dict[str, Any]) -> str:
+    if not db.get("exists"):
+        return f"{db.get('path')} not created yet (made on first start)"
+    if "error" in db:
+        return f"{size(db.get('bytes', 0))}, {db['error']}"
+    return (f"{size(db['bytes'])}, {output.plural(db['sessions'], 'session')}, "
+            f"{output.plural(db['turns'], 'turn')}, {output.plural(db['messages'], 'message')}")
+
+
+def _embeddings(document: dict[str, Any]) -> str:
+    if not document["embeddings"].get("enabled"):
+        return "off"
+    backlog = document["database"].get("embedding_backlog", 0)
+    return f"on, backlog {output.plural(int(backlog or 0), 'message')}"
+
+
+def fields(document: dict[str, Any]) -> list[tuple[str, str]]:
+    gateway = document["gateway"]
+    if gateway.get("running"):
+        state = f"up, version {gateway.get('version')}"
+        if gateway.get("uptime_s") is not None:
+            state += f", for {duration(gateway['uptime_s'])} (pid {gateway.get('pid')})"
+    else:
+        state = "down: " + gateway.get("problem", "nothing answers; `lore serve` starts it")
+    storage = document["storage"]
+    store = _on(storage.get("enabled"))
+    if "queue_depth" in storage:
+        store += f", {output.plural(storage['queue_depth'], 'turn')} queued"
+    rows = [("gateway", state), ("listen", gateway.get("listen", "")),
+            *((f"upstream {name}", url) for name, url in document["upstreams"].items()),
+            ("data dir", document["data_dir"]), ("database", _database(document["database"])),
+            ("storage", store), ("recall", _on(document["recall"].get("enabled"))),
+            ("embeddings", _embeddings(document)), ("worker", _worker(document.get("worker", {}))),
+            ("tenancy", str(document.get("tenancy", "personal")))]
+    rows += [("settings", problem) for problem in document.get("settings_problems", [])]
+    return rows
+
+
+def banner(document: dict[str, Any]) -> list[str]:
+    """The startup banner: the status essentials in a few lines."""
+    gateway, url = document["gateway"], document["gateway"]["listen"]
+    return [
+        f"lore-gateway {gateway.get('version')} listening on {url}",
+        *(f"  {'upstream ' + name:<19}{u}" for name, u in document["upstreams"].items()),
+        f"  data dir           {document['data_dir']}",
+        f"  database           {_database(document['database'])}",
+        f"  memory             storage {_on(document['storage'].get('enabled'))}, recall "
+        f"{_on(document['recall'].get('enabled'))}, embeddings {_embeddings(document)}",
+        f"  worker, tenancy    {_worker(document.get('worker', {}))}, "
+        f"{document.get('tenancy')}",
+        f"  use it             lore run codex, lore run claude, OPENAI_BASE_URL={url}/v1, "
+        f"ANTHROPIC_BASE_URL={url}",
+    ]
+
+
+@app.command("status")
+def status_command(
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Gateway up or down, version, uptime, upstreams, data dir, database size and
+    counts, embedding backlog, worker, recall, storage and tenancy."""
+    settings, problems = lenient_settings()
+    document = collect(settings)
+    if problems:
+        document["settings_problems"] = problems
+    if as_json:
+        output.print_json(document)
+        return
+    output.print_fields(fields(document), title="lore status")
