@@ -93,7 +93,7 @@ def test_delete_asks_first_unless_yes(data_dir: Path) -> None:
     assert code == 1 and "Delete project /home/dev/project (2 turns)?" in out
     assert len(json.loads(lore("data", "list", "--json")[1])["sessions"]) == 2
     code, out = lore("data", "delete", "01a22c2c-a22d-7893-9171-5c3a756c9d51", "--yes")
-    assert code == 0 and "Deleted session 01a22c2c-a22d-7893-9171-5c3a756c9d51: 1 turns." in out
+    assert code == 0 and "Deleted session 01a22c2c-a22d-7893-9171-5c3a756c9d51: 1 turn." in out
     sessions = json.loads(lore("data", "list", "--json")[1])["sessions"]
     assert [s["project"] for s in sessions] == ["/home/dev/project"]
     code, out = lore("data", "delete", "no-such-thing", "--yes")

@@ -11,9 +11,9 @@ from typing import Any
 
 import typer
 
-from lore_gateway.cli import output
+from lore_gateway.cli import output, preflight
 from lore_gateway.cli.main import app
-from lore_gateway.config import Settings, config_path, env_name, load_settings, origins
+from lore_gateway.config import Settings, config_path, env_name, origins
 
 config_app = typer.Typer(help="The config file and the effective settings.",
                          no_args_is_help=True)
@@ -27,7 +27,7 @@ def _value(value: Any) -> Any:
 @config_app.command("show")
 def show(as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
     """Every setting: its effective value and where it came from."""
-    settings = load_settings()
+    settings = preflight.settings()
     where = origins()
     rows = [(name, _value(getattr(settings, name)), env_name(name), str(where[name]))
             for name in Settings.model_fields]

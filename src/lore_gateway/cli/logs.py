@@ -10,8 +10,8 @@ from pathlib import Path
 
 import typer
 
+from lore_gateway.cli import preflight
 from lore_gateway.cli.main import app
-from lore_gateway.config import Settings
 from lore_gateway.obs.logging import log_file_path
 
 FOLLOW_POLL_S = 0.25
@@ -54,7 +54,7 @@ def logs_command(
     path_only: bool = typer.Option(False, "--path", help="Print the log file's path and exit."),
 ) -> None:
     """Show the gateway's recent log lines (no payloads, no credentials)."""
-    path = log_file_path(Settings().data_dir)
+    path = log_file_path(preflight.settings().data_dir)
     if path_only:
         typer.echo(str(path))
         return

@@ -19,11 +19,9 @@ from typing import Any, Literal
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
+from lore_gateway.cli import output, preflight
 from lore_gateway.cli.main import app
-from lore_gateway.config import Settings
 from lore_gateway.memory import catalog
 from lore_gateway.memory.identity import ANONYMOUS, tenant_for_credential
 from lore_gateway.memory.records import Identity
@@ -37,7 +35,6 @@ app.add_typer(data_app, name="data")
 app.add_typer(import_app, name="import")
 
 console = Console()
-err = Console(stderr=True)
 
 TenantOpt = typer.Option(None, "--tenant", help="Tenant id (or a unique prefix) from "
                          "`lore data list --all-tenants`.")
@@ -48,16 +45,17 @@ AllTenantsOpt = typer.Option(False, "--all-tenants", help="Include every tenant'
 
 @contextmanager
 def open_memory(embedder: Literal["auto"] | None = None) -> Iterator[Memory]:
-    memory = Memory.open(Settings(), embedder=embedder)
+    settings = preflight.settings()
+    preflight.require_data_dir(settings)
+    memory = Memory.open(settings, embedder=embedder)
     try:
         yield memory
     finally:
         memory.close()
 
 
-def fail(message: str) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}")
-    return typer.Exit(code=2)
+def fail(message: str) -> output.UserError:
+    return output.UserError(message)
 
 
 def resolve_tenant(memory: Memory, tenant: str | None, key_env: str | None,
@@ -155,27 +153,37 @@ def data_list(
             for s in sessions]}))
         return
     if not sessions:
-        typer.echo("No stored sessions" + (f" for project {project}." if project else "."))
+        output.line("No stored sessions" + (f" for project {project}." if project else "."))
         return
     if tenants:
-        table = Table("tenant", "sessions", "messages", "last activity", title="Tenants")
-        for t in tenants:
-            table.add_row(t.tenant, str(t.sessions), str(t.messages), catalog.age(t.last_seen))
-        console.print(table)
+        output.print_table(
+            [output.Column("tenant", wrap=False), output.Column("sessions", "right", False),
+             output.Column("messages", "right", False), output.Column("last activity")],
+            [(t.tenant, t.sessions, t.messages, catalog.age(t.last_seen)) for t in tenants],
+            title="Tenants")
+    # Ids are printed whole: they are what `lore data show|delete` take.
+    columns = [output.Column("session", wrap=False), output.Column("turns", "right", False),
+               output.Column("messages", "right", False), output.Column("last activity"),
+               *((output.Column("tenant", wrap=False),) if chosen is None else ())]
+
+    def cells(s: catalog.SessionSummary) -> list[object]:
+        return [s.session, s.turns, s.messages, catalog.age(s.last_seen),
+                *((s.tenant,) if chosen is None else ())]
+
+    if not output.is_terminal():
+        output.print_table([output.Column("project"), *columns],
+                           [[s.project, *cells(s)] for s in sessions])
+        return
     by_project: dict[str, list[catalog.SessionSummary]] = {}
     for s in sessions:
         by_project.setdefault(s.project, []).append(s)
-    table = Table(title="Sessions")
-    # Ids are printed whole: they are what `lore data show|delete` take.
-    table.add_column("project", overflow="fold")
-    table.add_column("session", overflow="fold", no_wrap=True)
-    for name in ("turns", "messages", "last activity", *(("tenant",) if chosen is None else ())):
-        table.add_column(name, justify="right" if name in ("turns", "messages") else "left")
-    for name, group in by_project.items():
-        for i, s in enumerate(group):
-            table.add_row(name if i == 0 else "", s.session, str(s.turns), str(s.messages),
-                          catalog.age(s.last_seen), *((s.tenant,) if chosen is None else ()))
-    console.print(table)
+    # On a terminal each project is a heading over its sessions: paths are long, and
+    # a column of them would leave no room at 80 columns.
+    for i, (name, group) in enumerate(by_project.items()):
+        if i:
+            output.line()
+        output.line(f"{name}  ({output.plural(len(group), 'session')})", style="bold")
+        output.print_table(columns, [cells(s) for s in group])
 
 
 @data_app.command("show")
@@ -197,14 +205,22 @@ def data_show(
              "complete": m.complete} for m in messages]}, ensure_ascii=False))
         return
     last_turn = None
+    terminal = output.is_terminal()
     for m in messages:
         if m.turn_id != last_turn:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(m.created_at))
             note = "" if m.complete else " [incomplete]"
-            console.rule(f"turn {m.turn_id} · {stamp}{note}", style="dim")
+            if terminal:
+                console.rule(f"turn {m.turn_id} · {stamp}{note}", style="dim")
+            else:
+                output.line(f"--- turn {m.turn_id} · {stamp}{note}")
             last_turn = m.turn_id
-        console.print(f"[bold]{m.role}[/bold] [dim]({m.ref})[/dim]")
-        console.print(m.content, markup=False, highlight=False)
+        if terminal:
+            console.print(f"[bold]{m.role}[/bold] [dim]({m.ref})[/dim]")
+            console.print(m.content, markup=False, highlight=False)
+        else:
+            output.line(f"{m.role} ({m.ref})")
+            output.line(m.content)
 
 
 @data_app.command("delete")
@@ -223,19 +239,14 @@ def data_delete(
             turns = memory.count_turns(chosen, project=target)
         if turns == 0:
             raise fail(f"no stored session or project {target!r}; see `lore data list`")
-        if not yes and not typer.confirm(f"Delete {kind} {target} ({turns} turns)?"):
+        if not yes and not typer.confirm(
+                f"Delete {kind} {target} ({output.plural(turns, 'turn')})?"):
             raise typer.Exit(code=1)
-        with _progress() as progress:
-            task = progress.add_task(f"deleting {kind}", total=turns)
+        with output.stages() as update:
             deleted = memory.delete(
                 chosen, **selector,
-                progress=lambda done, total: progress.update(task, completed=done, total=total))
-    typer.echo(f"Deleted {kind} {target}: {deleted} turns.")
-
-
-def _progress() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=err, transient=True)
+                progress=lambda done, total: update(f"deleting {kind}", done, total))
+    typer.echo(f"Deleted {kind} {target}: {output.plural(deleted, 'turn')}.")
 
 
 # --- lore import ---------------------------------------------------------------------
@@ -254,11 +265,11 @@ def _run_import(source: str, path: Path | None, tenant: str | None, key_env: str
     with open_memory("auto") as memory:
         chosen = resolve_tenant(memory, tenant, key_env, False)
         assert chosen is not None
-        with _progress() as progress:
-            task = progress.add_task(f"importing {source}", total=len(files))
+        with output.progress(f"importing {source}", total=len(files)) as advance:
             stats = import_files(memory, files, module.parse, tenant=chosen,
-                                 on_file=lambda _: progress.advance(task))
-    typer.echo(f"Imported {stats.files} files: {stats.turns_new} new turns, "
+                                 on_file=lambda _: advance(1))
+    typer.echo(f"Imported {output.plural(stats.files, 'file')}: "
+               f"{output.plural(stats.turns_new, 'new turn')}, "
                f"{stats.turns_already_stored} already stored (tenant {chosen}).")
 
 

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
+import typer
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -46,10 +47,22 @@ DEFAULT_WIDTH = 80
 CellStyle = Callable[[int, int, str], str | None]
 
 
-class UserError(Exception):
-    """Something the user can fix: printed as one line, exit code 2, no traceback."""
+# The click that typer runs on (typer >= 0.20 vendors its own copy).
+_ClickException: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+class UserError(_ClickException):  # type: ignore[misc,valid-type]
+    """Something the user can fix: printed as one line, exit code 2, no traceback.
+
+    A ``ClickException``, so click prints it (via ``show``) and exits, in ``main``
+    and in tests that invoke the app directly alike.
+    """
 
     exit_code = 2
+
+    def show(self, file: Any = None) -> None:
+        error(str(self.message))
 
 
 def is_terminal(stream: TextIO | None = None) -> bool:

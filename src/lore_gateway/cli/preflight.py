@@ -20,10 +20,26 @@ from pathlib import Path
 
 from lore_gateway.cli.output import UserError
 from lore_gateway.cli.run import probe_health
-from lore_gateway.config import Origin, Settings, env_name, flag_name, origins
+from lore_gateway.config import (
+    Origin,
+    Settings,
+    SettingsError,
+    env_name,
+    flag_name,
+    load_settings,
+    origins,
+)
 
 # Bounds the /proc scan that names the program holding a port.
 MAX_PROCS_SCANNED = 4096
+
+
+def settings(**flags: object) -> Settings:
+    """``load_settings`` for a command: an invalid setting is a ``UserError``."""
+    try:
+        return load_settings(**flags)
+    except SettingsError as exc:
+        raise UserError(str(exc)) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -216,7 +216,9 @@ def run_command(
     if agent not in AGENTS:
         raise typer.BadParameter(f"expected one of: {', '.join(AGENTS)}", param_hint="AGENT")
     try:
-        code = run_agent(agent, list(ctx.args), Settings())
+        from lore_gateway.cli import preflight
+
+        code = run_agent(agent, list(ctx.args), preflight.settings())
     except RuntimeError as exc:
         typer.echo(f"lore run: {exc}", err=True)
         raise typer.Exit(1) from None

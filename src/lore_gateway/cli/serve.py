@@ -9,7 +9,7 @@ import typer
 
 from lore_gateway.cli import preflight
 from lore_gateway.cli.main import app
-from lore_gateway.config import Settings, load_settings
+from lore_gateway.config import Settings
 
 _HELP = """Start the gateway and serve until interrupted.
 
@@ -40,7 +40,7 @@ def serve(
     host: str = typer.Option(None, "--host", help="Listen address (env LORE_HOST)."),
     port: int = typer.Option(None, "--port", help="Listen port (env LORE_PORT)."),
 ) -> None:
-    settings = load_settings(host=host, port=port)
+    settings = preflight.settings(host=host, port=port)
     preflight.require_data_dir(settings)
     preflight.require_port(settings)
     from lore_gateway.obs.logging import configure_logging, log_file_path

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from lore_gateway.agents import setup_state
 from lore_gateway.agents.codex import SetupConflict
+from lore_gateway.cli import output, preflight
 from lore_gateway.cli.main import app
 from lore_gateway.config import Settings
 
@@ -17,12 +17,13 @@ def setup_command(
     agent: str | None = typer.Argument(None, help="codex or claude"),
     undo: bool = typer.Option(False, "--undo", help="Restore the agent's config from the backup."),
     status: bool = typer.Option(False, "--status", help="Show which agents point at lore."),
+    as_json: bool = typer.Option(False, "--json", help="With --status: print one JSON object."),
 ) -> None:
     """Point an agent at the gateway permanently (with a backup), or undo it exactly."""
-    settings = Settings()
+    settings = preflight.settings()
     console = Console()
     if status:
-        _print_status(console, settings)
+        _print_status(settings, as_json)
         return
     if agent not in setup_state.AGENTS:
         raise typer.BadParameter(
@@ -42,15 +43,18 @@ def setup_command(
         raise typer.Exit(1) from None
 
 
-def _print_status(console: Console, settings: Settings) -> None:
-    table = Table(title=f"agents and lore at {settings.base_url}")
-    for column in ("agent", "config", "set up by lore", "points at gateway"):
-        table.add_column(column)
-    for agent in setup_state.AGENTS:
-        state = setup_state.status(agent, settings.data_dir, settings.base_url)
-        config = str(state.path) if state.exists else f"{state.path} (absent)"
-        table.add_row(
-            agent, config, "yes" if state.set_up_by_lore else "no",
-            "yes" if state.points_at_gateway else "no",
-        )
-    console.print(table)
+def _print_status(settings: Settings, as_json: bool) -> None:
+    states = {agent: setup_state.status(agent, settings.data_dir, settings.base_url)
+              for agent in setup_state.AGENTS}
+    if as_json:
+        output.print_json({"gateway": settings.base_url, "agents": {
+            agent: {"config": str(s.path), "exists": s.exists, "set_up_by_lore": s.set_up_by_lore,
+                    "points_at_gateway": s.points_at_gateway} for agent, s in states.items()}})
+        return
+    output.print_table(
+        [output.Column("agent", wrap=False), output.Column("config"),
+         output.Column("set up by lore", wrap=True), output.Column("points at gateway")],
+        [(agent, str(s.path) if s.exists else f"{s.path} (absent)",
+          "yes" if s.set_up_by_lore else "no", "yes" if s.points_at_gateway else "no")
+         for agent, s in states.items()],
+        title=f"agents and lore at {settings.base_url}")
