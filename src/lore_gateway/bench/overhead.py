@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,9 @@ REQUEST_BODY = (
     b'"properties":{"path":{"type":"string"}}}}]}'
 )
 HEADERS = {"content-type": "application/json", "authorization": "Bearer sk-bench-not-a-key"}
+
+# ``progress(stage, done, total)``: the CLI draws it; None is silent.
+Progress = Callable[[str, int, int], None]
 
 
 @dataclass
@@ -155,8 +158,10 @@ async def _round(session: aiohttp.ClientSession, url: str, stats: PathStats, n: 
 
 async def measure(direct: str, gateway: str, *, requests: int, concurrency: int,
                   round_size: int, warmup: int = 20,
-                  headers: dict[str, str] | None = None) -> dict[str, PathStats]:
+                  headers: dict[str, str] | None = None,
+                  progress: Progress | None = None) -> dict[str, PathStats]:
     """Alternate rounds of ``round_size`` requests between the two paths."""
+    stage = f"requests at c={concurrency}"
     headers = headers or HEADERS
     connector = aiohttp.TCPConnector(limit=concurrency * 2)
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -170,6 +175,8 @@ async def measure(direct: str, gateway: str, *, requests: int, concurrency: int,
             for name, url in urls.items():
                 await _round(session, url, stats[name], n, concurrency, headers)
             done += n
+            if progress is not None:
+                progress(stage, 2 * done, 2 * requests)
         return stats
 
 
@@ -196,7 +203,8 @@ def rss_bytes(pid: int) -> tuple[int, int]:
     return fields.get("VmRSS", 0), fields.get("VmHWM", 0)
 
 
-async def big_stream(gateway: str, pid: int, megabytes: int) -> dict[str, float]:
+async def big_stream(gateway: str, pid: int, megabytes: int,
+                     progress: Progress | None = None) -> dict[str, float]:
     """Stream ``megabytes`` MiB through the gateway; report its peak-RSS growth."""
     _, peak_before = rss_bytes(pid)
     received = 0
@@ -208,6 +216,8 @@ async def big_stream(gateway: str, pid: int, megabytes: int) -> dict[str, float]
     ) as resp:
         async for chunk in resp.content.iter_any():
             received += len(chunk)
+            if progress is not None:
+                progress("big stream (MiB)", received >> 20, megabytes)
     elapsed = time.perf_counter() - start
     _, peak_after = rss_bytes(pid)
     return {
@@ -218,15 +228,16 @@ async def big_stream(gateway: str, pid: int, megabytes: int) -> dict[str, float]
 
 
 def run(*, requests_c1: int = 300, requests_c16: int = 600, events: int = 41,
-        store: bool = True, recall_tool: bool = False, big_mb: int = 0) -> dict[str, Any]:
+        store: bool = True, recall_tool: bool = False, big_mb: int = 0,
+        progress: Progress | None = None) -> dict[str, Any]:
     """The whole benchmark; returns the figures (see ``lore bench overhead --help``)."""
     with tempfile.TemporaryDirectory(prefix="lore-bench-") as tmp, running_servers(
         events=events, store=store, recall_tool=recall_tool, data_dir=Path(tmp)
     ) as (direct, gateway, pid):
         c1 = asyncio.run(measure(direct, gateway, requests=requests_c1, concurrency=1,
-                                 round_size=25))
+                                 round_size=25, progress=progress))
         c16 = asyncio.run(measure(direct, gateway, requests=requests_c16, concurrency=16,
-                                  round_size=100))
+                                  round_size=100, progress=progress))
         result: dict[str, Any] = {
             "config": {"events": events, "store": store, "recall_tool": recall_tool,
                        "requests_c1": requests_c1, "requests_c16": requests_c16},
@@ -234,6 +245,6 @@ def run(*, requests_c1: int = 300, requests_c16: int = 600, events: int = 41,
             "c16": compare(c16),
         }
         if big_mb:
-            result["big_stream"] = asyncio.run(big_stream(gateway, pid, big_mb))
+            result["big_stream"] = asyncio.run(big_stream(gateway, pid, big_mb, progress))
         result["gateway_rss_mb"] = rss_bytes(pid)[0] / 1e6
     return result

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
+from lore_gateway.cli import output
 from lore_gateway.cli.main import bench_app
 
 
@@ -32,30 +31,28 @@ def overhead(
     latency p50/p99 per path, the added milliseconds and the gateway/direct ratios."""
     from lore_gateway.bench.overhead import run
 
-    result = run(requests_c1=requests, requests_c16=requests_c16, events=events, store=store,
-                 recall_tool=recall_tool, big_mb=big_mb)
-    console = Console()
-    table = Table(title=f"lore bench overhead ({events} SSE events per response, "
-                        f"store={'on' if store else 'off'}, recall tool="
-                        f"{'on' if recall_tool else 'off'})")
-    for column in ("phase", "path", "req/s", "TTFB p50", "TTFB p99", "total p50", "total p99"):
-        table.add_column(column, justify="right")
-    for phase in ("c1", "c16"):
-        for path in ("direct", "gateway"):
-            s = result[phase][path]
-            table.add_row(phase, path, f"{s['rps']:.0f}", f"{s['ttfb_p50_ms']:.2f} ms",
-                          f"{s['ttfb_p99_ms']:.2f} ms", f"{s['total_p50_ms']:.2f} ms",
-                          f"{s['total_p99_ms']:.2f} ms")
-    console.print(table)
+    with output.stages() as update:
+        result = run(requests_c1=requests, requests_c16=requests_c16, events=events,
+                     store=store, recall_tool=recall_tool, big_mb=big_mb, progress=update)
+    output.print_table(
+        [output.Column(c, "right", False) for c in
+         ("phase", "path", "req/s", "TTFB p50", "TTFB p99", "total p50", "total p99")],
+        [(phase, path, f"{s['rps']:.0f}", f"{s['ttfb_p50_ms']:.2f} ms",
+          f"{s['ttfb_p99_ms']:.2f} ms", f"{s['total_p50_ms']:.2f} ms",
+          f"{s['total_p99_ms']:.2f} ms")
+         for phase in ("c1", "c16") for path in ("direct", "gateway")
+         for s in (result[phase][path],)],
+        title=f"lore bench overhead ({events} SSE events per response, "
+              f"store={'on' if store else 'off'}, recall tool={'on' if recall_tool else 'off'})")
     c1, c16 = result["c1"], result["c16"]
-    console.print(f"c=1 : added p50 {c1['added_p50_ms']:+.2f} ms, p99 {c1['added_p99_ms']:+.2f} ms"
+    output.line(f"c=1 : added p50 {c1['added_p50_ms']:+.2f} ms, p99 {c1['added_p99_ms']:+.2f} ms"
                   f", TTFB p50 {c1['added_ttfb_p50_ms']:+.2f} ms;"
                   f" throughput {c1['throughput_ratio']:.2f}x direct")
-    console.print(f"c=16: added p50 {c16['added_p50_ms']:+.2f} ms;"
+    output.line(f"c=16: added p50 {c16['added_p50_ms']:+.2f} ms;"
                   f" throughput {c16['throughput_ratio']:.2f}x direct")
     if "big_stream" in result:
         b = result["big_stream"]
-        console.print(f"big stream: {b['megabytes_received']:.1f} MB in {b['seconds']:.2f} s, "
+        output.line(f"big stream: {b['megabytes_received']:.1f} MB in {b['seconds']:.2f} s, "
                       f"gateway peak RSS grew {b['peak_rss_growth_mb']:.1f} MB")
     if as_json:
         print(json.dumps(result, separators=(",", ":")))

@@ -3,32 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
+from lore_gateway.cli import output
 from lore_gateway.cli.main import bench_app
-
-_err = Console(stderr=True)
-
-
-def _progress_bar() -> tuple[Progress, Callable[[str, int, int], None]]:
-    bar = Progress(TextColumn("{task.description}"), BarColumn(),
-                   TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(),
-                   console=_err, transient=True)
-    tasks: dict[str, TaskID] = {}
-
-    def update(stage: str, done: int, total: int) -> None:
-        if stage not in tasks:
-            tasks[stage] = bar.add_task(stage, total=total)
-        bar.update(tasks[stage], completed=done, total=total)
-
-    return bar, update
 
 
 @bench_app.command("locomo")
@@ -46,24 +27,21 @@ def locomo(
     try:
         path = bench.resolve_data_path(data)
     except FileNotFoundError as exc:
-        _err.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from exc
-    bar, update = _progress_bar()
-    with bar:
+        raise output.UserError(f"{exc}; pass --data <file>") from None
+    with output.stages() as update:
         report = bench.run(path, embeddings=embeddings, progress=update)
     figures = report.as_dict()
-    table = Table(title=f"LoCoMo retrieval ({path.name}, "
-                        f"{'hybrid' if report.embeddings else 'BM25 only'})")
-    for column in ("category", "n", "recall@5", "recall@10", "MRR"):
-        table.add_column(column, justify="right" if column != "category" else "left")
     rows: list[tuple[str, dict[str, Any]]] = [
         (f"{c} {bench.CATEGORY_NAMES.get(int(c), '')}", f)
         for c, f in figures["categories"].items()]
     rows += [("1–4", figures["cats_1_4"]), ("all", figures["all"])]
-    for label, f in rows:
-        table.add_row(label, str(f["n"]), f"{f['recall@5']:.3f}", f"{f['recall@10']:.3f}",
-                      f"{f['mrr']:.3f}")
-    Console().print(table)
+    output.print_table(
+        [output.Column("category"), *(output.Column(c, "right", False)
+                                      for c in ("n", "recall@5", "recall@10", "MRR"))],
+        [(label, f["n"], f"{f['recall@5']:.3f}", f"{f['recall@10']:.3f}", f"{f['mrr']:.3f}")
+         for label, f in rows],
+        title=f"LoCoMo retrieval ({path.name}, "
+              f"{'hybrid' if report.embeddings else 'BM25 only'})")
     typer.echo(f"median query {figures['median_query_ms']} ms, p99 {figures['p99_query_ms']} ms; "
                f"{figures['messages']} messages ingested in {figures['ingest_s']} s")
     if as_json:
@@ -80,19 +58,17 @@ def search(
     """Insert throughput, BM25 and hybrid search latency, and database size."""
     from lore_gateway.bench import search as bench
 
-    bar, update = _progress_bar()
-    with bar:
+    with output.stages() as update:
         report = bench.run(messages, queries=queries, progress=update)
     figures = report.as_dict()
     typer.echo(f"{figures['messages']} messages inserted in {figures['insert_s']} s "
                f"({figures['insert_msgs_per_s']} msg/s); synthetic vectors in "
                f"{figures['vectors_s']} s; database {figures['db_mb']} MB")
-    table = Table(title="search latency (limit 10)")
-    for column in ("search", "p50 ms", "p99 ms", "n"):
-        table.add_column(column)
-    for name, value in figures.items():
-        if isinstance(value, dict):
-            table.add_row(name, str(value["p50_ms"]), str(value["p99_ms"]), str(value["n"]))
-    Console().print(table)
+    output.print_table(
+        [output.Column("search"), *(output.Column(c, "right", False)
+                                    for c in ("p50 ms", "p99 ms", "n"))],
+        [(name, value["p50_ms"], value["p99_ms"], value["n"])
+         for name, value in figures.items() if isinstance(value, dict)],
+        title="search latency (limit 10)")
     if as_json:
         typer.echo(json.dumps(figures))
