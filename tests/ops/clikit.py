@@ -6,10 +6,15 @@ bits alone do not stop a write.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pty
+import re
 import shutil
+import struct
 import subprocess
 import sys
+import termios
 from pathlib import Path
 
 import pytest
@@ -67,3 +72,31 @@ def make_read_only(directory: Path) -> None:
 def make_writable(directory: Path) -> None:
     for path in [directory, *directory.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def on_terminal(env: dict[str, str], *args: str, columns: int = 80) -> str:
+    """``lore *args`` with stdout and stderr on a pseudo-terminal ``columns`` wide; the
+    text it showed, colours removed."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    process = subprocess.Popen([sys.executable, "-m", "lore_gateway", *args],
+                               env=env | {"COLUMNS": str(columns), "TERM": "xterm-256color"},
+                               stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    chunks = []
+    try:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the child closed its end
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(master)
+        process.wait(timeout=LORE_TIMEOUT_S)
+    return ANSI.sub("", b"".join(chunks).decode()).replace("\r\n", "\n")

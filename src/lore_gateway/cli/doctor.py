@@ -260,8 +260,8 @@ def doctor_command(
                            "checks": [asdict(c) | {"status": c.status.value} for c in checks]})
     else:
         output.print_table(
-            [output.Column("check", wrap=False), output.Column("status", wrap=False),
-             output.Column("detail"), output.Column("fix")],
+            [output.Column("check"), output.Column("status", wrap=False),
+             output.Column("detail"), output.Column("fix", note=True)],
             [(c.name, c.status.value, c.detail, c.fix) for c in checks],
             title="lore doctor", style=_style)
     if any(check.status is Status.FAIL for check in checks):

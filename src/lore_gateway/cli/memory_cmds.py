@@ -182,7 +182,8 @@ def data_list(
     for i, (name, group) in enumerate(by_project.items()):
         if i:
             output.line()
-        output.line(f"{name}  ({output.plural(len(group), 'session')})", style="bold")
+        heading = f"{name}  ({output.plural(len(group), 'session')})"
+        output.line(heading if len(heading) <= output.width() else name, style="bold")
         output.print_table(columns, [cells(s) for s in group])
 
 

@@ -98,11 +98,13 @@ def _stdout_console() -> Console:
 
 
 def line(text: str = "", style: str | None = None) -> None:
-    """One line of prose; styled on a terminal, plain otherwise."""
-    if style and is_terminal():
-        _stdout_console().print(Text(text, style=style))
-    else:
+    """A line of prose: on a terminal styled and wrapped at spaces, plain otherwise."""
+    if not is_terminal():
         sys.stdout.write(text + "\n")
+        return
+    console = _stdout_console()
+    for part in _wrap(text, console.width) if len(text) > console.width else [text]:
+        console.print(Text(part, style=style or ""), no_wrap=True, crop=False)
 
 
 # --- tables --------------------------------------------------------------------------
@@ -114,6 +116,9 @@ class Column:
     align: Literal["left", "right"] = "left"
     # False keeps the cell on one line (ids, counts): only other columns wrap.
     wrap: bool = True
+    # On a terminal, printed as "header: text" under its row instead of as a column
+    # (a fix under a problem); piped, it is a column like the others.
+    note: bool = False
 
 
 def _words(text: str) -> list[str]:
@@ -150,8 +155,10 @@ def _wrap(text: str, size: int) -> list[str]:
 def table_lines(columns: Sequence[Column], rows: Sequence[Sequence[str]],
                 total: int) -> list[tuple[int, list[str]]]:
     """The terminal layout: (row index, padded cells) per printed line; row -1 is the
-    header. Falls back to blocks of ``header: value`` (cells then hold one string)."""
-    widths = _fit(columns, rows, total)
+    header. Notes and the fallback blocks of ``header: value`` are one-string lines."""
+    main = [i for i, c in enumerate(columns) if not c.note]
+    notes = [i for i, c in enumerate(columns) if c.note]
+    widths = _fit([columns[i] for i in main], [[r[i] for i in main] for r in rows], total)
     out: list[tuple[int, list[str]]] = []
     if widths is None:
         label = max(len(c.header) for c in columns) + 2
@@ -159,18 +166,30 @@ def table_lines(columns: Sequence[Column], rows: Sequence[Sequence[str]],
             if index:
                 out.append((index, [""]))
             for column, cell in zip(columns, row, strict=True):
-                wrapped = _wrap(cell, max(20, total - label))
-                out.append((index, [f"{column.header + ':':<{label}}{wrapped[0]}"]))
-                out.extend((index, [" " * label + more]) for more in wrapped[1:])
+                if not cell:
+                    continue
+                if max(len(w) for w in _words(cell)) <= total - label:
+                    wrapped = _wrap(cell, total - label)
+                    out.append((index, [f"{column.header + ':':<{label}}{wrapped[0]}"]))
+                    out.extend((index, [" " * label + more]) for more in wrapped[1:])
+                else:  # a long path: on the lines below its label, where it fits
+                    out.append((index, [column.header + ":"]))
+                    out.extend((index, ["  " + more]) for more in _wrap(cell, total - 2))
         return out
+    indent = sum(widths[:-1]) + GAP * (len(widths) - 1)
+    indent = indent if indent <= total // 2 else 4
     for index, row in enumerate([[c.header for c in columns], *rows]):
-        cells = [_wrap(cell, w) if c.wrap else [cell]
-                 for c, cell, w in zip(columns, row, widths, strict=True)]
+        cells = [_wrap(row[i], w) if columns[i].wrap else [row[i]]
+                 for i, w in zip(main, widths, strict=True)]
         for n in range(max(len(c) for c in cells)):
             out.append((index - 1, [
-                (cell[n] if n < len(cell) else "").rjust(w) if c.align == "right"
+                (cell[n] if n < len(cell) else "").rjust(w) if columns[i].align == "right"
                 else (cell[n] if n < len(cell) else "").ljust(w)
-                for c, cell, w in zip(columns, cells, widths, strict=True)]))
+                for i, cell, w in zip(main, cells, widths, strict=True)]))
+        for i in notes if index else []:
+            if row[i]:
+                out.extend((index - 1, [" " * indent + text]) for text in
+                           _wrap(f"{columns[i].header}: {row[i]}", max(20, total - indent)))
     return out
 
 
