@@ -29,6 +29,10 @@ from lore_gateway.testing import (
     gateway_settings,
 )
 
+# A developer's own ~/.config/lore/config.toml must not change what the tests see;
+# tests of the config file point LORE_CONFIG / XDG_CONFIG_HOME at their own.
+os.environ["LORE_CONFIG"] = os.devnull
+
 # CI clones the repository into a fresh folder with ``shared/`` beside it.
 FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
 REPO = Path(__file__).resolve().parents[1]

@@ -107,8 +107,9 @@ def test_lore_run_names_a_missing_binary(fake_upstream: FakeUpstream, tmp_path: 
                                          workdir: Path, port: int):
     env = ops_env(tmp_path, fake_upstream, port) | {"LORE_CLAUDE_BIN": "no-such-claude-binary"}
     result = lore_run(env, workdir, "claude", "--", "-p", "hi")
-    assert result.returncode == 1
-    assert "LORE_CLAUDE_BIN" in result.stderr
+    assert result.returncode == 2
+    assert result.stderr == ("lore: error: cannot find the claude binary 'no-such-claude-binary' "
+                             "(LORE_CLAUDE_BIN): install it or set LORE_CLAUDE_BIN to its path\n")
     assert_port_free(port)
 
 

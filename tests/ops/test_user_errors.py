@@ -141,3 +141,29 @@ def test_a_broken_config_file(tmp_path: Path):
     message = one_line_error(lore(lore_env(tmp_path), "serve"))
     assert message.startswith(f"lore: error: port = 'abc' in {config}: must be a port number")
     assert message.endswith(f"fix port in {config}")
+
+
+def test_a_file_that_is_not_a_database(tmp_path: Path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "lore.db").write_text("my notes, not a database\n" * 50)
+
+    for command in (["serve", "--port", str(free_port())], ["data", "list"]):
+        message = one_line_error(lore(lore_env(tmp_path), *command))
+        assert f"{tmp_path}/data/lore.db is not an SQLite database" in message
+        assert "set LORE_DATA_DIR to another directory" in message
+
+
+def test_an_unexpected_error_is_one_line_unless_debug(tmp_path: Path):
+    (tmp_path / "data").mkdir()
+    # An SQLite header over garbage: nothing a setting explains.
+    (tmp_path / "data" / "lore.db").write_bytes(b"SQLite format 3\x00" + b"\xff" * 8000)
+
+    result = lore(lore_env(tmp_path), "data", "list")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("lore: error: unexpected ")
+    assert result.stderr.endswith("(run with LORE_LOG_LEVEL=debug for the traceback, and "
+                                  "please report it)\n")
+    assert len(result.stderr.splitlines()) == 1
+
+    debug = lore(lore_env(tmp_path, LORE_LOG_LEVEL="debug"), "data", "list")
+    assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr

@@ -103,8 +103,26 @@ def data_dir_problem(settings: Settings, *, write: bool = True) -> Problem | Non
     return None
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def database_problem(settings: Settings) -> Problem | None:
+    """A database file that is not SQLite at all (its first 16 bytes say so)."""
+    db = settings.db_path
+    try:
+        with db.open("rb") as handle:
+            header = handle.read(len(SQLITE_HEADER))
+    except OSError:
+        return None  # absent (made on first start) or unreadable (data_dir_problem says)
+    if header and header != SQLITE_HEADER:
+        return Problem(f"{db} is not an SQLite database, so not lore's memory",
+                       f"move it out of {settings.data_dir} (a fresh database is made on "
+                       f"start) or set {where('data_dir')} to another directory")
+    return None
+
+
 def require_data_dir(settings: Settings) -> None:
-    problem = data_dir_problem(settings)
+    problem = data_dir_problem(settings) or database_problem(settings)
     if problem:
         raise UserError(str(problem))
 

@@ -29,7 +29,9 @@ import orjson
 import typer
 
 from lore_gateway.agents import claude, codex
+from lore_gateway.cli import output
 from lore_gateway.cli.main import app
+from lore_gateway.cli.output import UserError
 from lore_gateway.config import Settings
 
 AGENTS = ("codex", "claude")
@@ -126,8 +128,9 @@ def resolve_binary(agent: str, name: str) -> str:
     path = shutil.which(name)
     if path is None:
         setting = f"LORE_{agent.upper()}_BIN"
-        raise RuntimeError(
-            f"cannot find the {agent} binary {name!r}: install it or set {setting} to its path"
+        raise UserError(
+            f"cannot find the {agent} binary {name!r} ({setting}): install it or set "
+            f"{setting} to its path"
         )
     return path
 
@@ -184,10 +187,12 @@ def run_agent(agent: str, args: list[str], settings: Settings) -> int:
     gateway: BackgroundGateway | None = None
     if probe_health(settings.base_url) is None:
         if port_in_use(settings.host, settings.port):
-            raise RuntimeError(
-                f"{settings.host}:{settings.port} is taken by something that is not a healthy "
-                "lore gateway; stop it or choose another port with LORE_PORT"
-            )
+            from lore_gateway.cli.preflight import port_problem
+
+            problem = port_problem(settings)
+            raise UserError(str(problem) if problem else
+                            f"{settings.host}:{settings.port} is taken by something that is "
+                            "not a healthy lore gateway; set LORE_PORT to a free port")
         gateway = BackgroundGateway(settings)
         gateway.start()
     try:
@@ -219,7 +224,7 @@ def run_command(
         from lore_gateway.cli import preflight
 
         code = run_agent(agent, list(ctx.args), preflight.settings())
-    except RuntimeError as exc:
-        typer.echo(f"lore run: {exc}", err=True)
+    except RuntimeError as exc:  # the background gateway did not start
+        output.error(f"lore run: {exc}")
         raise typer.Exit(1) from None
     raise typer.Exit(code)
