@@ -49,6 +49,7 @@ def _register() -> None:
         bench_memory,
         config_cmd,
         doctor,
+        embed_cmd,
         logs,
         memory_cmds,
         run,
