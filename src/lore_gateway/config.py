@@ -250,7 +250,11 @@ def origins(flags: dict[str, Any] | None = None,
             file_values: dict[str, Any] | None = None) -> dict[str, Origin]:
     """For every field, the source that decides its value (highest precedence first)."""
     flags = _flags_in_use if flags is None else flags
-    file_values = read_config_file() if file_values is None else file_values
+    if file_values is None:
+        try:
+            file_values = read_config_file()
+        except SettingsError:  # reported where the file is loaded; here it sets nothing
+            file_values = {}
     env = {key.upper() for key in os.environ}
     path = str(config_path())
     found: dict[str, Origin] = {}

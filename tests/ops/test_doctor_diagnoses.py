@@ -80,3 +80,17 @@ def test_an_upstream_url_without_a_scheme(fake_upstream: FakeUpstream, tmp_path:
     assert openai["fix"].startswith("set LORE_UPSTREAM_OPENAI to a valid value")
     # The other upstreams are still probed.
     assert checks["upstream anthropic"]["status"] == "ok"
+
+
+def test_a_broken_config_file_is_a_failed_check_not_a_stop(fake_upstream: FakeUpstream,
+                                                           tmp_path: Path):
+    config = tmp_path / "config" / "lore" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("port = [\n")
+
+    code, checks = doctor(lore_env(tmp_path, **upstreams_on(fake_upstream)))
+
+    assert code == 1
+    assert checks["settings"]["status"] == "FAIL"
+    assert checks["settings"]["detail"].startswith(f"config file {config} is not valid TOML")
+    assert checks["data dir"]["status"] == "ok"  # the other checks still ran

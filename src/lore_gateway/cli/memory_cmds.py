@@ -27,7 +27,7 @@ from lore_gateway.memory.identity import ANONYMOUS, tenant_for_credential
 from lore_gateway.memory.records import Identity
 from lore_gateway.memory.service import SCOPES, Memory
 
-data_app = typer.Typer(help="Look inside the memory: list, show and delete sessions.",
+data_app = typer.Typer(help="Look inside the memory: list, show, delete and embed.",
                        no_args_is_help=True)
 import_app = typer.Typer(help="Import existing agent histories into the memory.",
                          no_args_is_help=True)

@@ -142,12 +142,15 @@ def banner(document: dict[str, Any]) -> list[str]:
 def status_command(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Gateway up or down, version, uptime, upstreams, data dir, database size and
-    counts, embedding backlog, worker, recall, storage and tenancy."""
+    """Show whether the gateway is up, and what it holds.
+
+    Version, uptime, listen address, upstreams, data dir, database size and counts,
+    embedding backlog, worker, recall, storage and tenancy; from the running gateway,
+    or from the disk when none answers."""
     settings, problems = lenient_settings()
     document = collect(settings)
     if problems:
-        document["settings_problems"] = problems
+        document["settings_problems"] = list(problems.values())
     if as_json:
         output.print_json(document)
         return
