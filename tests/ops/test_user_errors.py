@@ -61,6 +61,12 @@ def test_port_flag_out_of_range(tmp_path: Path):
                        "pass a valid --port")
 
 
+def test_port_flag_that_is_not_a_number(tmp_path: Path):
+    message = one_line_error(lore(lore_env(tmp_path), "serve", "--port", "abc"))
+    assert message.startswith("lore: error: Invalid value for '--port': ")
+    assert message.endswith("(see `lore serve --help`)")
+
+
 def test_data_dir_under_a_file(tmp_path: Path):
     (tmp_path / "file").write_text("not a directory")
     env = lore_env(tmp_path, LORE_DATA_DIR=str(tmp_path / "file" / "lore"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import typer
 
@@ -71,18 +72,42 @@ def _debug() -> bool:
     return level.strip().lower() == "debug"
 
 
+def _command_path(ctx: Any) -> str:
+    """``lore data list`` however the program was started (``python -m ...`` too)."""
+    names = []
+    while ctx.parent is not None:
+        names.append(ctx.info_name)
+        ctx = ctx.parent
+    return " ".join(["lore", *reversed(names)])
+
+
 def main() -> None:
     from lore_gateway.cli.output import UserError, error
     from lore_gateway.config import SettingsError
 
+    # The click that typer runs on (typer >= 0.20 vendors its own copy).
+    click = sys.modules[typer.BadParameter.__module__]
     _register()
     try:
-        app()
+        result = app(standalone_mode=False)
     except (UserError, SettingsError) as exc:
         if _debug():
             raise
         error(str(exc))
         sys.exit(2)
+    except click.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError" or exc.ctx is None:
+            exc.show()  # `lore` or `lore data` alone: the help text
+        else:
+            # One line instead of click's usage block: what was wrong, where help is.
+            error(f"{exc.format_message()} (see `{_command_path(exc.ctx)} --help`)")
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        error("aborted")
+        sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:
@@ -91,3 +116,4 @@ def main() -> None:
         error(f"unexpected {type(exc).__name__}: {exc} (run with LORE_LOG_LEVEL=debug for "
               "the traceback, and please report it)")
         sys.exit(1)
+    sys.exit(result if isinstance(result, int) else 0)
