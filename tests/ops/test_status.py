@@ -32,7 +32,7 @@ def test_status_of_a_running_gateway(
 ) -> None:
     url, process, banner, data_dir = lore_serve
     assert process.stderr is not None
-    while not banner[-1].startswith("  use it"):  # the rest of the banner, one write
+    while not banner[-1].startswith("  SDKs"):  # the rest of the banner, one write
         banner.append(process.stderr.readline())
     client = OpenAI(base_url=url + "/v1", api_key="sk-status-test-0123456789")
     client.responses.create(model="gpt-fake", input="remember the status test")

@@ -124,18 +124,20 @@ def fields(document: dict[str, Any]) -> list[tuple[str, str]]:
 def banner(document: dict[str, Any]) -> list[str]:
     """The startup banner: the status essentials in a few lines."""
     gateway, url = document["gateway"], document["gateway"]["listen"]
-    return [
-        f"lore-gateway {gateway.get('version')} listening on {url}",
-        *(f"  {'upstream ' + name:<19}{u}" for name, u in document["upstreams"].items()),
-        f"  data dir           {document['data_dir']}",
-        f"  database           {_database(document['database'])}",
-        f"  memory             storage {_on(document['storage'].get('enabled'))}, recall "
-        f"{_on(document['recall'].get('enabled'))}, embeddings {_embeddings(document)}",
-        f"  worker, tenancy    {_worker(document.get('worker', {}))}, "
-        f"{document.get('tenancy')}",
-        f"  use it             lore run codex, lore run claude, OPENAI_BASE_URL={url}/v1, "
-        f"ANTHROPIC_BASE_URL={url}",
+    rows = [
+        *((f"upstream {name}", u) for name, u in document["upstreams"].items()),
+        ("data dir", document["data_dir"]),
+        ("database", _database(document["database"])),
+        ("memory", f"storage {_on(document['storage'].get('enabled'))}, recall "
+                   f"{_on(document['recall'].get('enabled'))}, embeddings "
+                   f"{_embeddings(document)}"),
+        ("worker", f"{_worker(document.get('worker', {}))}; tenancy "
+                   f"{document.get('tenancy')}"),
+        ("agents", "lore run codex | lore run claude"),
+        ("SDKs", f"base_url {url}/v1 (OpenAI), {url} (Anthropic)"),
     ]
+    return [f"lore-gateway {gateway.get('version')} listening on {url}",
+            *(f"  {name:<20}{value}" for name, value in rows)]
 
 
 @app.command("status")
