@@ -138,6 +138,13 @@ class Settings(BaseSettings):
                              f"such as https://{hint}")
         return value.strip().rstrip("/")
 
+    @field_validator("data_dir")
+    @classmethod
+    def _expand_home(cls, value: Path) -> Path:
+        # A shell expands ~ only at the start of a word; `LORE_DATA_DIR="~/lore"` or
+        # a config file's `data_dir = "~/lore"` would otherwise make a directory named ~.
+        return value.expanduser()
+
     @field_validator("log_level")
     @classmethod
     def _lower(cls, value: str) -> str:

@@ -89,3 +89,10 @@ def test_status_route_refuses_other_hosts():
     assert is_loopback({"client": ("::1", 5000)})
     assert not is_loopback({"client": ("192.168.1.20", 5000)})
     assert not is_loopback({})
+
+
+def test_a_home_relative_data_dir_is_expanded(tmp_path: Path):
+    write_config(tmp_path, 'data_dir = "~/memory"\n')
+    env = lore_env(tmp_path)
+    env.pop("LORE_DATA_DIR")
+    assert show(env)["data_dir"]["value"] == f"{tmp_path}/home/memory"
