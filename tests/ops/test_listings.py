@@ -114,3 +114,22 @@ def test_plurals_in_counts(env: dict[str, str], tmp_path: Path):
     plain = dict(line.split("\t") for line in lore(env | {"LORE_PORT": "1"}, "status")
                  .stdout.splitlines())
     assert plain["database"].endswith("1 session, 2 turns, 2 messages")
+
+
+def test_recall_results_wrap_at_spaces(env: dict[str, str]):
+    long_words = " ".join(f"word{n:03d}" for n in range(40))
+    memory = Memory.open(Settings(data_dir=Path(env["LORE_DATA_DIR"]), embeddings=False),
+                         embedder=None)
+    memory.submit_turn(TurnRecord(Identity(ANONYMOUS, PROJECT, SESSIONS[0]), "chat", "m",
+                                  (Message("user", f"deploy notes {long_words}"),), time.time()))
+    memory.flush(10)
+    memory.close()
+
+    shown = on_terminal(env, "recall", "deploy notes")
+    lines = assert_fits(shown)
+    words = " ".join(shown.split())
+    assert long_words in words  # every word whole, in order
+    assert any(line.startswith("  word") for line in lines)  # hung under its list item
+
+    piped = lore(env, "recall", "deploy notes").stdout
+    assert any(long_words in line for line in piped.splitlines())  # piped: not wrapped

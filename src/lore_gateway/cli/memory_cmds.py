@@ -129,7 +129,7 @@ def recall_command(
             return
         merged = results[0] if len(results) == 1 else type(results[0])(
             query=query, scope=scope, hits=hits, total=sum(r.total for r in results))
-        typer.echo(memory.render(merged))
+        output.prose(memory.render(merged))
 
 
 # --- lore data -----------------------------------------------------------------------

@@ -107,6 +107,26 @@ def line(text: str = "", style: str | None = None) -> None:
         console.print(Text(part, style=style or ""), no_wrap=True, crop=False)
 
 
+def prose(text: str) -> None:
+    """Text as it is when piped; on a terminal each long line is wrapped at spaces
+    (its indentation kept), so the terminal never breaks a word at its edge."""
+    if not is_terminal():
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return
+    size = width()
+    out = []
+    for raw in text.splitlines():
+        if len(raw) <= size:
+            out.append(raw)
+            continue
+        indent = raw[:len(raw) - len(raw.lstrip())]
+        if raw.lstrip().startswith(("- ", "* ")):
+            indent += "  "  # hang a list item's continuation under its text
+        out.extend(textwrap.wrap(raw, size, subsequent_indent=indent,
+                                 break_long_words=False, break_on_hyphens=False) or [""])
+    sys.stdout.write("\n".join(out) + "\n")
+
+
 # --- tables --------------------------------------------------------------------------
 
 
