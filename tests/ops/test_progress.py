@@ -50,3 +50,28 @@ def test_a_bench_draws_bars_on_a_terminal_only(tmp_path: Path):
     piped = lore(lore_env(tmp_path), *args, "--json")
     assert piped.returncode == 0 and piped.stderr == ""
     assert json.loads(piped.stdout.splitlines()[-1])["messages"] == 1000
+
+
+def _locomo_sample(path: Path) -> Path:
+    turns = [{"speaker": "Ann" if n % 2 else "Bob", "dia_id": f"D1:{n}",
+              "text": f"message {n} about the greyhound Comet"} for n in range(1, 7)]
+    path.write_text(json.dumps([{
+        "sample_id": "conv-p1",
+        "conversation": {"speaker_a": "Ann", "speaker_b": "Bob",
+                         "session_1_date_time": "1:56 pm on 8 May, 2023", "session_1": turns},
+        "qa": [{"question": "What is the greyhound called?", "answer": "Comet",
+                "evidence": ["D1:1"], "category": 4}],
+    }]))
+    return path
+
+
+def test_locomo_shows_its_embedding_stage(tmp_path: Path):
+    data = _locomo_sample(tmp_path / "sample.json")
+    env = lore_env(tmp_path, LORE_EMBEDDINGS="true")
+
+    shown = on_terminal(env, "bench", "locomo", "--data", str(data))
+    assert "embedding" in shown and "6/6" in shown, shown
+
+    piped = lore(env, "bench", "locomo", "--data", str(data), "--json")
+    assert piped.returncode == 0 and "embedding" not in piped.stderr
+    assert json.loads(piped.stdout.splitlines()[-1])["messages"] == 6

@@ -257,16 +257,17 @@ def _flush(memory: Any, settings: Settings, progress: Progress | None) -> None:
         flushing = pool.submit(memory.flush)
         conn = db.connect(settings.db_path, readonly=True)
         try:
-            while True:
+            finished = False
+            while not finished:
+                try:
+                    flushing.result(timeout=FLUSH_POLL_S)
+                    finished = True
+                except concurrent.futures.TimeoutError:
+                    pass
                 row = conn.execute("SELECT (SELECT COUNT(*) FROM messages), "
                                    "(SELECT COUNT(*) FROM embeddings)").fetchone()
                 if row is not None:
                     progress("embedding", int(row[1]), int(row[0]))
-                try:
-                    flushing.result(timeout=FLUSH_POLL_S)
-                    break
-                except concurrent.futures.TimeoutError:
-                    continue
         finally:
             conn.close()
 
