@@ -64,7 +64,7 @@ def where(field: str, found: dict[str, Origin] | None = None) -> str:
     return " or ".join(names)
 
 
-def data_dir_problem(settings: Settings, *, write: bool = True) -> Problem | None:
+def data_dir_problem(settings: Settings) -> Problem | None:
     """Why the data dir cannot be used, or None. Creates it when missing."""
     path = settings.data_dir
     setting = where("data_dir")
@@ -83,8 +83,6 @@ def data_dir_problem(settings: Settings, *, write: bool = True) -> Problem | Non
         return Problem(f"the data dir {path} ({setting}) cannot be read",
                        f"fix its permissions (chmod u+rwx {path}) or set {setting} to "
                        "another directory")
-    if not write:
-        return None
     db = settings.db_path
     try:
         with tempfile.NamedTemporaryFile(dir=path, prefix=".lore-write-check-"):
@@ -93,8 +91,7 @@ def data_dir_problem(settings: Settings, *, write: bool = True) -> Problem | Non
             with db.open("r+b"):
                 pass
     except OSError as exc:
-        what = "the database " + str(db) if exc.filename == str(db) else "the data dir " + str(
-            path)
+        what = f"the database {db}" if exc.filename == str(db) else f"the data dir {path}"
         intact = " (the database is left as it is)" if db.exists() else ""
         return Problem(f"{what} is read-only ({exc.strerror}){intact}: lore writes its "
                        "memory and logs there",
