@@ -9,6 +9,7 @@ import typer
 
 from lore_gateway.cli.main import app
 from lore_gateway.config import Settings
+from lore_gateway.worker.service import describe as describe_worker
 
 _HELP = """Start the gateway and serve until interrupted.
 
@@ -67,6 +68,7 @@ async def _serve(settings: Settings) -> None:
         f"Claude Code: ANTHROPIC_BASE_URL={url}",
         err=True,
     )
+    typer.echo(describe_worker(settings), err=True)
     try:
         await gateway.wait()
     finally:

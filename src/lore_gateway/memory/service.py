@@ -273,6 +273,16 @@ class Memory:
         return self._writer.run_job(lambda conn: catalog.delete_turns(
             conn, tenant, session=session, project=project, progress=progress))
 
+    def write_job(self, run: Callable[[apsw.Connection], T]) -> T:
+        """Run ``run(conn)`` on the writer thread, behind every queued turn (blocks:
+        call it from a thread). Background jobs (distillation, knowledge) write here
+        so the database keeps one writer."""
+        return self._writer.run_job(run)
+
+    def read(self, query: Callable[[apsw.Connection], T]) -> T:
+        """Run ``query(conn)`` on the shared read connection (blocks)."""
+        return self._read(query)
+
     def _read(self, query: Callable[[apsw.Connection], T]) -> T:
         with self._reader_lock:
             if self._reader is None:
