@@ -30,8 +30,8 @@ _DECISION_RE = re.compile(
     r"\b(decid\w*|chose|choose|instead of|switch(?:ed)? to|we(?:'ll| will) use|going with|"
     r"root cause|the (?:bug|problem|issue) (?:is|was)|fix(?:ed)? by|because|prefer)\b", re.I)
 _ERROR_RE = re.compile(
-    r"^(?:\w+(?:\.\w+)*(?:Error|Exception|Failure)\b.*|Traceback .*|.*\berror:.*|"
-    r"FAILED .+|FAIL: .+|ERROR: .+|fatal: .+|panic: .+)$")
+    r"\b[A-Z]\w*(?:Error|Exception|Failure)\b(?::|$)|"
+    r"^(?:FAILED |FAIL: |ERROR: |fatal: |panic: |error(?:\[\w+\])?: )")
 _TEST_SUMMARY_RE = re.compile(
     r"^(?:=+ .*\b(?:passed|failed|error)\b.* =+|Ran \d+ tests? in .+|OK(?: \(.*\))?|"
     r"FAILED \((?:failures|errors)=.+\)|test result: .+|Tests?:? +\d+ .*(?:passed|failed).*)$")
@@ -110,7 +110,7 @@ def _tool_findings(text: str, at: str, command: str) -> Iterable[Observation]:
             continue
         if _TEST_SUMMARY_RE.match(line):
             yield Observation(MEDIUM, at, f"Result{where}: {_one_line(line, 240)}")
-        elif _ERROR_RE.match(line) and not line.startswith("Traceback"):
+        elif _ERROR_RE.search(line) and not line.startswith("Traceback"):
             errors.append(line)
         else:
             found = _DEF_RE.match(line)
