@@ -95,10 +95,14 @@ def _observations(messages: list[SourceMessage]) -> Iterable[Observation]:
 
 
 def _user_words(text: str) -> str:
+    return " ".join(user_text(text).split())
+
+
+def user_text(text: str) -> str:
     """The user's own text: harness blocks (environment, reminders) removed."""
     if text.lstrip().startswith(("[tool:", "# AGENTS.md instructions")):
         return ""
-    return " ".join(_BOILERPLATE_RE.sub(" ", text).split())
+    return _BOILERPLATE_RE.sub(" ", text).strip()
 
 
 def _tool_findings(text: str, at: str, command: str) -> Iterable[Observation]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lore_gateway.distill import format as fmt
-from lore_gateway.distill.extractive import SourceMessage
+from lore_gateway.distill.extractive import SourceMessage, user_text
 
 # Tool outputs are the bulk of a coding session; the observer sees the head and
 # the tail of each (errors and summaries sit at the end), the store keeps it all.
@@ -37,8 +37,13 @@ def observer_prompt(segment: list[SourceMessage]) -> tuple[str, str, int]:
     budget = fmt.budget_tokens(n_in)
     lines = [f"<segment date=\"{fmt.date_line(segment[0].created_at)[6:]}\">"]
     for message in segment:
-        lines.append(f"[{fmt.clock(message.created_at)}] {message.role}: "
-                     f"{_clip(message.content) if message.role == 'tool' else message.content}")
+        text = message.content
+        if message.role == "tool":
+            text = _clip(text)
+        elif message.role == "user":
+            text = user_text(text)
+        if text:
+            lines.append(f"[{fmt.clock(message.created_at)}] {message.role}: {text}")
     lines.append("</segment>")
     return OBSERVER_SYSTEM.format(budget=budget), "\n".join(lines), budget
 

@@ -98,9 +98,11 @@ def save(conn: apsw.Connection, *, tenant: str, project: str, session: str, text
          input_tokens: int | None = None, archive: list[int] | None = None) -> int | None:
     """Store one distillation and its observations message; its id.
 
-    Returns None (and stores nothing but the progress mark) when the log is not
-    smaller than its input: an expansion is no distillation. The progress mark
-    (``last_source``) still moves, so the same segment is not retried forever.
+    Returns None when the log is not smaller than its input: an expansion is no
+    distillation, so it gets no observations message (search, ``lore data show``
+    and the prompt never see it). Its row still records the progress mark
+    (``last_source``, so the segment is not retried forever) and the log, archived,
+    for the curator: a short segment can still hold a decision worth keeping.
     """
     now = time.time()
     ids = [m.id for m in sources]
@@ -128,9 +130,8 @@ def save(conn: apsw.Connection, *, tenant: str, project: str, session: str, text
             "INSERT INTO distillations(tenant, project, session, generation, message_id, text,"
             " source_ids, last_source, input_tokens, output_tokens, method, created_at,"
             " archived) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (tenant, project, session, generation, message_id, text if keep else "",
-             orjson.dumps(ids).decode(), last, n_in, n_out if keep else 0, method, now,
-             0 if keep else 1))
+            (tenant, project, session, generation, message_id, text,
+             orjson.dumps(ids).decode(), last, n_in, n_out, method, now, 0 if keep else 1))
         row_id = conn.last_insert_rowid()
         for old in archive or []:
             conn.execute("UPDATE distillations SET archived = 1 WHERE id = ?", (old,))

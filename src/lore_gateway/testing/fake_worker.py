@@ -17,7 +17,9 @@ from typing import Any
 
 import orjson
 
-_LINE_RE = re.compile(r"^\[(\d\d:\d\d)\] (user|assistant): (.+)$", re.M)
+_LINE_RE = re.compile(
+    r"^\[(\d\d:\d\d)\] (user|assistant|tool): (.*?)(?=^\[\d\d:\d\d\] |</segment>|\Z)",
+    re.M | re.S)
 _DATE_RE = re.compile(r'<segment date="([^"]+)">')
 _RED_RE = re.compile(r"^\* 🔴 \((\d\d:\d\d)\) (?:User: )?(.+)$", re.M)
 _DECISION_RE = re.compile(r"\b(decid\w*|decision)\b", re.I)
@@ -52,10 +54,11 @@ def _observations(text: str) -> str:
     date = _DATE_RE.search(text)
     lines = [f"Date: {date.group(1) if date else 'Jan 1, 2026'}"]
     for at, role, said in _LINE_RE.findall(text):
-        if role == "user":
-            lines.append(f"* 🔴 ({at}) User: {said.strip()}")
-        elif _DECISION_RE.search(said):
-            lines.append(f"* 🟡 ({at}) {said.strip()}")
+        said = " ".join(said.split())
+        if role == "user" and said:
+            lines.append(f"* 🔴 ({at}) User: {said}")
+        elif role == "assistant" and _DECISION_RE.search(said):
+            lines.append(f"* 🟡 ({at}) {said}")
     return "<observations>\n" + "\n".join(lines) + "\n</observations>"
 
 

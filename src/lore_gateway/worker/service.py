@@ -215,7 +215,7 @@ class BackgroundWorker:
                               generation=0, method=method)
             dstore.consolidate_extractive(conn, job.tenant, job.session,
                                           self.settings.distill_consolidate_after)
-            if row is not None and self.settings.worker:
+            if text and self.settings.worker:
                 jobs.enqueue(conn, "curate", job.tenant, job.project, job.session, self.clock())
             jobs.finish(conn, job.id, "done", self.clock())
             if dstore.undistilled_tokens(conn, job.tenant, job.session) >= \
