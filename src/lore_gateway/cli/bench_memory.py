@@ -96,3 +96,43 @@ def search(
     Console().print(table)
     if as_json:
         typer.echo(json.dumps(figures))
+
+
+@bench_app.command("distill")
+def distill_bench(
+    data: Annotated[Path | None, typer.Option(
+        "--data", help="coding_eval.json [default: ../shared/data/coding-sessions/"
+                       "coding_eval.json].")] = None,
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object as the last line."),
+) -> None:
+    """Distillation on the coding sessions: compression, worker share, gold answers kept."""
+    from lore_gateway.bench import distill as bench
+
+    try:
+        path = bench.resolve_data_path(data)
+    except FileNotFoundError as exc:
+        _err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+    figures = bench.run(path).as_dict("extractive")
+    table = Table(title=f"Distillation ({path.name}: {figures['sessions']} sessions, "
+                        f"{figures['segments']} segments, extractive distiller)")
+    for column in ("figure", "value"):
+        table.add_column(column)
+    table.add_row("compression (raw / distilled tokens)", f"{figures['compression']}×")
+    table.add_row("R = distilled / √N, median (share ≥ 1)",
+                  f"{figures['r_median']} ({figures['r_at_least_1']:.0%})")
+    table.add_row("worker tokens if the model distilled, share of raw content",
+                  f"{figures['worker_share_of_raw']:.1%}")
+    table.add_row("… share of the agent's cumulative prompt tokens",
+                  f"{figures['worker_share_of_prompts']:.2%}")
+    table.add_row("gold answers kept (distillations)",
+                  f"{figures['gold_survived']}/{figures['questions']} "
+                  f"({figures['gold_survival']:.1%})")
+    table.add_row("gold answers kept (baseline: same size, message heads)",
+                  f"{figures['baseline_survived']}/{figures['questions']} "
+                  f"({figures['baseline_survival']:.1%})")
+    for kind, row in figures["by_kind"].items():
+        table.add_row(f"  {kind}", f"{row['survived']}/{row['n']} (baseline {row['baseline']})")
+    Console().print(table)
+    if as_json:
+        typer.echo(json.dumps(figures))
