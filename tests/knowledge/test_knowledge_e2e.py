@@ -3,6 +3,7 @@ playing both the agent's model and the worker model (issue 12 acceptance)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from pathlib import Path
@@ -34,7 +35,8 @@ from kit import (
 )
 
 DECISION = "Decision: deploy from the tangerine branch. Main stays frozen until the 4.2 release."
-FAST = {"distill_segment_tokens": 1, "distill_idle_s": 3600, "worker_retry_base_s": 0.05}
+FAST = {"worker": True, "distill_segment_tokens": 1, "distill_idle_s": 3600,
+        "worker_retry_base_s": 0.05}
 
 
 def entries(gw: Any) -> list[kstore.Entry]:
@@ -155,7 +157,7 @@ def test_later_requests_extend_the_first_and_a_mid_session_update_is_appended_on
 def test_with_the_worker_off_nothing_is_sent_and_the_extractive_distiller_runs(
         make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path) -> None:
     project = git_project(tmp_path / "repo")
-    gw = make_gateway(worker=False, **FAST)
+    gw = make_gateway(**(FAST | {"worker": False}))
     session = AnthropicSession(gw, project, "offline")
     session.say(DECISION)
     session.say("Run `pytest -q tests/test_deploy.py` and fix src/deploy.py.")
@@ -196,7 +198,7 @@ def test_the_daily_budget_stops_worker_requests_until_the_next_day(
     assert distillations(gw)[-1].method == "worker"
 
 
-@pytest.mark.parametrize("scenario", ["stall", "status-500"])
+@pytest.mark.parametrize("scenario", ["slow:60", "status-500"])
 def test_a_failing_or_hung_worker_never_touches_the_agent(
         make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path, scenario: str) -> None:
     project = git_project(tmp_path / "repo")
@@ -206,8 +208,9 @@ def test_a_failing_or_hung_worker_never_touches_the_agent(
     session.say(DECISION)
     stuck = wait_until(lambda: worker_requests(fake_upstream), "a worker request")[0]
     answer = session.say("Carry on.")
-    if scenario == "stall":
-        assert not stuck.client_gone.is_set()  # the worker is still waiting
+    if scenario.startswith("slow"):
+        # The worker request is still waiting for its answer, and no log exists yet.
+        assert not stuck.client_gone.is_set() and distillations(gw) == []
     assert answer.count(b"event: message_stop") == 1
     assert session.messages[-1]["content"][0]["text"] == ANSWER.strip()
     if scenario == "status-500":
@@ -254,3 +257,74 @@ def test_responses_sessions_get_the_block_as_a_developer_item(
     assert items[0]["role"] == "developer" and items[1]["role"] == "developer"
     assert BLOCK_HEADING in items[1]["content"][0]["text"]
     assert "tangerine branch" in items[1]["content"][0]["text"]
+
+
+def test_a_queued_job_survives_a_restart_and_runs_with_the_next_credential(
+        fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+    from lore_gateway.server import Gateway
+    from lore_gateway.testing import BackgroundServer, gateway_settings
+
+    project = git_project(tmp_path / "repo")
+    settings = gateway_settings(fake_upstream, tmp_path / "data", **FAST)
+    fake_upstream.worker_scenario = "slow:60"
+    with BackgroundServer(Gateway(settings)) as gw:
+        session = AnthropicSession(gw, project, "durable")
+        session.say(DECISION)
+        wait_until(lambda: worker_requests(fake_upstream, "distill"), "the hung worker request")
+    # The gateway stopped mid-job: the job is still queued in the database.
+    assert ("distill", "queued") in read_db(settings.data_dir, "SELECT kind, state FROM worker_jobs")
+
+    fake_upstream.reset()
+    with BackgroundServer(Gateway(settings)) as again:
+        session.gw = again
+        session.say("Carry on.")
+        logs = wait_until(lambda: [d for d in distillations(again) if d.method == "worker"],
+                          "the restarted job's distillation")
+        assert "tangerine branch" in "\n".join(d.text for d in logs)
+        assert all(r.headers["x-api-key"] == ANTHROPIC_KEY
+                   for r in worker_requests(fake_upstream))
+
+
+def read_db(data_dir: Path, sql: str) -> list[tuple[Any, ...]]:
+    from lore_gateway.memory import db
+
+    conn = db.connect(data_dir / "lore.db", readonly=True)
+    try:
+        return [tuple(r) for r in conn.execute(sql).fetchall()]
+    finally:
+        conn.close()
+
+
+def test_distillations_are_found_by_recall_shown_by_data_show_and_counted_in_metrics(
+        make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    project = git_project(tmp_path / "repo")
+    gw = make_gateway(**FAST)
+    session = AnthropicSession(gw, project, "findable")
+    session.say(DECISION)
+    (log,) = wait_until(lambda: distillations(gw), "the distillation")
+    from lore_gateway.memory.records import Identity
+
+    found = gw.memory.search_sync("tangerine branch frozen", identity=Identity(
+        log.tenant, log.project, log.session), scope="session", limit=10)
+    roles = [hit.role for hit in found.hits]
+    assert "observations" in roles
+    result = cli(gw.settings.data_dir, monkeypatch, "data", "show", "findable")
+    assert result.exit_code == 0, result.output
+    assert "observations" in result.output and "Sources: t:" in result.output
+    metrics = urllib_get(gw.url + "/metrics")
+    assert 'lore_worker_requests_total{kind="distill",result="ok"}' in metrics
+    assert 'lore_distillations_total{generation="0",method="worker"}' in metrics
+    status = gw.background.worker.status()
+    assert status["enabled"] is True and status["jobs"]["done"] >= 1
+    assert status["today"][log.tenant]["budget_left"] < FAST_BUDGET
+
+
+FAST_BUDGET = 200_000
+
+
+def urllib_get(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return str(resp.read().decode())

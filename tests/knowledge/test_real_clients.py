@@ -37,7 +37,7 @@ from kit import git_project, wait_until, worker_requests
 pytestmark = pytest.mark.clients
 
 DECISION = "Decision: the billing service deploys from the tangerine branch. Main is frozen."
-FAST = {"distill_segment_tokens": 1, "distill_idle_s": 3600}
+FAST = {"worker": True, "distill_segment_tokens": 1, "distill_idle_s": 3600}
 
 
 def decision_entries(gw: Any) -> list[kstore.Entry]:

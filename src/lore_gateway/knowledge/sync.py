@@ -73,8 +73,10 @@ def export(conn: apsw.Connection, tenant: str, project: str, root: Path,
            agents_file: str | None) -> bool:
     """Write ``.lore.md`` (when it changed) and the pointer; True if the file changed."""
     entries = store.entries(conn, tenant, project, include_cross=False)
-    text = ex.render(entries)
     path = root / ex.FILE_NAME
+    if not entries and not path.exists():
+        return False  # a repository the gateway has nothing to say about stays untouched
+    text = ex.render(entries)
     changed = ex.read_text(path) != text
     if changed:
         ex.write_atomic(path, text)

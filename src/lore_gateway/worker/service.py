@@ -197,7 +197,7 @@ class BackgroundWorker:
             answer = await self._ask(job, upstream, "distill", system, user, budget)
             _, observations = fmt.parse(answer)
             if not observations:
-                raise WorkerUnavailable("the worker answer held no observations")
+                raise WorkerUnavailable("retry: the worker answer held no observations")
             date = fmt.date_line(segment[0].created_at)
             text = fmt.render(date, fmt.fit(observations, budget * fmt.CHARS_PER_TOKEN))
             method = "worker"
