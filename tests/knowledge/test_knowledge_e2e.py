@@ -3,7 +3,6 @@ playing both the agent's model and the worker model (issue 12 acceptance)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -272,7 +271,8 @@ def test_a_queued_job_survives_a_restart_and_runs_with_the_next_credential(
         session.say(DECISION)
         wait_until(lambda: worker_requests(fake_upstream, "distill"), "the hung worker request")
     # The gateway stopped mid-job: the job is still queued in the database.
-    assert ("distill", "queued") in read_db(settings.data_dir, "SELECT kind, state FROM worker_jobs")
+    jobs_left = read_db(settings.data_dir, "SELECT kind, state FROM worker_jobs")
+    assert ("distill", "queued") in jobs_left
 
     fake_upstream.reset()
     with BackgroundServer(Gateway(settings)) as again:
