@@ -96,3 +96,17 @@ def test_lore_distill_now_distills_every_session_without_a_model(
     assert json.loads(again.output)["distillations"] == 0
     refused = runner.invoke(app, ["distill"])
     assert refused.exit_code == 2 and "--now" in refused.output
+
+
+def test_deleting_a_project_deletes_what_was_learned_from_it(memory: Memory) -> None:
+    store_turns(memory, 2)
+    memory.write_job(lambda c: dstore.distill_extractive(c, "t-me", "s1"))
+    memory.write_job(lambda c: kstore.upsert(c, tenant="t-me", project="/work/app",
+                                             category="decision", title="a b", content="c"))
+    memory.write_job(lambda c: kstore.upsert(c, tenant="t-me", project="/work/app",
+                                             category="preference", title="terse", content="yes",
+                                             cross_project=True))
+    assert memory.delete("t-me", project="/work/app") > 0
+    assert memory.read(lambda c: dstore.for_scope(c, None, include_archived=True)) == []
+    left = memory.read(lambda c: kstore.entries(c, "t-me", None))
+    assert [e.title for e in left] == ["terse"]

@@ -208,3 +208,18 @@ def _row(row: Any) -> Distillation:
                         int(generation), str(text), list(orjson.loads(str(source_ids))),
                         int(n_in), int(n_out), str(method), float(created_at),
                         bool(archived))
+
+
+def forget(conn: apsw.Connection, tenant: str | None, *, session: str | None = None,
+           project: str | None = None) -> None:
+    """Delete what was derived from a session's or project's turns (``lore data
+    delete``): its distillations, frozen knowledge blocks and queued jobs, and for
+    a project its own knowledge entries (cross-project ones stay with the user)."""
+    column, value = ("session", session) if session is not None else ("project", project)
+    with conn:
+        for table in ("distillations", "knowledge_sessions", "worker_jobs"):
+            conn.execute(f"DELETE FROM {table} WHERE {column} = ? AND (?2 IS NULL OR"
+                         " tenant = ?2)", (value, tenant))
+        if project is not None:
+            conn.execute("DELETE FROM knowledge WHERE project = ? AND cross_project = 0 AND"
+                         " (?2 IS NULL OR tenant = ?2)", (project, tenant))

@@ -269,9 +269,17 @@ class Memory:
 
     def delete(self, tenant: str | None, *, session: str | None = None,
                project: str | None = None, progress: catalog.Progress | None = None) -> int:
-        """Delete one session's or project's turns on the writer thread; the turn count."""
-        return self._writer.run_job(lambda conn: catalog.delete_turns(
-            conn, tenant, session=session, project=project, progress=progress))
+        """Delete one session's or project's turns on the writer thread; the turn count.
+        What was distilled or learned from them goes too (``distill.store.forget``)."""
+        from lore_gateway.distill.store import forget
+
+        def run(conn: apsw.Connection) -> int:
+            count = catalog.delete_turns(conn, tenant, session=session, project=project,
+                                         progress=progress)
+            forget(conn, tenant, session=session, project=project)
+            return count
+
+        return self._writer.run_job(run)
 
     def write_job(self, run: Callable[[apsw.Connection], T]) -> T:
         """Run ``run(conn)`` on the writer thread, behind every queued turn (blocks:
