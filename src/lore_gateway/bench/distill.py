@@ -122,7 +122,7 @@ def _normal(text: str) -> str:
 
 
 def run(path: Path, distiller: Distiller = extractive_distiller, *,
-        worker_estimate: bool = True,
+        worker_estimate: bool = True, limit: int = 0,
         progress: Callable[[int, int], None] | None = None) -> Figures:
     data = json.loads(path.read_text())
     questions: dict[str, list[dict[str, Any]]] = {}
@@ -131,7 +131,7 @@ def run(path: Path, distiller: Distiller = extractive_distiller, *,
     figures = Figures()
     started = time.perf_counter()
     t0 = 1_796_000_000.0
-    sessions = data["sessions"]
+    sessions = data["sessions"][:limit] if limit else data["sessions"]
     for done, session in enumerate(sessions, 1):
         messages = [SourceMessage(int(m["index"]), str(m["role"]), str(m["content"]),
                                   t0 + MESSAGE_GAP_S * int(m["index"]))
@@ -173,3 +173,40 @@ def run(path: Path, distiller: Distiller = extractive_distiller, *,
             progress(done, len(sessions))
     figures.seconds = time.perf_counter() - started
     return figures
+
+
+# Default endpoints for the worker arm, per family.
+WORKER_URLS = {"anthropic": "https://api.anthropic.com/v1/messages",
+               "responses": "https://api.openai.com/v1/responses",
+               "chat": "https://api.openai.com/v1/chat/completions"}
+WORKER_TIMEOUT_S = 120.0
+
+
+def worker_distiller(family: str, url: str, model: str, key: str) -> Distiller:
+    """The worker arm: each segment sent to a real (or fake) provider, as the
+    gateway's worker would send it; the log is parsed and fitted the same way."""
+    import urllib.request
+
+    import orjson
+
+    from lore_gateway.worker import requests as wreq
+
+    def distill(segment: list[SourceMessage]) -> tuple[str, int, int]:
+        system, user, budget = prompts.observer_prompt(segment)
+        body = wreq.build(family, model, system, user, budget)  # type: ignore[arg-type]
+        headers = {"content-type": "application/json", "x-lore-worker": "distill"}
+        if family == "anthropic":
+            headers |= {"x-api-key": key, "anthropic-version": "2023-06-01"}
+        else:
+            headers["authorization"] = f"Bearer {key}"
+        request = urllib.request.Request(url, data=orjson.dumps(body), headers=headers,
+                                         method="POST")
+        with urllib.request.urlopen(request, timeout=WORKER_TIMEOUT_S) as resp:
+            answer = wreq.parse(family, resp.read())  # type: ignore[arg-type]
+        _, observations = fmt.parse(answer.text)
+        text = fmt.render(fmt.date_line(segment[0].created_at),
+                          fmt.fit(observations, budget * fmt.CHARS_PER_TOKEN))
+        n_in = answer.tokens_in or fmt.estimate_tokens(system + user)
+        return text, n_in, answer.tokens_out or fmt.estimate_tokens(answer.text)
+
+    return distill
