@@ -110,3 +110,22 @@ def test_deleting_a_project_deletes_what_was_learned_from_it(memory: Memory) -> 
     assert memory.read(lambda c: dstore.for_scope(c, None, include_archived=True)) == []
     left = memory.read(lambda c: kstore.entries(c, "t-me", None))
     assert [e.title for e in left] == ["terse"]
+
+
+def test_worker_status_reads_jobs_and_budget_from_the_database(memory: Memory,
+                                                               tmp_path: Path) -> None:
+    from lore_gateway.worker import jobs
+    from lore_gateway.worker.service import describe, status_from_db
+
+    now = __import__("time").time()
+    memory.write_job(lambda c: jobs.enqueue(c, "distill", "t-me", "/p", "s1", now))
+    memory.write_job(lambda c: jobs.charge(c, "t-me", now, 1_000, 500))
+    memory.flush(10)
+    settings = Settings(data_dir=tmp_path, worker_daily_tokens=10_000)
+    facts = status_from_db(settings)
+    assert facts["enabled"] is True and facts["jobs"]["queued"] == 1
+    assert facts["today"]["t-me"] == {"requests": 1, "tokens_in": 1_000, "tokens_out": 500,
+                                      "budget_left": 8_500}
+    assert facts["models"]["anthropic"] == "claude-haiku-4-5"
+    assert "10,000 tokens/day" in describe(settings)
+    assert "off" in describe(Settings(data_dir=tmp_path, worker=False))

@@ -416,3 +416,21 @@ def describe(settings: Settings) -> str:
             f"(models: anthropic {settings.worker_model_anthropic}, openai "
             f"{settings.worker_model_openai}, chatgpt {settings.worker_model_chatgpt}); "
             f"budget {settings.worker_daily_tokens:,} tokens/day per tenant")
+
+
+def status_from_db(settings: Settings) -> dict[str, Any]:
+    """Worker facts from the settings and the database, for another process
+    (``lore status``, ``lore doctor``): no running gateway needed."""
+    from lore_gateway.memory import db
+
+    facts = worker_settings(settings)
+    if not settings.db_path.exists():
+        return facts | {"jobs": {"queued": 0, "done": 0, "failed": 0}, "today": {}}
+    conn = db.connect(settings.db_path, readonly=True)
+    try:
+        facts.update(job_facts(conn, settings, time.time()))
+    except Exception as exc:  # an older schema without the worker tables
+        facts["error"] = f"no worker tables in {settings.db_path}: {exc}"
+    finally:
+        conn.close()
+    return facts
