@@ -328,3 +328,13 @@ def urllib_get(url: str) -> str:
 
     with urllib.request.urlopen(url, timeout=10) as resp:
         return str(resp.read().decode())
+
+
+def test_an_idle_session_is_distilled_without_reaching_the_threshold(
+        make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+    project = git_project(tmp_path / "repo")
+    gw = make_gateway(**(FAST | {"distill_segment_tokens": 1 << 30, "distill_idle_s": 0.3}))
+    session = AnthropicSession(gw, project, "resting")
+    session.say(DECISION)
+    (log,) = wait_until(lambda: distillations(gw), "the idle distillation")
+    assert "tangerine branch" in log.text and log.method == "worker"

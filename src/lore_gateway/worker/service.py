@@ -47,6 +47,8 @@ WORKER_HEADER = "x-lore-worker"
 POLL_S = 5.0
 # Sessions remembered for the idle trigger; the oldest are forgotten first.
 MAX_TRACKED_SESSIONS = 1_024
+# Shortest sleep between passes: a burst of due work never spins the loop.
+MIN_SLEEP_S = 0.05
 # Jobs taken per pass, so a backlog yields to new wake-ups.
 JOBS_PER_PASS = 8
 # Smallest rest distilled on idle: below this a segment is not worth a log.
@@ -89,6 +91,7 @@ class BackgroundWorker:
         self.tokens_in = 0
         self.tokens_out = 0
         self.idle = asyncio.Event()
+        self._retry_at: float | None = None
 
     # --- the proxy's side ------------------------------------------------------------
 
@@ -129,7 +132,7 @@ class BackgroundWorker:
     async def _run(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), POLL_S)
+                await asyncio.wait_for(self._wake.wait(), self._sleep_s())
             self._wake.clear()
             self.idle.clear()
             try:
@@ -141,7 +144,19 @@ class BackgroundWorker:
             if not self._wake.is_set():
                 self.idle.set()
 
+    def _sleep_s(self) -> float:
+        """Until the next thing that may be due: a retry, an idle session, or the poll."""
+        now = self.clock()
+        soonest = POLL_S
+        if self._retry_at is not None:
+            soonest = min(soonest, self._retry_at - now)
+        for seen in self._seen.values():
+            if not seen.idle_done:
+                soonest = min(soonest, seen.at + self.settings.distill_idle_s - now)
+        return max(MIN_SLEEP_S, soonest)
+
     async def _pass(self) -> None:
+        self._retry_at = None
         now = self.clock()
         planned, self._planned = self._planned, set()
         for key in planned:
@@ -359,6 +374,7 @@ class BackgroundWorker:
 
     async def _retry(self, job: jobs.Job, delay: float, reason: str, *, count: bool = True) -> None:
         now = self.clock()
+        self._retry_at = min(self._retry_at or now + delay, now + delay)
         await asyncio.to_thread(self.memory.write_job,
                                 lambda c: jobs.retry(c, job.id, now + delay, now, reason, count))
 
