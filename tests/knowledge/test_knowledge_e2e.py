@@ -338,3 +338,23 @@ def test_an_idle_session_is_distilled_without_reaching_the_threshold(
     session.say(DECISION)
     (log,) = wait_until(lambda: distillations(gw), "the idle distillation")
     assert "tangerine branch" in log.text and log.method == "worker"
+
+
+def test_many_logs_are_consolidated_by_the_worker_into_one(
+        make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+    project = git_project(tmp_path / "repo")
+    gw = make_gateway(**(FAST | {"distill_consolidate_after": 2}))
+    session = AnthropicSession(gw, project, "chatty")
+    for n, text in enumerate([DECISION, "Look at src/billing.py next.", "Then run the tests."]):
+        session.say(text)
+        wait_until(lambda n=n: len(worker_requests(fake_upstream, "distill")) > n, "a distill")
+
+    def merged() -> list[dstore.Distillation]:
+        return [d for d in distillations(gw) if d.generation == 1]
+
+    (top,) = wait_until(merged, "the consolidated log")
+    assert top.method == "worker" and distillations(gw) == [top]
+    assert worker_requests(fake_upstream, "consolidate")
+    for needle in ("tangerine branch", "src/billing.py", "Then run the tests."):
+        assert needle in top.text
+    assert len(top.source_ids) == 6

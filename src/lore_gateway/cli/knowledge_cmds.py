@@ -63,7 +63,8 @@ def distill_command(
 
 
 def _distill_pair(pair: tuple[str, str], conn: Any) -> list[int]:
-    return dstore.distill_extractive(conn, pair[0], pair[1])
+    return dstore.distill_extractive(conn, pair[0], pair[1],
+                                     consolidate_after=Settings().distill_consolidate_after)
 
 
 def _entry_rows(memory: Any, tenant: str | None, project: str | None) -> list[store.Entry]:

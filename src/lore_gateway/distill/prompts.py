@@ -55,3 +55,28 @@ def _clip(text: str) -> str:
     cut = len(text) - limit
     return (text[:TOOL_OUTPUT_HEAD_CHARS] + f"\n… [{cut} characters not shown] …\n"
             + text[-TOOL_OUTPUT_TAIL_CHARS:])
+
+
+REFLECTOR_SYSTEM = """\
+You condense several engineering logs of one coding session into one shorter log \
+that keeps everything a later session could need.
+
+Answer with exactly one <observations> block in the same format as the input: the \
+earliest "Date: ..." line, then "* <mark> (HH:MM) <observation>" lines in time order. \
+Merge duplicates into the most specific version. Drop values that a later observation \
+replaced, and say what replaced them. Keep every 🔴 observation (the user's own \
+words win over anything else on the same topic). Keep exact identifiers: paths, \
+commands, errors, SHAs, numbers. Fixes from early in the session matter as much as \
+late ones. Stay within {budget} tokens."""
+
+# The consolidated log's budget: a quarter of its input, within these bounds.
+REFLECTOR_MIN_TOKENS = 1_024
+REFLECTOR_MAX_TOKENS = 8_192
+
+
+def reflector_prompt(logs: list[str]) -> tuple[str, str, int]:
+    """(system, user, max output tokens) for merging ``logs``."""
+    n_in = sum(fmt.estimate_tokens(text) for text in logs)
+    budget = max(REFLECTOR_MIN_TOKENS, min(n_in // 4, REFLECTOR_MAX_TOKENS))
+    user = "\n\n".join(f"<log {i}>\n{text}\n</log {i}>" for i, text in enumerate(logs, 1))
+    return REFLECTOR_SYSTEM.format(budget=budget), user, budget

@@ -139,8 +139,10 @@ def save(conn: apsw.Connection, *, tenant: str, project: str, session: str, text
 
 
 def distill_extractive(conn: apsw.Connection, tenant: str, session: str,
-                       max_tokens: int = MAX_SEGMENT_TOKENS) -> list[int]:
-    """Distill every undistilled segment of a session without a model; new row ids."""
+                       max_tokens: int = MAX_SEGMENT_TOKENS,
+                       consolidate_after: int | None = None) -> list[int]:
+    """Distill every undistilled segment of a session without a model (then merge
+    the first-level logs past ``consolidate_after``); new row ids."""
     project = project_of(conn, tenant, session)
     made: list[int] = []
     while project is not None:
@@ -152,6 +154,10 @@ def distill_extractive(conn: apsw.Connection, tenant: str, session: str,
                    sources=segment, generation=0, method="extractive")
         if row is not None:
             made.append(row)
+    if consolidate_after is not None and made:
+        merged = consolidate_extractive(conn, tenant, session, consolidate_after)
+        if merged is not None:
+            made.append(merged)
     return made
 
 

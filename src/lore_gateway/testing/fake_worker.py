@@ -7,7 +7,8 @@ request itself, so tests can check what reached the store:
   assistant line that states a decision;
 - ``curate``: one knowledge entry per 🔴 observation that states a decision
   (``Decision: <title>. <details>``) or a preference (``always`` / ``never`` /
-  ``prefer``); the title is the text before the first period.
+  ``prefer``); the title is the text before the first period;
+- ``consolidate``: every distinct bullet of the logs, under the first date.
 """
 
 from __future__ import annotations
@@ -47,7 +48,19 @@ def answer(job: str, body: dict[str, Any]) -> str:
         return _observations(text)
     if job == "curate":
         return _curate(text)
+    if job == "consolidate":
+        return _consolidate(text)
     return "ok"
+
+
+def _consolidate(text: str) -> str:
+    """The logs' bullets once each, under the first date line."""
+    date = re.search(r"^Date: .+$", text, re.M)
+    seen: dict[str, None] = {}
+    for line in re.findall(r"^\* (?:🔴|🟡|🟢) \(\d\d:\d\d\) .+$", text, re.M):
+        seen.setdefault(line, None)
+    head = date.group(0) if date else "Date: Jan 1, 2026"
+    return "<observations>\n" + "\n".join([head, *seen]) + "\n</observations>"
 
 
 def _observations(text: str) -> str:

@@ -29,6 +29,7 @@ from lore_gateway.config import Settings
 from lore_gateway.distill import format as fmt
 from lore_gateway.distill import prompts
 from lore_gateway.distill import store as dstore
+from lore_gateway.distill.extractive import SourceMessage
 from lore_gateway.knowledge import curator
 from lore_gateway.knowledge import store as kstore
 from lore_gateway.knowledge.service import agents_file
@@ -228,8 +229,6 @@ class BackgroundWorker:
             row = dstore.save(conn, tenant=job.tenant, project=job.project,
                               session=job.session, text=text or "", sources=segment,
                               generation=0, method=method)
-            dstore.consolidate_extractive(conn, job.tenant, job.session,
-                                          self.settings.distill_consolidate_after)
             if text and self.settings.worker:
                 jobs.enqueue(conn, "curate", job.tenant, job.project, job.session, self.clock())
             jobs.finish(conn, job.id, "done", self.clock())
@@ -242,7 +241,42 @@ class BackgroundWorker:
         metrics.record_worker_job("distill", method)
         if row is not None:
             metrics.record_distillation(method, 0)
+            await self._consolidate(job, use_model=method == "worker")
         self._wake.set()
+
+    async def _consolidate(self, job: jobs.Job, *, use_model: bool) -> None:
+        """Merge the session's first-level logs into one once there are too many:
+        with the model when it just answered, else extractively."""
+        threshold = self.settings.distill_consolidate_after
+        gen0 = await asyncio.to_thread(self.memory.read, lambda c: dstore.active(
+            c, job.tenant, job.session, 0))
+        if len(gen0) <= threshold:
+            return
+        method = "extractive"
+        if use_model:
+            try:
+                system, user, budget = prompts.reflector_prompt([d.text for d in gen0])
+                answer = await self._ask(job, self._upstream_for(job), "consolidate", system,
+                                         user, budget)
+                date, observations = fmt.parse(answer)
+                if observations:
+                    text = fmt.render(date or fmt.date_line(gen0[0].created_at),
+                                      fmt.fit(observations, budget * fmt.CHARS_PER_TOKEN))
+                    method = "worker"
+            except WorkerUnavailable as exc:
+                log.info("worker: consolidation falls back to the extractive merge: %s", exc)
+        if method == "extractive":
+            text = fmt.merge([d.text for d in gen0])
+        sources = [SourceMessage(i, "", "", 0.0) for d in gen0 for i in d.source_ids]
+        n_in = sum(d.output_tokens for d in gen0) + 1
+
+        def save(conn: Any) -> int | None:
+            return dstore.save(conn, tenant=job.tenant, project=job.project,
+                               session=job.session, text=text, sources=sources, generation=1,
+                               method=method, input_tokens=n_in, archive=[d.id for d in gen0])
+
+        if await asyncio.to_thread(self.memory.write_job, save) is not None:
+            metrics.record_distillation(method, 1)
 
     async def _fallback_now(self, job: jobs.Job, reason: str) -> bool:
         """Whether a distill job that cannot use the model goes extractive now
