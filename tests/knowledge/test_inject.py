@@ -139,3 +139,15 @@ def test_anthropic_update_is_a_user_assistant_pair() -> None:
                                                     "user"]
     assert out["messages"][2]["content"][0]["text"] == "new"
     assert out["system"] == payload["system"]
+
+
+def test_an_update_whose_place_is_gone_is_left_out() -> None:
+    """After a client-side compaction the stored position points elsewhere (here
+    at a tool result): the update is not inserted there."""
+    payload = anthropic()
+    payload["messages"] = [
+        {"role": "user", "content": "summary of earlier work"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "1"}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "1"}]}]
+    out = inject_knowledge(payload, ctx("anthropic", "", Delta(2, "new"), Delta(9, "far")))
+    assert out["messages"] == payload["messages"]

@@ -64,7 +64,10 @@ def inject_knowledge(payload: dict[str, Any], ctx: KnowledgeRequest) -> dict[str
     if isinstance(items, list) and view.deltas:
         spliced = list(items)
         for delta in sorted(view.deltas, key=lambda d: d.position, reverse=True):
-            if 0 <= delta.position <= len(items):
+            # Still the user message it was placed before? After a client-side
+            # compaction the position means something else: leave it out.
+            if 0 <= delta.position < len(items) and isinstance(items[delta.position], dict) \
+                    and _is_user_text(ctx.family, items[delta.position]):
                 spliced[delta.position:delta.position] = _update_items(ctx.family, delta.text)
         out[key] = spliced
     if view.block:
