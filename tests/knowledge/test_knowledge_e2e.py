@@ -193,8 +193,8 @@ def test_the_daily_budget_stops_worker_requests_until_the_next_day(
     tomorrow = jobs.next_day(now) + 1
     worker.clock = lambda: tomorrow
     session.say("A new day.")
-    wait_until(lambda: worker_requests(fake_upstream, "distill"), "a worker request tomorrow")
-    assert distillations(gw)[-1].method == "worker"
+    wait_until(lambda: distillations(gw)[-1].method == "worker", "a worker distillation")
+    assert len(worker_requests(fake_upstream, "distill")) == 1
 
 
 @pytest.mark.parametrize("scenario", ["slow:60", "status-500"])
@@ -221,13 +221,18 @@ def test_side_channel_requests_get_no_knowledge_and_start_no_jobs(
         make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path) -> None:
     project = git_project(tmp_path / "repo")
     gw = make_gateway(**FAST)
+    from lore_gateway.memory.identity import tenant_for
+
+    tenant = tenant_for({"x-api-key": ANTHROPIC_KEY}, salt=gw.memory.salt)
     gw.memory.write_job(lambda c: kstore.upsert(
-        c, tenant="anonymous", project=str(project), category="decision", title="x", content="y"))
+        c, tenant=tenant, project=str(project), category="decision", title="deploy branch",
+        content="tangerine"))
     from kit import post
 
     title = {"model": "claude-fake", "max_tokens": 64, "stream": False,
              "system": "Generate a short title for this conversation.",
-             "messages": [{"role": "user", "content": f"fix the bug in {project}"}]}
+             "messages": [{"role": "user", "content": f"fix the bug. Working directory: "
+                                                      f"{project}"}]}
     post(gw.url + "/v1/messages", title, {"x-api-key": ANTHROPIC_KEY,
                                           "anthropic-version": "2023-06-01",
                                           "x-lore-session-id": "side"})
@@ -235,6 +240,10 @@ def test_side_channel_requests_get_no_knowledge_and_start_no_jobs(
     assert sent.json == title
     assert read(gw, lambda c: c.execute("SELECT count(*) FROM worker_jobs").fetchone()[0]) == 0
     assert worker_requests(fake_upstream) == []
+    # Stored as usual, but never part of a segment.
+    stored = wait_until(lambda: gw.memory.session_messages(None, "side"), "the stored turn")
+    assert [m.role for m in stored] == ["user", "assistant"]
+    assert read(gw, lambda c: dstore.next_segment(c, tenant, "side")) == []
 
 
 def test_responses_sessions_get_the_block_as_a_developer_item(

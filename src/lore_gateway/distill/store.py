@@ -27,6 +27,8 @@ DISTILL_PROTOCOL = "lore-distill"
 MAX_SEGMENT_TOKENS = 16_384
 # Messages read per segment query (each capped at the store's message size).
 MAX_SEGMENT_MESSAGES = 2_000
+# Side-channel turns (titles, classifier calls) are stored but never distilled.
+_NOT_SIDE = " AND (meta IS NULL OR json_extract(meta, '$.side_channel') IS NULL)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +56,7 @@ def last_source(conn: apsw.Connection, tenant: str, session: str) -> int:
 def undistilled_tokens(conn: apsw.Connection, tenant: str, session: str) -> int:
     row = conn.execute(
         "SELECT coalesce(sum(tokens), 0) FROM messages WHERE tenant = ? AND session = ?"
-        " AND id > ? AND role != ?",
+        " AND id > ? AND role != ?" + _NOT_SIDE,
         (tenant, session, last_source(conn, tenant, session), OBSERVATIONS_ROLE)).fetchone()
     return int(row[0]) if row else 0
 
@@ -70,7 +72,7 @@ def next_segment(conn: apsw.Connection, tenant: str, session: str,
     """The oldest undistilled messages of a session, up to ``max_tokens`` (at least one)."""
     rows: list[Any] = conn.execute(
         "SELECT id, role, content, created_at, tokens FROM messages WHERE tenant = ?"
-        " AND session = ? AND id > ? AND role != ? ORDER BY id LIMIT ?",
+        " AND session = ? AND id > ? AND role != ?" + _NOT_SIDE + " ORDER BY id LIMIT ?",
         (tenant, session, last_source(conn, tenant, session), OBSERVATIONS_ROLE,
          MAX_SEGMENT_MESSAGES)).fetchall()
     out: list[SourceMessage] = []
@@ -87,7 +89,8 @@ def sessions_with_undistilled(conn: apsw.Connection, tenant: str | None) -> list
     """(tenant, session) pairs that have messages newer than their last distillation."""
     rows = conn.execute(
         "SELECT m.tenant, m.session FROM messages m WHERE (?1 IS NULL OR m.tenant = ?1)"
-        " AND m.role != ?2 GROUP BY m.tenant, m.session HAVING max(m.id) > coalesce("
+        " AND m.role != ?2" + _NOT_SIDE + " GROUP BY m.tenant, m.session"
+        " HAVING max(m.id) > coalesce("
         "(SELECT max(d.last_source) FROM distillations d WHERE d.tenant = m.tenant"
         " AND d.session = m.session), 0)", (tenant, OBSERVATIONS_ROLE)).fetchall()
     return [(str(t), str(s)) for t, s in rows]

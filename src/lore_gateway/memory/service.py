@@ -46,16 +46,18 @@ class PendingTurn:
     """
 
     __slots__ = ("_ended", "_lock", "_memory", "created_at", "identity", "inputs", "model",
-                 "protocol")
+                 "protocol", "side_channel")
 
     def __init__(self, memory: Memory, identity: Identity, protocol: str, model: str | None,
-                 inputs: Sequence[Message]) -> None:
+                 inputs: Sequence[Message], side_channel: bool = False) -> None:
         self._memory = memory
         self.identity = identity
         self.protocol = protocol
         self.model = model
         self.inputs = tuple(inputs)
         self.created_at = time.time()
+        # A side-channel call (title, classifier): stored, but never distilled.
+        self.side_channel = side_channel
         self._lock = threading.Lock()
         self._ended = False
 
@@ -75,9 +77,10 @@ class PendingTurn:
         messages = self.inputs + tuple(outputs)
         if not messages:
             return False
+        metas = ({"side_channel": True},) * len(messages) if self.side_channel else None
         return self._memory.submit_turn(TurnRecord(
             identity=self.identity, protocol=self.protocol, model=self.model,
-            messages=messages, created_at=self.created_at, complete=complete,
+            messages=messages, created_at=self.created_at, complete=complete, metas=metas,
         ))
 
 
@@ -165,8 +168,8 @@ class Memory:
         return identity.identify(protocol, headers, body, salt=self.salt)
 
     def begin_turn(self, ident: Identity, *, protocol: str, model: str | None,
-                   inputs: Sequence[Message]) -> PendingTurn:
-        return PendingTurn(self, ident, protocol, model, inputs)
+                   inputs: Sequence[Message], side_channel: bool = False) -> PendingTurn:
+        return PendingTurn(self, ident, protocol, model, inputs, side_channel)
 
     def submit_turn(self, turn: TurnRecord, *, wait: bool = False) -> bool:
         """Queue a turn for the writer thread; ``False`` when not queued (storage
