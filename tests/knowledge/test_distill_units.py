@@ -124,6 +124,9 @@ def test_worker_requests_follow_each_family_rules() -> None:
     codex = wreq.build("codex", "gpt-5.1-codex-mini", "sys", "user", 500)
     assert codex["stream"] is True and "max_output_tokens" not in codex and codex["store"] is False
     assert wreq.build("responses", "m", "s", "u", 500)["max_output_tokens"] == 500
+    reasoning = wreq.build("responses", "gpt-5-mini", "s", "u", 500)
+    assert reasoning["max_output_tokens"] == 500 + wreq.REASONING_ALLOWANCE_TOKENS
+    assert reasoning["reasoning"] == {"effort": "low"}
     anthropic = wreq.build("anthropic", "m", "s", "u", 500)
     assert anthropic["max_tokens"] == 500 and "cache_control" not in str(anthropic)
     sse = (b'event: response.completed\ndata: {"type":"response.completed","response":{"output":'

@@ -17,6 +17,12 @@ from lore_gateway.sse import SSEDecoder
 
 Family = Literal["anthropic", "responses", "codex", "chat"]
 
+# OpenAI reasoning models spend output tokens on reasoning before the answer; a
+# log budget of 256 tokens alone would end many answers before they start (Lore
+# #1413). Their limit gets this allowance on top, and low effort.
+REASONING_ALLOWANCE_TOKENS = 4_096
+_REASONING_PREFIXES = ("gpt-5", "o1", "o3", "o4")
+
 
 class WorkerAnswerError(ValueError):
     """The upstream's answer to a worker request could not be read."""
@@ -34,20 +40,27 @@ def build(family: Family, model: str, system: str, user: str,
     if family == "anthropic":
         return {"model": model, "max_tokens": max_tokens, "temperature": 0, "system": system,
                 "messages": [{"role": "user", "content": [{"type": "text", "text": user}]}]}
+    reasoning = model.startswith(_REASONING_PREFIXES)
+    limit = max_tokens + (REASONING_ALLOWANCE_TOKENS if reasoning else 0)
     if family == "chat":
-        return {"model": model, "max_completion_tokens": max_tokens,
-                "messages": [{"role": "system", "content": system},
-                             {"role": "user", "content": user}]}
+        chat: dict[str, Any] = {"model": model, "max_completion_tokens": limit,
+                                "messages": [{"role": "system", "content": system},
+                                             {"role": "user", "content": user}]}
+        if reasoning:
+            chat["reasoning_effort"] = "low"
+        return chat
     body: dict[str, Any] = {
         "model": model, "instructions": system, "store": False,
         "input": [{"type": "message", "role": "user",
                    "content": [{"type": "input_text", "text": user}]}],
     }
+    if reasoning:
+        body["reasoning"] = {"effort": "low"}
     if family == "codex":
         body["stream"] = True
     else:
         body["stream"] = False
-        body["max_output_tokens"] = max_tokens
+        body["max_output_tokens"] = limit
     return body
 
 
