@@ -115,7 +115,7 @@ def test_deleting_a_project_deletes_what_was_learned_from_it(memory: Memory) -> 
 def test_worker_status_reads_jobs_and_budget_from_the_database(memory: Memory,
                                                                tmp_path: Path) -> None:
     from lore_gateway.worker import jobs
-    from lore_gateway.worker.service import describe, status_from_db
+    from lore_gateway.worker.status import describe, status_from_db
 
     now = __import__("time").time()
     memory.write_job(lambda c: jobs.enqueue(c, "distill", "t-me", "/p", "s1", now))

@@ -23,8 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from lore_gateway.config import Settings
 from lore_gateway.distill import format as fmt
 from lore_gateway.distill import prompts
@@ -36,14 +34,15 @@ from lore_gateway.knowledge.service import agents_file
 from lore_gateway.knowledge.sidechannel import is_coding_turn
 from lore_gateway.obs import metrics
 from lore_gateway.routing import Protocol
-from lore_gateway.upstream import UpstreamClient, UpstreamUnavailable
+from lore_gateway.upstream import UpstreamClient
 from lore_gateway.worker import jobs
 from lore_gateway.worker import requests as wreq
+from lore_gateway.worker.client import ModelCaller, WorkerUnavailable
 from lore_gateway.worker.credentials import CredentialVault, SessionUpstream, kept_headers
+from lore_gateway.worker.status import job_facts, worker_settings
 
 log = logging.getLogger("lore.worker")
 
-WORKER_HEADER = "x-lore-worker"
 # How often the task looks for due jobs and idle sessions without a wake-up.
 POLL_S = 5.0
 # Sessions remembered for the idle trigger; the oldest are forgotten first.
@@ -57,15 +56,9 @@ MIN_IDLE_TOKENS = 64
 # A queued distill job whose session lent no credential for this long (a restart
 # forgot it) is distilled extractively instead of waiting any longer.
 CREDENTIAL_WAIT_S = 600.0
-# Largest worker answer read.
-MAX_ANSWER_BYTES = 4 * 1024 * 1024
 _FAMILY: dict[Protocol, wreq.Family] = {
     Protocol.ANTHROPIC: "anthropic", Protocol.RESPONSES: "responses", Protocol.CODEX: "codex",
     Protocol.CHAT: "chat"}
-
-
-class WorkerUnavailable(Exception):
-    """The model may not or cannot be asked now; the message says why."""
 
 
 @dataclass(slots=True)
@@ -89,8 +82,7 @@ class BackgroundWorker:
         self._planned: set[tuple[str, str]] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self.tokens_in = 0
-        self.tokens_out = 0
+        self.caller = ModelCaller(settings, memory, upstream, lambda: self.clock())
         self.idle = asyncio.Event()
         self._retry_at: float | None = None
 
@@ -210,7 +202,7 @@ class BackgroundWorker:
         try:
             upstream = self._upstream_for(job)
             system, user, budget = prompts.observer_prompt(segment)
-            answer = await self._ask(job, upstream, "distill", system, user, budget)
+            answer = await self.caller.ask(job.tenant, upstream, "distill", system, user, budget)
             _, observations = fmt.parse(answer)
             if not observations:
                 raise WorkerUnavailable("retry: the worker answer held no observations")
@@ -256,8 +248,8 @@ class BackgroundWorker:
         if use_model:
             try:
                 system, user, budget = prompts.reflector_prompt([d.text for d in gen0])
-                answer = await self._ask(job, self._upstream_for(job), "consolidate", system,
-                                         user, budget)
+                answer = await self.caller.ask(job.tenant, self._upstream_for(job),
+                                               "consolidate", system, user, budget)
                 date, observations = fmt.parse(answer)
                 if observations:
                     text = fmt.render(date or fmt.date_line(gen0[0].created_at),
@@ -305,8 +297,8 @@ class BackgroundWorker:
         try:
             upstream = self._upstream_for(job)
             system, user = curator.curator_prompt(entries, [d.text for d in logs])
-            answer = await self._ask(job, upstream, "curate", system, user,
-                                     curator.CURATOR_MAX_TOKENS)
+            answer = await self.caller.ask(job.tenant, upstream, "curate", system, user,
+                                           curator.CURATOR_MAX_TOKENS)
             ops = curator.parse_ops(answer)
         except (WorkerUnavailable, ValueError) as exc:
             reason = str(exc)
@@ -349,63 +341,6 @@ class BackgroundWorker:
                                     "(gateway restarted, or the session ended long ago)")
         return upstream
 
-    def model_for(self, upstream: SessionUpstream) -> str:
-        configured = {"anthropic": self.settings.worker_model_anthropic,
-                      "codex": self.settings.worker_model_chatgpt}.get(
-            upstream.family, self.settings.worker_model_openai)
-        if configured == "session" and upstream.model:
-            return upstream.model
-        return configured
-
-    async def _ask(self, job: jobs.Job, upstream: SessionUpstream, kind: str, system: str,
-                   user: str, max_tokens: int) -> str:
-        """One worker request within the budget; the answer's text."""
-        estimate = fmt.estimate_tokens(system + user) + max_tokens
-        daily = self.settings.worker_daily_tokens
-        spent = await asyncio.to_thread(self.memory.read,
-                                        lambda c: jobs.used(c, job.tenant, self.clock()))
-        if spent + estimate > daily:
-            raise WorkerUnavailable(f"budget: {spent} of {daily} worker tokens used today")
-        family = upstream.family
-        body = orjson.dumps(wreq.build(family, self.model_for(upstream), system, user,
-                                       max_tokens))
-        headers = [*upstream.headers, ("content-type", "application/json"),
-                   (WORKER_HEADER, kind)]
-        try:
-            raw = await asyncio.wait_for(self._send(upstream.url, headers, body),
-                                         self.settings.worker_timeout)
-            answer = wreq.parse(family, raw)
-        except TimeoutError:
-            metrics.record_worker_request(kind, "timeout", 0, 0, None)
-            raise WorkerUnavailable("retry: the worker request timed out") from None
-        except (UpstreamUnavailable, wreq.WorkerAnswerError, _UpstreamStatus) as exc:
-            metrics.record_worker_request(kind, "error", 0, 0, None)
-            raise WorkerUnavailable(f"retry: {exc}") from None
-        n_in = answer.tokens_in if answer.tokens_in is not None else fmt.estimate_tokens(
-            system + user)
-        n_out = answer.tokens_out if answer.tokens_out is not None else fmt.estimate_tokens(
-            answer.text)
-
-        def charge(conn: Any) -> int:
-            jobs.charge(conn, job.tenant, self.clock(), n_in, n_out)
-            return jobs.used(conn, job.tenant, self.clock())
-
-        used = await asyncio.to_thread(self.memory.write_job, charge)
-        self.tokens_in += n_in
-        self.tokens_out += n_out
-        metrics.record_worker_request(kind, "ok", n_in, n_out, daily - used)
-        return answer.text
-
-    async def _send(self, url: str, headers: list[tuple[str, str]], body: bytes) -> bytes:
-        resp = await self.upstream.send("POST", url, headers, body)
-        try:
-            data, _cut = await resp.read(MAX_ANSWER_BYTES)
-        finally:
-            resp.close()
-        if resp.status >= 300:
-            raise _UpstreamStatus(f"upstream answered {resp.status}")
-        return data
-
     async def _retry(self, job: jobs.Job, delay: float, reason: str, *, count: bool = True) -> None:
         now = self.clock()
         self._retry_at = min(self._retry_at or now + delay, now + delay)
@@ -422,65 +357,11 @@ class BackgroundWorker:
         """Worker facts for ``lore status``, the banner and doctor (blocks: a thread)."""
         facts = worker_settings(self.settings)
         facts.update(self.memory.read(lambda c: job_facts(c, self.settings, self.clock())))
-        facts["tokens_in_since_start"] = self.tokens_in
-        facts["tokens_out_since_start"] = self.tokens_out
+        facts["tokens_in_since_start"] = self.caller.tokens_in
+        facts["tokens_out_since_start"] = self.caller.tokens_out
         facts["sessions_with_credentials"] = len(self.vault)
         return facts
 
 
-class _UpstreamStatus(Exception):
-    """A non-2xx answer to a worker request."""
-
-
 def _tool_family(protocol: Protocol) -> str:
     return {"anthropic": "anthropic", "chat": "chat"}.get(protocol.value, "responses")
-
-
-def worker_settings(settings: Settings) -> dict[str, Any]:
-    """What the settings say about background calls (no database needed)."""
-    return {
-        "enabled": settings.worker,
-        "models": {"anthropic": settings.worker_model_anthropic,
-                   "openai": settings.worker_model_openai,
-                   "chatgpt": settings.worker_model_chatgpt},
-        "daily_tokens_per_tenant": settings.worker_daily_tokens,
-    }
-
-
-def job_facts(conn: Any, settings: Settings, now: float) -> dict[str, Any]:
-    """Jobs by state and today's usage per tenant, from the database."""
-    usage = jobs.usage_today(conn, now)
-    return {
-        "jobs": jobs.counts(conn),
-        "today": {tenant: {**u, "budget_left": max(
-            0, settings.worker_daily_tokens - u["tokens_in"] - u["tokens_out"])}
-            for tenant, u in usage.items()},
-    }
-
-
-def describe(settings: Settings) -> str:
-    """One line for the startup banner and ``lore doctor``."""
-    if not settings.worker:
-        return "background calls: off (LORE_WORKER=off; distillation is extractive, no model)"
-    return (f"background calls: on, after each response, to the session's provider "
-            f"(models: anthropic {settings.worker_model_anthropic}, openai "
-            f"{settings.worker_model_openai}, chatgpt {settings.worker_model_chatgpt}); "
-            f"budget {settings.worker_daily_tokens:,} tokens/day per tenant")
-
-
-def status_from_db(settings: Settings) -> dict[str, Any]:
-    """Worker facts from the settings and the database, for another process
-    (``lore status``, ``lore doctor``): no running gateway needed."""
-    from lore_gateway.memory import db
-
-    facts = worker_settings(settings)
-    if not settings.db_path.exists():
-        return facts | {"jobs": {"queued": 0, "done": 0, "failed": 0}, "today": {}}
-    conn = db.connect(settings.db_path, readonly=True)
-    try:
-        facts.update(job_facts(conn, settings, time.time()))
-    except Exception as exc:  # an older schema without the worker tables
-        facts["error"] = f"no worker tables in {settings.db_path}: {exc}"
-    finally:
-        conn.close()
-    return facts
