@@ -47,6 +47,9 @@ log = logging.getLogger("lore.worker")
 POLL_S = 5.0
 # Sessions remembered for the idle trigger; the oldest are forgotten first.
 MAX_TRACKED_SESSIONS = 1_024
+# A curate job that could not reach the model for this long is given up (its
+# logs stay uncurated; the next curate of the project picks them up).
+CURATE_WAIT_S = 2 * 24 * 3600.0
 # Shortest sleep between passes: a burst of due work never spins the loop.
 MIN_SLEEP_S = 0.05
 # Jobs taken per pass, so a backlog yields to new wake-ups.
@@ -302,10 +305,11 @@ class BackgroundWorker:
             ops = curator.parse_ops(answer)
         except (WorkerUnavailable, ValueError) as exc:
             reason = str(exc)
-            if reason.startswith("budget"):
+            stale = self.clock() - job.created_at > CURATE_WAIT_S
+            if reason.startswith("budget") and not stale:
                 await self._retry(job, jobs.next_day(self.clock()) - self.clock(), reason,
                                   count=False)
-            elif job.attempts + 1 < self.settings.worker_max_attempts:
+            elif job.attempts + 1 < self.settings.worker_max_attempts and not stale:
                 await self._retry(job, self.settings.worker_retry_base_s * 2 ** job.attempts,
                                   reason, count=not reason.startswith("no credential"))
             else:
