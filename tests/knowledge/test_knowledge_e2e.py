@@ -367,3 +367,16 @@ def test_many_logs_are_consolidated_by_the_worker_into_one(
     for needle in ("tangerine branch", "src/billing.py", "Then run the tests."):
         assert needle in top.text
     assert len(top.source_ids) == 6
+
+
+def test_sessions_without_a_known_project_get_distilled_but_learn_no_knowledge(
+        make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+    gw = make_gateway(**FAST)
+    session = AnthropicSession(gw, tmp_path, "nowhere")
+    session.system = session.system.rsplit("\nPrimary working directory:", 1)[0]
+    session.say(DECISION)
+    (log,) = wait_until(lambda: distillations(gw), "the distillation")
+    assert log.project == "unknown"
+    assert worker_requests(fake_upstream, "curate") == []
+    assert read(gw, lambda c: c.execute("SELECT count(*) FROM worker_jobs WHERE kind ="
+                                        " 'curate'").fetchone()[0]) == 0

@@ -35,6 +35,7 @@ from lore_gateway.knowledge.inject import (
     update_slot,
 )
 from lore_gateway.knowledge.sidechannel import is_coding_turn
+from lore_gateway.memory.identity import UNKNOWN_PROJECT
 from lore_gateway.memory.records import Identity
 
 log = logging.getLogger("lore.knowledge")
@@ -83,7 +84,9 @@ class KnowledgeService:
     async def prepare(self, family: Family, payload: dict[str, Any], identity: Identity,
                       headers: Mapping[str, str]) -> dict[str, Any]:
         """``payload`` with this session's knowledge (itself when there is none)."""
-        if not self.settings.knowledge or not is_coding_turn(family, payload, headers):
+        if (not self.settings.knowledge or identity.project == UNKNOWN_PROJECT
+                or not is_coding_turn(family, payload, headers)):
+            # Without a known project, knowledge would mix unrelated work.
             return payload
         try:
             state = await self._state(identity, family)

@@ -32,6 +32,7 @@ from lore_gateway.knowledge import curator
 from lore_gateway.knowledge import store as kstore
 from lore_gateway.knowledge.service import agents_file
 from lore_gateway.knowledge.sidechannel import is_coding_turn
+from lore_gateway.memory.identity import UNKNOWN_PROJECT
 from lore_gateway.obs import metrics
 from lore_gateway.routing import Protocol
 from lore_gateway.upstream import UpstreamClient
@@ -224,7 +225,7 @@ class BackgroundWorker:
             row = dstore.save(conn, tenant=job.tenant, project=job.project,
                               session=job.session, text=text or "", sources=segment,
                               generation=0, method=method)
-            if text and self.settings.worker:
+            if text and self.settings.worker and job.project != UNKNOWN_PROJECT:
                 jobs.enqueue(conn, "curate", job.tenant, job.project, job.session, self.clock())
             jobs.finish(conn, job.id, "done", self.clock())
             if dstore.undistilled_tokens(conn, job.tenant, job.session) >= \
