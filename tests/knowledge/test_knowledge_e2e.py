@@ -326,10 +326,7 @@ def test_distillations_are_found_by_recall_shown_by_data_show_and_counted_in_met
     assert 'lore_distillations_total{generation="0",method="worker"}' in metrics
     status = gw.background.worker.status()
     assert status["enabled"] is True and status["jobs"]["done"] >= 1
-    assert status["today"][log.tenant]["budget_left"] < FAST_BUDGET
-
-
-FAST_BUDGET = 200_000
+    assert status["today"][log.tenant]["budget_left"] < gw.settings.worker_daily_tokens
 
 
 def urllib_get(url: str) -> str:

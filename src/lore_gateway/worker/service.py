@@ -87,7 +87,6 @@ class BackgroundWorker:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.caller = ModelCaller(settings, memory, upstream, lambda: self.clock())
-        self.idle = asyncio.Event()
         self._retry_at: float | None = None
 
     # --- the proxy's side ------------------------------------------------------------
@@ -109,7 +108,8 @@ class BackgroundWorker:
         self._seen[key] = _Seen(identity.project, self.clock())
         while len(self._seen) > MAX_TRACKED_SESSIONS:
             self._seen.popitem(last=False)
-        self._planned.add(key)
+        if len(self._planned) < MAX_TRACKED_SESSIONS:  # else the idle trigger covers it
+            self._planned.add(key)
         self._wake.set()
 
     # --- lifecycle -------------------------------------------------------------------
@@ -123,23 +123,17 @@ class BackgroundWorker:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
 
-    def wake(self) -> None:
-        self._wake.set()
-
     async def _run(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._sleep_s())
             self._wake.clear()
-            self.idle.clear()
             try:
                 await self._pass()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("worker: a pass failed; it runs again on the next wake-up")
-            if not self._wake.is_set():
-                self.idle.set()
 
     def _sleep_s(self) -> float:
         """Until the next thing that may be due: a retry, an idle session, or the poll."""
