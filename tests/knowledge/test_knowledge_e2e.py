@@ -377,3 +377,15 @@ def test_sessions_without_a_known_project_get_distilled_but_learn_no_knowledge(
     assert worker_requests(fake_upstream, "curate") == []
     assert read(gw, lambda c: c.execute("SELECT count(*) FROM worker_jobs WHERE kind ="
                                         " 'curate'").fetchone()[0]) == 0
+
+
+def test_a_backend_that_refuses_the_cheaper_model_gets_the_sessions_own(
+        make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+    project = git_project(tmp_path / "repo")
+    gw = make_gateway(**FAST)
+    fake_upstream.unknown_models.add("gpt-5-mini")
+    session = ResponsesSession(gw, project, "picky")
+    session.say(DECISION)
+    wait_until(lambda: entries(gw), "the entry")
+    models = [r.json["model"] for r in worker_requests(fake_upstream)]
+    assert models[:2] == ["gpt-5-mini", "gpt-fake"] and set(models[2:]) == {"gpt-fake"}

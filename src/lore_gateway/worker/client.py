@@ -34,6 +34,15 @@ class WorkerUnavailable(Exception):
 class _UpstreamStatus(Exception):
     """A non-2xx answer to a worker request."""
 
+    def __init__(self, status: int) -> None:
+        super().__init__(f"upstream answered {status}")
+        self.status = status
+
+
+# Answers that mean "no such model here" (the ChatGPT backend refuses most
+# siblings of the session's model): the worker then uses the session's model.
+_MODEL_REFUSED = (400, 404)
+
 
 class ModelCaller:
     def __init__(self, settings: Settings, memory: Any, upstream: UpstreamClient,
@@ -44,12 +53,17 @@ class ModelCaller:
         self.clock = clock
         self.tokens_in = 0
         self.tokens_out = 0
+        # (family, url) whose upstream refused the configured worker model.
+        self._use_session_model: set[tuple[str, str]] = set()
 
     def model_for(self, upstream: SessionUpstream) -> str:
+        """The configured cheaper model, or the session's own when configured so
+        or when this upstream refused the cheaper one."""
         configured = {"anthropic": self.settings.worker_model_anthropic,
                       "codex": self.settings.worker_model_chatgpt}.get(
             upstream.family, self.settings.worker_model_openai)
-        if configured == "session" and upstream.model:
+        refused = (upstream.family, upstream.url) in self._use_session_model
+        if (configured == "session" or refused) and upstream.model:
             return upstream.model
         return configured
 
@@ -63,13 +77,19 @@ class ModelCaller:
         if spent + estimate > daily:
             raise WorkerUnavailable(f"budget: {spent} of {daily} worker tokens used today")
         family = upstream.family
-        body = orjson.dumps(wreq.build(family, self.model_for(upstream), system, user,
-                                       max_tokens))
         headers = [*upstream.headers, ("content-type", "application/json"),
                    (WORKER_HEADER, kind)]
         try:
-            raw = await asyncio.wait_for(self._send(upstream.url, headers, body),
-                                         self.settings.worker_timeout)
+            model = self.model_for(upstream)
+            try:
+                raw = await self._post(upstream, headers, model, system, user, max_tokens)
+            except _UpstreamStatus as exc:
+                if exc.status not in _MODEL_REFUSED or not upstream.model or \
+                        model == upstream.model:
+                    raise
+                self._use_session_model.add((family, upstream.url))
+                raw = await self._post(upstream, headers, upstream.model, system, user,
+                                       max_tokens)
             answer = wreq.parse(family, raw)
         except TimeoutError:
             metrics.record_worker_request(kind, "timeout", 0, 0, None)
@@ -92,6 +112,12 @@ class ModelCaller:
         metrics.record_worker_request(kind, "ok", n_in, n_out, daily - used)
         return answer.text
 
+    async def _post(self, upstream: SessionUpstream, headers: list[tuple[str, str]], model: str,
+                    system: str, user: str, max_tokens: int) -> bytes:
+        body = orjson.dumps(wreq.build(upstream.family, model, system, user, max_tokens))
+        return await asyncio.wait_for(self._send(upstream.url, headers, body),
+                                      self.settings.worker_timeout)
+
     async def _send(self, url: str, headers: list[tuple[str, str]], body: bytes) -> bytes:
         resp = await self.upstream.send("POST", url, headers, body)
         try:
@@ -99,5 +125,5 @@ class ModelCaller:
         finally:
             resp.close()
         if resp.status >= 300:
-            raise _UpstreamStatus(f"upstream answered {resp.status}")
+            raise _UpstreamStatus(resp.status)
         return data
