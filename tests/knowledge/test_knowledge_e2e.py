@@ -389,3 +389,29 @@ def test_a_backend_that_refuses_the_cheaper_model_gets_the_sessions_own(
     wait_until(lambda: entries(gw), "the entry")
     models = [r.json["model"] for r in worker_requests(fake_upstream)]
     assert models[:2] == ["gpt-5-mini", "gpt-fake"] and set(models[2:]) == {"gpt-fake"}
+
+
+def test_a_session_first_seen_midway_gets_an_update_not_a_new_prefix(
+        make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+    from lore_gateway.memory.identity import tenant_for
+
+    project = git_project(tmp_path / "repo")
+    gw = make_gateway(**FAST)
+    tenant = tenant_for({"x-api-key": ANTHROPIC_KEY}, salt=gw.memory.salt)
+    gw.memory.write_job(lambda c: kstore.upsert(
+        c, tenant=tenant, project=str(project), category="decision",
+        title="deploy from the tangerine branch", content="Main stays frozen."))
+    session = AnthropicSession(gw, project, "midway")
+    # History from before the gateway knew this session (an upgrade, a restart
+    # with its state deleted): the cached prefix must not change.
+    session.messages = [{"role": "user", "content": [{"type": "text", "text": "earlier"}]},
+                        {"role": "assistant", "content": [{"type": "text", "text": "ok"}]}]
+    session.say("Go on.")
+    session.say("And then?")
+    first, second = (r.json for r in agent_requests(fake_upstream))
+    assert first["system"] == second["system"] == session.system
+    assert first["messages"][:2] == session.messages[:2]
+    update = first["messages"][2]
+    assert UPDATE_HEADING in update["content"][0]["text"] and "tangerine" in json.dumps(update)
+    assert first["messages"][3]["role"] == "assistant"
+    assert second["messages"][:len(first["messages"])] == first["messages"]

@@ -89,7 +89,8 @@ class KnowledgeService:
             # Without a known project, knowledge would mix unrelated work.
             return payload
         try:
-            state = await self._state(identity, family)
+            items = payload.get("input" if family == "responses" else "messages")
+            state = await self._state(identity, family, _underway(items))
             await self._maybe_update(family, payload, identity, state)
         except Exception:
             log.exception("knowledge: could not prepare the session's knowledge; the request"
@@ -98,7 +99,8 @@ class KnowledgeService:
         view = KnowledgeView(state.block, tuple(state.deltas))
         return inject_knowledge(payload, KnowledgeContext(family, view))
 
-    async def _state(self, identity: Identity, family: Family) -> SessionKnowledge:
+    async def _state(self, identity: Identity, family: Family,
+                     underway: bool) -> SessionKnowledge:
         key = (identity.tenant, identity.session)
         state = self._sessions.get(key)
         if state is not None:
@@ -108,15 +110,20 @@ class KnowledgeService:
         async with lock:
             state = self._sessions.get(key)
             if state is None:
-                state = await asyncio.to_thread(self._open, identity, family)
+                state = await asyncio.to_thread(self._open, identity, family, underway)
                 self._sessions[key] = state
                 while len(self._sessions) > MAX_SESSIONS:
                     old, _ = self._sessions.popitem(last=False)
                     self._locks.pop(old, None)
         return state
 
-    def _open(self, identity: Identity, family: Family) -> SessionKnowledge:
-        """Load the session's persisted block, or start it (runs in a thread)."""
+    def _open(self, identity: Identity, family: Family, underway: bool) -> SessionKnowledge:
+        """Load the session's persisted block, or start it (runs in a thread).
+
+        A session first seen ``underway`` (its history already has answers: the
+        gateway was upgraded or its state deleted mid-session) gets no block, which
+        would rewrite a cached prefix; its knowledge comes as one update instead.
+        """
         tenant, project, session = identity.tenant, identity.project, identity.session
         version = self._versions.get((tenant, project), 0)
         row = self.memory.read(lambda c: c.execute(
@@ -139,6 +146,8 @@ class KnowledgeService:
             # Entries over the block's budget stay out for the whole session; only
             # entries the curator adds later arrive as updates.
             known = sorted(e.id for e in entries)
+            if underway:
+                text, known = "", []
             conn.execute(
                 "INSERT OR IGNORE INTO knowledge_sessions(tenant, session, project, block,"
                 " entry_ids, deltas, created_at) VALUES (?,?,?,?,?,'[]',?)",
@@ -148,7 +157,10 @@ class KnowledgeService:
                     sync.export(conn, tenant, project, root, agents_file(family))
                 except OSError as exc:
                     log.warning("knowledge: could not write %s: %s", root / ex.FILE_NAME, exc)
-            return SessionKnowledge(project, text, set(known), [], version)
+            # Underway: a version no curator produced, so this request looks for
+            # an update slot at once.
+            return SessionKnowledge(project, text, set(known), [],
+                                    -1 if underway and entries else version)
 
         return self.memory.write_job(start)  # type: ignore[no-any-return]
 
@@ -187,3 +199,11 @@ class KnowledgeService:
             return False
         return bool(self.memory.write_job(
             lambda c: sync.export(c, tenant, project, root, agents_file)))
+
+
+def _underway(items: Any) -> bool:
+    """Whether the client's history already holds an answer (not the first turn)."""
+    if not isinstance(items, list):
+        return False
+    return any(isinstance(item, dict) and (item.get("role") == "assistant" or item.get(
+        "type") in ("function_call", "function_call_output", "reasoning")) for item in items)
