@@ -324,6 +324,7 @@ def test_distillations_are_found_by_recall_shown_by_data_show_and_counted_in_met
     metrics = urllib_get(gw.url + "/metrics")
     assert 'lore_worker_requests_total{kind="distill",result="ok"}' in metrics
     assert 'lore_distillations_total{generation="0",method="worker"}' in metrics
+    assert "lore_knowledge_injections_total" in metrics
     status = gw.background.worker.status()
     assert status["enabled"] is True and status["jobs"]["done"] >= 1
     assert status["today"][log.tenant]["budget_left"] < gw.settings.worker_daily_tokens

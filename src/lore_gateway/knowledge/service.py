@@ -37,6 +37,7 @@ from lore_gateway.knowledge.inject import (
 from lore_gateway.knowledge.sidechannel import is_coding_turn
 from lore_gateway.memory.identity import UNKNOWN_PROJECT
 from lore_gateway.memory.records import Identity
+from lore_gateway.obs import metrics
 
 log = logging.getLogger("lore.knowledge")
 
@@ -148,6 +149,8 @@ class KnowledgeService:
             known = sorted(e.id for e in entries)
             if underway:
                 text, known = "", []
+            if text:
+                metrics.record_knowledge("block")
             conn.execute(
                 "INSERT OR IGNORE INTO knowledge_sessions(tenant, session, project, block,"
                 " entry_ids, deltas, created_at) VALUES (?,?,?,?,?,'[]',?)",
@@ -184,6 +187,7 @@ class KnowledgeService:
             return
         state.deltas.append(Delta(slot, text))
         state.shown.update(ids)
+        metrics.record_knowledge("update")
         deltas = orjson.dumps([[d.position, d.text] for d in state.deltas]).decode()
         shown = orjson.dumps(sorted(state.shown)).decode()
         await asyncio.to_thread(self.memory.write_job, lambda c: c.execute(
