@@ -84,11 +84,22 @@ class KnowledgeService:
 
     async def prepare(self, family: Family, payload: dict[str, Any], identity: Identity,
                       headers: Mapping[str, str]) -> dict[str, Any]:
-        """``payload`` with this session's knowledge (itself when there is none)."""
+        """``payload`` with this session's knowledge (itself when there is none):
+        ``view`` (the IO half), then the pure ``inject_knowledge``."""
+        view = await self.view(family, payload, identity, headers)
+        return inject_knowledge(payload, KnowledgeContext(family, view))
+
+    async def view(self, family: Family, payload: dict[str, Any], identity: Identity,
+                   headers: Mapping[str, str]) -> KnowledgeView | None:
+        """What this request of the session carries; None for no knowledge.
+
+        A request pipeline of pure transforms computes this before running them
+        and hands it to ``inject_knowledge`` through its context.
+        """
         if (not self.settings.knowledge or identity.project == UNKNOWN_PROJECT
                 or not is_coding_turn(family, payload, headers)):
             # Without a known project, knowledge would mix unrelated work.
-            return payload
+            return None
         try:
             items = payload.get("input" if family == "responses" else "messages")
             state = await self._state(identity, family, _underway(items))
@@ -96,9 +107,8 @@ class KnowledgeService:
         except Exception:
             log.exception("knowledge: could not prepare the session's knowledge; the request"
                           " goes on without it")
-            return payload
-        view = KnowledgeView(state.block, tuple(state.deltas))
-        return inject_knowledge(payload, KnowledgeContext(family, view))
+            return None
+        return KnowledgeView(state.block, tuple(state.deltas))
 
     async def _state(self, identity: Identity, family: Family,
                      underway: bool) -> SessionKnowledge:
