@@ -416,3 +416,24 @@ def test_a_session_first_seen_midway_gets_an_update_not_a_new_prefix(
     assert UPDATE_HEADING in update["content"][0]["text"] and "tangerine" in json.dumps(update)
     assert first["messages"][3]["role"] == "assistant"
     assert second["messages"][:len(first["messages"])] == first["messages"]
+
+
+def test_a_contradiction_resolved_mid_session_reaches_the_session_as_an_update(
+        make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+    project = git_project(tmp_path / "repo")
+    gw = make_gateway(**FAST)
+    AnthropicSession(gw, project, "before").say(DECISION)
+    (old,) = wait_until(lambda: entries(gw), "the first entry")
+    fake_upstream.reset()
+    session = AnthropicSession(gw, project, "after")
+    session.say("Decision: deploy from the mandarin branch. Tangerine is retired.")
+    knowledge = gw.background.knowledge
+    wait_until(lambda: knowledge.version(old.tenant, str(project)) == 2, "the curator's update")
+    session.say("Which branch now?")
+    first, second = (r.json for r in agent_requests(fake_upstream))
+    assert "tangerine branch" in first["system"]  # frozen: the block does not change
+    assert second["system"] == first["system"]
+    (entry,) = entries(gw)
+    assert entry.id == old.id and "mandarin" in entry.content
+    update = second["messages"][-3]
+    assert UPDATE_HEADING in update["content"][0]["text"] and "mandarin" in json.dumps(update)

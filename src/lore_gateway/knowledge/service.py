@@ -53,7 +53,7 @@ UPDATE_BUDGET_TOKENS = 512
 class SessionKnowledge:
     project: str
     block: str
-    shown: set[str]
+    shown: dict[str, float]  # entry id -> the updated_at the session last saw
     deltas: list[Delta] = field(default_factory=list)
     version: int = 0
 
@@ -142,7 +142,9 @@ class KnowledgeService:
             " session = ?", (tenant, session)).fetchone())
         if row is not None:
             deltas = [Delta(int(p), str(t)) for p, t in orjson.loads(row[2])]
-            return SessionKnowledge(project, str(row[0]), set(orjson.loads(row[1])), deltas,
+            seen = orjson.loads(row[1])
+            return SessionKnowledge(project, str(row[0]), {str(k): float(v) for k, v in
+                                                           seen.items()}, deltas,
                                     version)
         root = ex.work_tree_root(project) if self.settings.export else None
 
@@ -156,15 +158,16 @@ class KnowledgeService:
             text, _ = kblock.render_block(entries, self.settings.knowledge_block_tokens)
             # Entries over the block's budget stay out for the whole session; only
             # entries the curator adds later arrive as updates.
-            known = sorted(e.id for e in entries)
+            known = {e.id: e.updated_at for e in entries}
             if underway:
-                text, known = "", []
+                text, known = "", {}
             if text:
                 metrics.record_knowledge("block")
             conn.execute(
                 "INSERT OR IGNORE INTO knowledge_sessions(tenant, session, project, block,"
                 " entry_ids, deltas, created_at) VALUES (?,?,?,?,?,'[]',?)",
-                (tenant, session, project, text, orjson.dumps(known).decode(), time.time()))
+                (tenant, session, project, text, orjson.dumps(known, option=orjson.OPT_SORT_KEYS)
+                 .decode(), time.time()))
             if root is not None:
                 try:
                     sync.export(conn, tenant, project, root, agents_file(family))
@@ -172,7 +175,7 @@ class KnowledgeService:
                     log.warning("knowledge: could not write %s: %s", root / ex.FILE_NAME, exc)
             # Underway: a version no curator produced, so this request looks for
             # an update slot at once.
-            return SessionKnowledge(project, text, set(known), [],
+            return SessionKnowledge(project, text, known, [],
                                     -1 if underway and entries else version)
 
         return self.memory.write_job(start)  # type: ignore[no-any-return]
@@ -191,15 +194,17 @@ class KnowledgeService:
         state.version = version
         entries = await asyncio.to_thread(self.memory.read, lambda c: store.entries(
             c, identity.tenant, identity.project))
-        fresh = [e for e in entries if e.id not in state.shown]
+        # New entries, and entries changed since the session saw them (a
+        # contradiction the curator resolved).
+        fresh = [e for e in entries if e.updated_at > state.shown.get(e.id, -1.0)]
         text, ids = kblock.render_update(fresh, UPDATE_BUDGET_TOKENS)
         if not ids:
             return
         state.deltas.append(Delta(slot, text))
-        state.shown.update(ids)
+        state.shown.update({e.id: e.updated_at for e in fresh if e.id in ids})
         metrics.record_knowledge("update")
         deltas = orjson.dumps([[d.position, d.text] for d in state.deltas]).decode()
-        shown = orjson.dumps(sorted(state.shown)).decode()
+        shown = orjson.dumps(state.shown, option=orjson.OPT_SORT_KEYS).decode()
         await asyncio.to_thread(self.memory.write_job, lambda c: c.execute(
             "UPDATE knowledge_sessions SET deltas = ?, entry_ids = ? WHERE tenant = ? AND"
             " session = ?", (deltas, shown, identity.tenant, identity.session)))
