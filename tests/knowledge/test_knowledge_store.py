@@ -170,3 +170,12 @@ def test_knowledge_cli_edits_deletes_and_exports(
     missing = run(app, ["knowledge", "show", entry.id])
     assert missing.exit_code == 2 and "no knowledge entry" in missing.output
     assert json.loads(run(app, ["knowledge", "list", "--json"]).output) == []
+
+
+def test_an_id_from_another_tenants_file_does_not_collide(memory: Memory) -> None:
+    mine, _ = memory.write_job(lambda c: kstore.upsert(
+        c, tenant="t-me", project="/p", category="pattern", title="a thing", content="x"))
+    theirs, created = memory.write_job(lambda c: kstore.upsert(
+        c, tenant="t-other", project="/p", category="pattern", title="a thing", content="y",
+        entry_id=mine.id))
+    assert created and theirs.id != mine.id and theirs.tenant == "t-other"
