@@ -57,7 +57,9 @@ def test_status_of_a_running_gateway(
     assert document["storage"] == {"enabled": True, "queue_depth": 0, "dropped_turns": 0}
     assert document["recall"] == {"enabled": True, "active": True}
     assert document["embeddings"] == {"enabled": False}
-    assert document["worker"]["state"] in ("not configured", "off", "on")
+    worker = document["worker"]
+    assert worker["state"] == "on" and worker["daily_tokens_per_tenant"] > 0
+    assert set(worker["jobs"]) >= {"queued", "failed"}
     assert document["tenancy"] in ("personal", "keys")
 
     # The banner carried the same essentials.

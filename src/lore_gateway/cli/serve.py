@@ -30,8 +30,13 @@ variables, then --host and --port. The defaults need no configuration;
   LORE_STORE                 store every turn in memory (true)
   LORE_RECALL                give the model the hidden recall tool (true)
   LORE_EMBEDDINGS            use the offline embedding model in search (true)
+  LORE_WORKER                background model calls after a response: distill,
+                             curate (true; off sends none)
+  LORE_WORKER_DAILY_TOKENS   worker tokens per tenant per UTC day (200000)
+  LORE_KNOWLEDGE             give sessions their project's knowledge (true)
+  LORE_EXPORT                write .lore.md in git work trees (true)
 
-More settings (limits, timeouts) are listed in the README.
+More settings (limits, timeouts, worker models) are listed in the README.
 """
 
 

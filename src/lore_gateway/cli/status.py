@@ -76,11 +76,15 @@ def _on(flag: object) -> str:
 
 
 def _worker(section: dict[str, Any]) -> str:
-    text = str(section.get("state", "not configured"))
-    budget = section.get("budget")
-    if isinstance(budget, dict) and budget:
-        text += ", budget " + ", ".join(f"{k} {v}" for k, v in budget.items())
-    return text
+    if section.get("state") != "on":
+        return "off"
+    left = [f"{tenant} {u['budget_left']:,} left"
+            for tenant, u in section.get("today", {}).items()]
+    budget = f"{section.get('daily_tokens_per_tenant', 0):,} tokens/day per tenant"
+    jobs = section.get("jobs", {})
+    models = ", ".join(f"{k} {v}" for k, v in section.get("models", {}).items())
+    return (f"on, models {models}; {budget}" + (f" ({', '.join(left)})" if left else "")
+            + f"; jobs {jobs.get('queued', 0)} queued, {jobs.get('failed', 0)} failed")
 
 
 def _database(db: dict[str, Any]) -> str:

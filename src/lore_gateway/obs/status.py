@@ -6,8 +6,7 @@ no gateway answers, ``lore status`` builds the same document from the settings a
 the database file alone, with ``gateway.running = false``.
 
 Other parts add their own section with ``register_section(name, fn)``; ``fn(settings,
-live)`` returns a JSON-able dict and runs off the event loop. The background worker's
-section reads its settings defensively: until a worker exists it says so.
+live)`` returns a JSON-able dict and runs off the event loop.
 """
 
 from __future__ import annotations
@@ -127,25 +126,12 @@ def _count(conn: Any, sql: str) -> int:
 
 
 def _worker(settings: Settings, live: Live | None) -> dict[str, Any]:
-    """The background LLM worker: its on/off switch and budget, whatever it calls them.
+    """The background LLM worker: on or off, its models, jobs and today's budget left
+    per tenant (docs/knowledge.md), read from the settings and the database."""
+    from lore_gateway.worker.status import status_from_db
 
-    Fields named ``worker*`` or ``*budget*`` on the settings class are shown as they
-    are; a live gateway's ``memory.worker_status()`` (when it has one) adds its state.
-    """
-    fields = {name: getattr(settings, name) for name in type(settings).model_fields
-              if name.startswith("worker") or "budget" in name}
-    if not fields:
-        return {"state": "not configured"}
-    switch = next((v for k, v in fields.items() if k in ("worker", "worker_enabled")), None)
-    section: dict[str, Any] = {"state": "off" if switch is False else "on",
-                               "settings": {k: _jsonable(v) for k, v in fields.items()}}
-    budgets = {k: _jsonable(v) for k, v in fields.items() if "budget" in k}
-    if budgets:
-        section["budget"] = budgets
-    memory = live.memory if live else None
-    if memory is not None and callable(getattr(memory, "worker_status", None)):
-        section.update(memory.worker_status())
-    return section
+    facts = status_from_db(settings)
+    return {"state": "on" if facts["enabled"] else "off", **facts}
 
 
 def _jsonable(value: Any) -> Any:
