@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -57,6 +58,10 @@ class Settings(BaseSettings):
     claude_bin: str = "claude"
 
     # Memory
+    # Whose memory a request is: "personal" (every request is the one user's) or
+    # "keys" (team mode: the X-Lore-Key gateway key selects the tenant; requests
+    # without a valid key are refused with 401). docs/memory.md, "Tenancy".
+    tenancy: Literal["personal", "keys"] = "personal"
     store: bool = True
     store_max_message_bytes: int = 256 * 1024
     embeddings: bool = True

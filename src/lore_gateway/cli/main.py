@@ -40,6 +40,7 @@ def _register() -> None:
         bench_gateway,
         bench_memory,
         doctor,
+        keys,
         logs,
         memory_cmds,
         run,

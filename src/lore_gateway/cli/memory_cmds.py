@@ -1,10 +1,8 @@
 """``lore recall``, ``lore data list|show|delete`` and ``lore import codex|claude-code``.
 
-The CLI reads the local database as its owner, so it could see every tenant. It
-still keeps tenants apart by default: with one tenant in the database that tenant
-is used; with several, the user picks one (``--tenant``, or ``--key-env`` naming an
-environment variable that holds the API key) or explicitly asks for
-``--all-tenants``. Nothing here prints a credential.
+In personal mode (the default) every command acts on the one memory with no
+flags; in team mode a command names its tenant (``cli/scope.py``). Ids may be
+shortened to a unique prefix. Nothing here prints a credential.
 """
 
 from __future__ import annotations
@@ -23,9 +21,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from lore_gateway.cli.main import app
+from lore_gateway.cli.scope import (
+    AllTenantsOpt,
+    KeyEnvOpt,
+    TenantOpt,
+    fail,
+    resolve_session,
+    resolve_tenant,
+)
 from lore_gateway.config import Settings
 from lore_gateway.memory import catalog
-from lore_gateway.memory.identity import ANONYMOUS, tenant_for_credential
 from lore_gateway.memory.records import Identity
 from lore_gateway.memory.service import SCOPES, Memory
 
@@ -39,13 +44,6 @@ app.add_typer(import_app, name="import")
 console = Console()
 err = Console(stderr=True)
 
-TenantOpt = typer.Option(None, "--tenant", help="Tenant id (or a unique prefix) from "
-                         "`lore data list --all-tenants`.")
-KeyEnvOpt = typer.Option(None, "--key-env", metavar="VAR", help="Use the tenant of the API key "
-                         "held in environment variable VAR (the key is not printed or stored).")
-AllTenantsOpt = typer.Option(False, "--all-tenants", help="Include every tenant's memory.")
-
-
 @contextmanager
 def open_memory(embedder: Literal["auto"] | None = None) -> Iterator[Memory]:
     memory = Memory.open(Settings(), embedder=embedder)
@@ -53,39 +51,6 @@ def open_memory(embedder: Literal["auto"] | None = None) -> Iterator[Memory]:
         yield memory
     finally:
         memory.close()
-
-
-def fail(message: str) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}")
-    return typer.Exit(code=2)
-
-
-def resolve_tenant(memory: Memory, tenant: str | None, key_env: str | None,
-                   all_tenants: bool) -> str | None:
-    """The one tenant a command acts on, or ``None`` for ``--all-tenants``."""
-    if sum((tenant is not None, key_env is not None, all_tenants)) > 1:
-        raise fail("give only one of --tenant, --key-env and --all-tenants")
-    if all_tenants:
-        return None
-    if key_env is not None:
-        credential = os.environ.get(key_env, "").strip()
-        if not credential:
-            raise fail(f"environment variable {key_env} is not set or empty")
-        return tenant_for_credential(credential, salt=memory.salt)
-    known = [t.tenant for t in memory.tenants()]
-    if tenant is not None:
-        matches = [t for t in known if t == tenant] or [t for t in known if t.startswith(tenant)]
-        if len(matches) == 1:
-            return matches[0]
-        if tenant == ANONYMOUS:
-            return ANONYMOUS
-        raise fail(f"tenant {tenant!r} matches {len(matches)} of the {len(known)} tenants; "
-                   "see `lore data list --all-tenants`")
-    if len(known) <= 1:
-        return known[0] if known else ANONYMOUS
-    raise fail(f"this database holds {len(known)} tenants (one per credential): choose one with "
-               "--tenant or --key-env, or pass --all-tenants; `lore data list --all-tenants` "
-               "lists them")
 
 
 def _hit_json(hit: Any) -> dict[str, Any]:
@@ -116,6 +81,8 @@ def recall_command(
     project = project or os.getcwd()
     with open_memory("auto") as memory:
         chosen = resolve_tenant(memory, tenant, key_env, all_tenants)
+        if session:
+            session = resolve_session(memory, chosen, session)
         tenants = [t.tenant for t in memory.tenants()] if chosen is None else [chosen]
         results = [memory.search_sync(query, identity=Identity(t, project, session or ""),
                                       scope=scope, limit=limit) for t in tenants]
@@ -180,13 +147,15 @@ def data_list(
 
 @data_app.command("show")
 def data_show(
-    session: str = typer.Argument(..., help="Session id (see `lore data list`)."),
+    session: str = typer.Argument(..., help="Session id or a unique prefix of it "
+                                  "(see `lore data list`)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     tenant: str = TenantOpt, key_env: str = KeyEnvOpt, all_tenants: bool = AllTenantsOpt,
 ) -> None:
     """Every stored message of one session, in order."""
     with open_memory() as memory:
         chosen = resolve_tenant(memory, tenant, key_env, all_tenants)
+        session = resolve_session(memory, chosen, session)
         messages = memory.session_messages(chosen, session)
     if not messages:
         raise fail(f"no stored session {session!r}; see `lore data list`")
@@ -209,18 +178,17 @@ def data_show(
 
 @data_app.command("delete")
 def data_delete(
-    target: str = typer.Argument(..., help="A session id, or a project."),
+    target: str = typer.Argument(..., help="A session id or a project (or a unique prefix "
+                                 "of either)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
     tenant: str = TenantOpt, key_env: str = KeyEnvOpt, all_tenants: bool = AllTenantsOpt,
 ) -> None:
     """Delete a session or a whole project (asks first unless --yes)."""
     with open_memory() as memory:
         chosen = resolve_tenant(memory, tenant, key_env, all_tenants)
-        kind, selector = "session", {"session": target}
-        turns = memory.count_turns(chosen, session=target)
-        if turns == 0:
-            kind, selector = "project", {"project": target}
-            turns = memory.count_turns(chosen, project=target)
+        kind, target = _session_or_project(memory, chosen, target)
+        selector = {kind: target}
+        turns = memory.count_turns(chosen, **selector)
         if turns == 0:
             raise fail(f"no stored session or project {target!r}; see `lore data list`")
         if not yes and not typer.confirm(f"Delete {kind} {target} ({turns} turns)?"):
@@ -231,6 +199,25 @@ def data_delete(
                 chosen, **selector,
                 progress=lambda done, total: progress.update(task, completed=done, total=total))
     typer.echo(f"Deleted {kind} {target}: {deleted} turns.")
+
+
+def _session_or_project(memory: Memory, tenant: str | None, target: str) -> tuple[str, str]:
+    """("session" | "project", full id) for a session or project id or unique prefix."""
+    stored = memory.sessions(tenant)
+    for kind, ids in (("session", [s.session for s in stored]),
+                      ("project", [s.project for s in stored])):
+        if target in ids:
+            return kind, target
+    candidates = [("session", s.session) for s in stored if s.session.startswith(target)]
+    candidates += [("project", p) for p in dict.fromkeys(s.project for s in stored)
+                   if p.startswith(target)]
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise fail(f"no stored session or project {target!r}; see `lore data list`")
+    shown = ", ".join(f"{k} {v}" for k, v in candidates[:5])
+    raise fail(f"{target!r} is ambiguous: {len(candidates)} sessions or projects start with it "
+               f"({shown}{', ...' if len(candidates) > 5 else ''}); give more characters")
 
 
 def _progress() -> Progress:
