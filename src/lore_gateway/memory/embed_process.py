@@ -49,6 +49,7 @@ class EmbeddingProcess:
         self._stop = ctx.Event()
         self._idle = threading.Condition()
         self._pending = 0
+        self.submitted = 0  # message ids handed in (progress bars: embedded / submitted)
         self.embedded = 0
         self.dropped = 0
         self._db_path = db_path
@@ -68,6 +69,7 @@ class EmbeddingProcess:
             return
         with self._idle:
             self._pending += 1
+            self.submitted += len(message_ids)
         try:
             self._jobs.put_nowait(list(message_ids))
         except queue.Full:
@@ -135,10 +137,10 @@ def _child_main(db_path: str, jobs: Any, acks: Any, stop: Any, parent: int) -> N
     with contextlib.suppress(OSError):
         os.nice(BACKGROUND_NICE)
     from lore_gateway.memory import db
-    from lore_gateway.memory.embed import load_embedder
+    from lore_gateway.memory.embed import BACKGROUND_THREADS, load_embedder
     from lore_gateway.memory.vectors import EMBED_BATCH, embed_and_store
 
-    embedder = load_embedder()
+    embedder = load_embedder(threads=BACKGROUND_THREADS)
     conn = db.connect(Path(db_path))
     try:
         while True:
