@@ -229,7 +229,8 @@ def _progress() -> Progress:
 
 
 def _run_import(source: str, path: Path | None, tenant: str | None, key_env: str | None) -> None:
-    from lore_gateway.memory.importers import claude_code, codex, import_files
+    from lore_gateway.cli.import_progress import run_with_progress
+    from lore_gateway.memory.importers import claude_code, codex
 
     module = codex if source == "codex" else claude_code
     root = path or module.default_root()
@@ -241,12 +242,21 @@ def _run_import(source: str, path: Path | None, tenant: str | None, key_env: str
     with open_memory("auto") as memory:
         chosen = resolve_tenant(memory, tenant, key_env, False)
         assert chosen is not None
-        with _progress() as progress:
-            task = progress.add_task(f"importing {source}", total=len(files))
-            stats = import_files(memory, files, module.parse, tenant=chosen,
-                                 on_file=lambda _: progress.advance(task))
+        stats = run_with_progress(memory, source, files, module.parse, module.is_transcript,
+                                  tenant=chosen)
+    if stats.foreign and not stats.files:
+        what = "is not a" if len(stats.foreign) == 1 else "are not"
+        raise fail(f"{', '.join(map(str, stats.foreign[:3]))} {what} {source} history "
+                   f"file{'s' if len(stats.foreign) > 1 else ''}; "
+                   + ("pass a rollout-*.jsonl file or ~/.codex/sessions" if source == "codex"
+                      else "pass a ~/.claude/projects/<project>/<session>.jsonl transcript "
+                           "or a directory of them"))
+    if stats.foreign:
+        err.print(f"skipped {len(stats.foreign)} files that are not {source} history files "
+                  f"(first: {stats.foreign[0]})", highlight=False)
     typer.echo(f"Imported {stats.files} files: {stats.turns_new} new turns, "
-               f"{stats.turns_already_stored} already stored (tenant {chosen}).")
+               f"{stats.turns_already_stored} already stored ({stats.messages_read} messages "
+               f"read, tenant {chosen}).")
 
 
 CodexPathArg = typer.Argument(None, help="A rollout file or a directory "

@@ -196,6 +196,14 @@ class Memory:
             self._embedding_worker.flush(remaining)
 
     @property
+    def embedding_progress(self) -> tuple[int, int] | None:
+        """(messages embedded, messages submitted) by this process; None without a model."""
+        worker = self._embedding_worker
+        if worker is None:
+            return None
+        return worker.embedded + worker.dropped, worker.submitted
+
+    @property
     def queue_depth(self) -> int:
         return self._writer.queue_depth
 
