@@ -45,8 +45,9 @@ console = Console()
 err = Console(stderr=True)
 
 @contextmanager
-def open_memory(embedder: Literal["auto"] | None = None) -> Iterator[Memory]:
-    memory = Memory.open(Settings(), embedder=embedder)
+def open_memory(embedder: Literal["auto"] | None = None, *,
+                embed_backlog: bool = True) -> Iterator[Memory]:
+    memory = Memory.open(Settings(), embedder=embedder, embed_backlog=embed_backlog)
     try:
         yield memory
     finally:
@@ -79,7 +80,16 @@ def recall_command(
     if scope == "session" and not session:
         raise fail("--scope session needs --session <id> (see `lore data list`)")
     project = project or os.getcwd()
-    with open_memory("auto") as memory:
+    if not all_tenants:
+        from lore_gateway.cli.recall_client import ask_gateway
+
+        answer = ask_gateway(Settings(), query=query, scope=scope, project=project,
+                             session=session, limit=limit, tenant=tenant, key_env=key_env)
+        if answer is not None:
+            rendered = answer.pop("rendered")
+            typer.echo(json.dumps(answer, ensure_ascii=False) if as_json else rendered)
+            return
+    with open_memory("auto", embed_backlog=False) as memory:
         chosen = resolve_tenant(memory, tenant, key_env, all_tenants)
         if session:
             session = resolve_session(memory, chosen, session)

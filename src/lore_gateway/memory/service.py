@@ -107,12 +107,15 @@ class Memory:
 
     @classmethod
     def open(cls, settings: Settings, *,
-             embedder: Embedder | Literal["auto"] | None = "auto") -> Memory:
+             embedder: Embedder | Literal["auto"] | None = "auto",
+             embed_backlog: bool = True) -> Memory:
         """Open (creating and migrating) ``settings.db_path`` and start the workers.
 
         ``embedder="auto"`` loads the offline MiniLM model when ``settings.embeddings``
         is on and the weights are installed; ``None`` means BM25 only (the CLI's
-        browsing commands use that to start fast).
+        browsing commands use that to start fast). ``embed_backlog=False`` skips the
+        background embedding process: a one-off search (``lore recall``) only embeds
+        its query.
         """
         conn = db.connect(settings.db_path)
         try:
@@ -126,7 +129,7 @@ class Memory:
 
                 embedder = load_embedder()
         worker: EmbeddingProcess | None = None
-        if embedder is not None:
+        if embedder is not None and embed_backlog:
             from lore_gateway.memory.embed_process import EmbeddingProcess
 
             worker = EmbeddingProcess(settings.db_path)
