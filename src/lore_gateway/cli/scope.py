@@ -16,13 +16,14 @@ from collections.abc import Iterable
 import typer
 from rich.console import Console
 
+from lore_gateway.agents.codex import GATEWAY_KEY_ENV
 from lore_gateway.memory import db, keys
 from lore_gateway.memory.identity import PERSONAL
 from lore_gateway.memory.service import Memory
 
 # Where `lore run`, `lore setup` and the memory commands look for the user's own
 # gateway key in team mode.
-DEFAULT_KEY_ENV = "LORE_KEY"
+DEFAULT_KEY_ENV = GATEWAY_KEY_ENV
 
 err = Console(stderr=True)
 
