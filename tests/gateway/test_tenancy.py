@@ -83,6 +83,8 @@ def test_team_mode_refuses_requests_without_a_valid_key(team_gateway: tuple[Any,
         no_key.responses.create(model="gpt-x", input="store me somewhere")
     assert refused.value.status_code == 401
     assert "X-Lore-Key" in str(refused.value) and "lore keys create" in str(refused.value)
+    # Retrying cannot help, and clients that honour this report it at once.
+    assert refused.value.response.headers["x-should-retry"] == "false"
     wrong = anthropic.Anthropic(base_url=gw.url, api_key=KEY_B, max_retries=0,
                                 default_headers={"x-lore-key": "lore_k_not-a-real-key"})
     with pytest.raises(anthropic.AuthenticationError) as refused_too:

@@ -96,10 +96,10 @@ class KeyTenancy:
     def tenant(self, headers: Mapping[str, str]) -> str:
         key = headers.get(KEY_HEADER, "").strip()
         if not key:
-            raise GatewayError(401, "authentication_error", MISSING_KEY_MESSAGE)
+            raise GatewayError(401, "authentication_error", MISSING_KEY_MESSAGE, retry=False)
         tenant = self._lookup(key)
         if tenant is None:
-            raise GatewayError(401, "authentication_error", INVALID_KEY_MESSAGE)
+            raise GatewayError(401, "authentication_error", INVALID_KEY_MESSAGE, retry=False)
         return tenant
 
 
