@@ -150,3 +150,28 @@ def test_delete_asks_first_unless_yes(data_dir: Path) -> None:
     assert [s["project"] for s in sessions] == ["/home/dev/project"]
     code, out = lore("data", "delete", "no-such-thing", "--yes")
     assert code == 2 and "no stored session or project" in out
+
+
+def test_import_of_a_file_that_is_no_transcript_is_a_one_line_error(data_dir: Path,
+                                                                      tmp_path: Path) -> None:
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text('{"todo": "buy milk"}\nplain text\n')
+    code, out = lore("import", "claude-code", str(notes))
+    assert code == 2, out
+    assert "is not a claude-code history file" in out and "Imported" not in out
+    assert len(out.strip().splitlines()) == 1
+    code, out = lore("import", "codex", str(notes))
+    assert code == 2 and "rollout-*.jsonl" in out
+
+    # A project directory with a transcript and a stray file: imported, stray noted;
+    # no progress bar drawn on a pipe.
+    project = tmp_path / "one-project"
+    project.mkdir()
+    transcript = next((DATA / "import_claude_code").glob("*/*.jsonl"))
+    (project / transcript.name).write_bytes(transcript.read_bytes())
+    (project / "stray.jsonl").write_text('{"x": 1}\n')
+    code, out = lore("import", "claude-code", str(project))
+    assert code == 0, out
+    assert "skipped 1 files that are not claude-code history files" in out
+    assert "Imported 1 files: 2 new turns" in out
+    assert "━" not in out

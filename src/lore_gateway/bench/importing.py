@@ -10,6 +10,7 @@ runs until its messages are written *and* embedded.
 from __future__ import annotations
 
 import json
+import resource
 import statistics
 import tempfile
 import time
@@ -37,6 +38,9 @@ class SessionTiming:
 class ImportReport:
     sessions: list[SessionTiming]
     embeddings: bool
+    # CPU seconds of this process and the embedding process together: wall time
+    # depends on what else the machine runs (the embedder is at nice 19), this not.
+    cpu_s: float
 
     def as_dict(self) -> dict[str, Any]:
         total = sum(s.seconds for s in self.sessions)
@@ -48,6 +52,8 @@ class ImportReport:
             "total_s": round(total, 2),
             "messages_per_s": round(messages / total, 1) if total else None,
             "median_session_messages_per_s": round(statistics.median(rates), 1),
+            "cpu_s": round(self.cpu_s, 1),
+            "messages_per_cpu_s": round(messages / self.cpu_s, 1) if self.cpu_s else None,
             "slowest_session": {"session": worst.session, "messages": worst.messages,
                                 "seconds": round(worst.seconds, 2)},
             "embeddings": self.embeddings,
@@ -103,6 +109,7 @@ def write_transcripts(data: Path, out: Path) -> list[Path]:
 
 def run(data: Path, *, embeddings: bool = True,
         progress: Callable[[str, int, int], None] | None = None) -> ImportReport:
+    cpu_before = _cpu_seconds()
     with tempfile.TemporaryDirectory(prefix="lore-bench-import-") as tmp:
         files = write_transcripts(data, Path(tmp) / "projects")
         memory = Memory.open(Settings(data_dir=Path(tmp) / "data", embeddings=embeddings),
@@ -118,5 +125,11 @@ def run(data: Path, *, embeddings: bool = True,
                     progress("importing sessions", i + 1, len(files))
             used = memory.embedder is not None
         finally:
-            memory.close()
-    return ImportReport(timings, used)
+            memory.close()  # joins the embedding process: its CPU time is counted now
+    return ImportReport(timings, used, _cpu_seconds() - cpu_before)
+
+
+def _cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime

@@ -44,12 +44,13 @@ def bench_import(
     table = Table(title=f"lore import claude-code ({path.name}, "
                         f"{'with' if report.embeddings else 'without'} embeddings)")
     for column in ("sessions", "messages", "total s", "messages/s", "median session msg/s",
-                   "slowest session"):
+                   "slowest session", "msg per CPU s"):
         table.add_column(column, justify="right")
     slow = figures["slowest_session"]
     table.add_row(str(figures["sessions"]), str(figures["messages"]), str(figures["total_s"]),
                   str(figures["messages_per_s"]), str(figures["median_session_messages_per_s"]),
-                  f"{slow['messages']} msgs in {slow['seconds']} s")
+                  f"{slow['messages']} msgs in {slow['seconds']} s",
+                  str(figures["messages_per_cpu_s"]))
     Console().print(table)
     if as_json:
         typer.echo(json.dumps(figures))

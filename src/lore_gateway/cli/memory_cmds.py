@@ -263,7 +263,7 @@ def _run_import(source: str, path: Path | None, tenant: str | None, key_env: str
                            "or a directory of them"))
     if stats.foreign:
         err.print(f"skipped {len(stats.foreign)} files that are not {source} history files "
-                  f"(first: {stats.foreign[0]})", highlight=False)
+                  f"(first: {stats.foreign[0]})", highlight=False, soft_wrap=True)
     typer.echo(f"Imported {stats.files} files: {stats.turns_new} new turns, "
                f"{stats.turns_already_stored} already stored ({stats.messages_read} messages "
                f"read, tenant {chosen}).")

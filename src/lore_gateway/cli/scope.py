@@ -37,7 +37,7 @@ AllTenantsOpt = typer.Option(False, "--all-tenants", help="Include every tenant'
 
 
 def fail(message: str) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code=2)
 
 
