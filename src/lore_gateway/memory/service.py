@@ -204,7 +204,7 @@ class Memory:
         worker = self._embedding_worker
         if worker is None:
             return None
-        return worker.embedded + worker.dropped, worker.submitted
+        return worker.progress + worker.dropped, worker.submitted
 
     @property
     def queue_depth(self) -> int:
