@@ -41,7 +41,7 @@ def memory(tmp_path: Path) -> Iterator[Memory]:
 def _store(memory: Memory, *turns: TurnRecord) -> None:
     for t in turns:
         assert memory.submit_turn(t)
-    memory.flush(10)
+    memory.flush(120)  # bounded, not timed: the embedding process may start slowly
 
 
 def test_scopes_and_tenant_isolation(memory: Memory) -> None:
