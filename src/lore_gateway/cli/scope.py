@@ -27,9 +27,9 @@ DEFAULT_KEY_ENV = GATEWAY_KEY_ENV
 
 err = Console(stderr=True)
 
-TenantOpt = typer.Option(None, "--tenant", help="Tenant name (or a unique prefix); team mode "
-                         "(LORE_TENANCY=keys) only needs it. `lore data list --all-tenants` "
-                         "lists them.")
+TenantOpt = typer.Option(None, "--tenant", help="Tenant name or a unique prefix (team mode, "
+                         "LORE_TENANCY=keys; personal mode has one memory and needs no flag). "
+                         "`lore data list --all-tenants` lists them.")
 KeyEnvOpt = typer.Option(None, "--key-env", metavar="VAR", help="Use the tenant of the gateway "
                          "key held in environment variable VAR (team mode; the key is not "
                          "printed or stored). Default in team mode: LORE_KEY, when set.")
