@@ -10,17 +10,11 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from lore_gateway.cli import output
 from lore_gateway.cli.main import app
-from lore_gateway.cli.memory_cmds import (
-    AllTenantsOpt,
-    KeyEnvOpt,
-    TenantOpt,
-    fail,
-    open_memory,
-    resolve_tenant,
-)
+from lore_gateway.cli.memory_cmds import open_memory
+from lore_gateway.cli.scope import AllTenantsOpt, KeyEnvOpt, TenantOpt, fail, resolve_tenant
 from lore_gateway.config import Settings
 from lore_gateway.distill import store as dstore
 from lore_gateway.knowledge import export as ex
@@ -88,13 +82,13 @@ def list_command(
     if as_json:
         typer.echo(json.dumps([e.to_json() for e in rows], ensure_ascii=False))
         return
-    table = Table(title=f"{len(rows)} knowledge entries")
-    for column in ("id", "category", "title", "project", "conf"):
-        table.add_column(column, overflow="fold")
-    for e in rows:
-        table.add_row(e.id[:8], e.category, e.title,
-                      "(all projects)" if e.cross_project else e.project, f"{e.confidence:.1f}")
-    console.print(table)
+    output.print_table(
+        [output.Column("id", wrap=False), output.Column("category", wrap=False),
+         output.Column("title"), output.Column("project"),
+         output.Column("conf", "right", False)],
+        [(e.id[:8], e.category, e.title, "(all projects)" if e.cross_project else e.project,
+          f"{e.confidence:.1f}") for e in rows],
+        title=output.plural(len(rows), "knowledge entry", "knowledge entries"))
 
 
 @knowledge_app.command("show")
