@@ -28,7 +28,12 @@ from lore_gateway.errors import error_body
 from lore_gateway.obs import metrics
 from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.recall import telemetry
-from lore_gateway.recall.anthropic_live import AnthropicRecallStream, RecallCall, sum_usage
+from lore_gateway.recall.anthropic_live import (
+    AnthropicRecallStream,
+    RecallCall,
+    StateLimitExceeded,
+    sum_usage,
+)
 from lore_gateway.recall.budget import FINAL_ROUND_TEXT, RecallChainBudget
 from lore_gateway.recall.executor import RecallExecutor
 from lore_gateway.recall.followup import (
@@ -267,6 +272,13 @@ async def _events(resp: UpstreamResponse) -> AsyncIterator[SSEEvent]:
         yield event
 
 
+def stream_failure_message(exc: Exception) -> str:
+    """What a streaming client is told: a hit limit by name, else the generic line."""
+    if isinstance(exc, StateLimitExceeded):
+        return f"Lore stopped the response: {exc}; raise LORE_RECALL_RETAINED_MAX_BYTES"
+    return STREAM_RECALL_FAILED
+
+
 def _stream_error(message: str) -> bytes:
     return encode_event("error", orjson.dumps(
         {"type": "error", "error": {"type": "api_error", "message": message}}))
@@ -288,7 +300,7 @@ async def stream_recall(ctx: RecallContext, principal: UpstreamResponse, client:
     except (RecallFailed, FollowUpError, ProtocolError) as exc:
         log.warning("recall stream failed: %s", getattr(exc, "category", type(exc).__name__))
         ctx.staged.clear()
-        await client.end(_stream_error(STREAM_RECALL_FAILED))
+        await client.end(_stream_error(stream_failure_message(exc)))
         return
     finally:
         principal.close()

@@ -61,6 +61,19 @@ class RecallCall:
     position: int
 
 
+# The text-like delta types and the block field each one appends to.
+_TEXT_DELTA_FIELDS = {
+    "text_delta": "text",
+    "thinking_delta": "thinking",
+    "signature_delta": "signature",
+}
+
+
+class StateLimitExceeded(ProtocolError):
+    """A bound on what the gateway retains was hit; the message names the limit,
+    so the client's error says which one (not a generic recall failure)."""
+
+
 def _loads(event: SSEEvent) -> dict[str, Any]:
     try:
         payload = orjson.loads(event.data)
@@ -102,6 +115,9 @@ class AnthropicRound:
         self._state_bytes = 0
         self.message: dict[str, Any] = {}
         self.blocks: dict[int, dict[str, Any]] = {}
+        # Streamed text per (block, field), joined once when the content is read:
+        # appending to a str per delta is quadratic on a long answer.
+        self._parts: dict[int, dict[str, list[str]]] = {}
         self._partial_json: dict[int, list[str]] = {}
         self._client_index: dict[int, int] = {}
         self._hidden: set[int] = set()
@@ -113,6 +129,7 @@ class AnthropicRound:
         self.held: list[SSEEvent] = []
         self.started = False
         self.stopped = False
+        self.after_terminal = 0  # upstream events discarded after message_stop
         self.error: dict[str, Any] | None = None
 
     @property
@@ -121,6 +138,12 @@ class AnthropicRound:
 
     def content(self) -> list[dict[str, Any]]:
         """The accumulated content blocks in upstream order, recall included."""
+        for index, fields in self._parts.items():
+            block = self.blocks[index]
+            for name, parts in fields.items():
+                if len(parts) > 1:
+                    parts[:] = ["".join(parts)]
+                block[name] = parts[0] if parts else ""
         return [self.blocks[i] for i in sorted(self.blocks)]
 
     def feed(self, event: SSEEvent) -> bytes:
@@ -128,15 +151,17 @@ class AnthropicRound:
         if not event.has_data:
             return event.raw  # comments and keepalives pass through
         if self.stopped:
-            raise ProtocolError(f"Anthropic event {event.name} after message_stop")
-        self._state_bytes += len(event.raw)
-        if self._state_bytes > self._max_state_bytes:
-            raise ProtocolError("Anthropic retained state exceeded byte limit")
+            # The first terminal is authoritative (lore-spec D.4): what follows it
+            # is discarded, never relayed after a finished message.
+            self.after_terminal += 1
+            return b""
         name = event.name
         if name == "ping":
             return event.raw
         payload = _loads(event)
         kind = payload.get("type")
+        if kind != "content_block_delta":
+            self._retain(len(event.data))
         if kind != name and name != "message":
             raise ProtocolError(f"Anthropic payload type does not match {name}")
         if kind == "error":
@@ -161,6 +186,13 @@ class AnthropicRound:
             self.stopped = True
             return self._terminal(event)
         return event.raw  # unknown event types are forwarded untouched
+
+    def _retain(self, size: int) -> None:
+        """Charge what the round keeps (text, not SSE framing) against its bound."""
+        self._state_bytes += size
+        if self._state_bytes > self._max_state_bytes:
+            raise StateLimitExceeded(
+                f"Anthropic retained state exceeded byte limit ({self._max_state_bytes} bytes)")
 
     def close(self) -> None:
         """End of the upstream body: the message must have been stopped."""
@@ -204,15 +236,21 @@ class AnthropicRound:
             raise ProtocolError("Anthropic payload type does not match content_block_delta")
         block = self.blocks[index]
         dtype = delta.get("type")
-        if dtype == "text_delta":
-            block["text"] = block.get("text", "") + str(delta.get("text", ""))
-        elif dtype == "thinking_delta":
-            block["thinking"] = block.get("thinking", "") + str(delta.get("thinking", ""))
-        elif dtype == "signature_delta":
-            block["signature"] = block.get("signature", "") + str(delta.get("signature", ""))
+        field = _TEXT_DELTA_FIELDS.get(dtype) if isinstance(dtype, str) else None
+        if field is not None:
+            text = str(delta.get(field, ""))
+            self._retain(len(text))
+            fields = self._parts.setdefault(index, {})
+            parts = fields.get(field)
+            if parts is None:
+                parts = fields[field] = [str(block.get(field, ""))]
+            parts.append(text)
         elif dtype == "input_json_delta":
-            self._partial_json.setdefault(index, []).append(str(delta.get("partial_json", "")))
+            text = str(delta.get("partial_json", ""))
+            self._retain(len(text))
+            self._partial_json.setdefault(index, []).append(text)
         elif dtype == "citations_delta":
+            self._retain(len(event.data))
             block.setdefault("citations", []).append(delta.get("citation"))
         if index in self._hidden:
             return b""

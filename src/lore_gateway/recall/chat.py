@@ -28,7 +28,11 @@ from typing import Any
 import orjson
 
 from lore_gateway.protocols.common import ProtocolError
-from lore_gateway.recall.anthropic_live import DEFAULT_MAX_STATE_BYTES, RecallCall
+from lore_gateway.recall.anthropic_live import (
+    DEFAULT_MAX_STATE_BYTES,
+    RecallCall,
+    StateLimitExceeded,
+)
 from lore_gateway.recall.tool import RECALL_TOOL_NAME
 from lore_gateway.sse import SSEEvent
 
@@ -90,6 +94,8 @@ class ChatRound:
         self.usage: dict[str, Any] = {}
         self.held: list[dict[str, Any]] = []
         self.done = False
+        self.done_sent = False  # this round forwarded the upstream's [DONE]
+        self.after_terminal = 0  # upstream frames discarded after [DONE]
 
     @property
     def recall_seen(self) -> bool:
@@ -116,18 +122,23 @@ class ChatRound:
             return event.raw  # comments and keepalives pass through
         if not event.data.strip():
             return b""
+        if self.done:
+            # [DONE] is the terminal and the first one is authoritative (lore-spec
+            # D.4): a repeated [DONE] or a chunk after it is discarded.
+            self.after_terminal += 1
+            return b""
         if event.data.strip() == "[DONE]":
-            if self.done:
-                return b""
             self.done = True
             if self.finish_reason is None:
                 raise ProtocolError("upstream OpenAI request did not complete")
-            return b"" if self.recall_seen or self._hold_terminal else _DONE
-        if self.done:
-            raise ProtocolError("OpenAI chunk after [DONE]")
-        self._state_bytes += len(event.raw)
+            if self.recall_seen or self._hold_terminal:
+                return b""
+            self.done_sent = True
+            return _DONE
+        self._state_bytes += len(event.data)
         if self._state_bytes > self._max_state_bytes:
-            raise ProtocolError("Chat retained state exceeded byte limit")
+            raise StateLimitExceeded(
+                f"Chat retained state exceeded byte limit ({self._max_state_bytes} bytes)")
         try:
             chunk = orjson.loads(event.data)
         except orjson.JSONDecodeError:
@@ -288,7 +299,9 @@ class ChatRecallStream:
                 chunk = {**chunk, "usage": {**chunk["usage"], **total}}
             out += _frame(chunk)
         self.round.held = []
-        return bytes(out + _DONE)
+        if not self.round.done_sent:
+            out += _DONE  # exactly one [DONE]: unless the upstream's already went out
+        return bytes(out)
 
 
 # Blank lines set the marker off from the text around it, so a client that

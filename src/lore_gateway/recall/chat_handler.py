@@ -23,7 +23,6 @@ from lore_gateway.recall.anthropic_handler import (
     _JSON_HEADERS,
     RECALL_FAILED,
     RECALL_INVOKED_HEADER,
-    STREAM_RECALL_FAILED,
     RecallContext,
     RecallFailed,
     StagedRecall,
@@ -31,6 +30,7 @@ from lore_gateway.recall.anthropic_handler import (
     _final_round_result,
     execute_recall,
     send_counted,
+    stream_failure_message,
     stream_follow_up,
     with_keepalive,
 )
@@ -90,7 +90,8 @@ async def stream_recall(ctx: RecallContext, principal: UpstreamResponse, client:
                     getattr(exc, "category", type(exc).__name__))
         ctx.staged.clear()
         await client.end(b"data: " + orjson.dumps(
-            {"error": {"type": "server_error", "message": STREAM_RECALL_FAILED}}) + b"\n\n")
+            {"error": {"type": "server_error", "message": stream_failure_message(exc)}})
+            + b"\n\n")
         return
     finally:
         principal.close()

@@ -229,7 +229,8 @@ async def _pump(
         try:
             batch = await anext(batches, None)
         except Exception as exc:  # the body read failed (protocol errors are handled inside)
-            return icpt.follow_up_failed("follow_up_transport", type(exc).__name__)
+            category = "follow_up_transport" if icpt.in_continuation else "principal_transport"
+            return icpt.follow_up_failed(category, type(exc).__name__)
         actions = icpt.end_of_stream() if batch is None else [
             a for event in batch for a in icpt.feed(event)
         ]
@@ -465,7 +466,11 @@ async def _recover(ctx: RecallContext, extra: list[dict[str, Any]], codex: bool)
     if repeat is not None:
         raise RecallFailed("follow_up_failed", repeat)
     fresh = FreshIds()
-    output = [fresh.item(i) if isinstance(i, dict) else i for i in response.get("output") or []]
+    try:
+        output = [fresh.item(i) if isinstance(i, dict) else i
+                  for i in response.get("output") or []]
+    except ProtocolError as exc:
+        raise RecallFailed("resource_limit", str(exc)) from None
     return {**response, "output": output}
 
 

@@ -143,6 +143,11 @@ class LiveInterceptor:
         the rest of the upstream body is plain passthrough."""
         return self._relaying
 
+    @property
+    def in_continuation(self) -> bool:
+        """Whether the stream being fed is a follow-up's (not the principal's)."""
+        return self._round.number > 0
+
     def feed(self, event: SSEEvent) -> list[Action]:
         """Apply one upstream event of the current round."""
         if self._relaying:
