@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from lore_gateway.memory import db, schema
-from lore_gateway.recall.anchor_store import AnchorStore, RecallStoreFull, StoredRecall
+from lore_gateway.memory.anchor_store import AnchorStore, RecallStoreFull, StoredRecall
 
 T, S = "tenant-a", "session-1"
 

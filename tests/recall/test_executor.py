@@ -12,8 +12,8 @@ from lore_gateway.config import Settings
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
 from lore_gateway.protocols.common import Message
-from lore_gateway.recall.executor import EXECUTION_FAILED, RecallExecutor
-from lore_gateway.recall.tool import RecallArgs
+from lore_gateway.recall.core.executor import EXECUTION_FAILED, RecallExecutor
+from lore_gateway.recall.core.tool import RecallArgs
 
 IDENT = Identity(tenant="tenant-a", project="/p", session="s1")
 

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 from responses_rig import FACT, KEY, TOOLS, seed_fact, sse_events, wait_stored
 
-from lore_gateway.recall import telemetry
+from lore_gateway.recall.core import telemetry
 from lore_gateway.testing import FakeUpstream
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"

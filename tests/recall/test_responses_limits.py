@@ -182,7 +182,7 @@ def test_too_many_recovery_ids_is_a_protocol_error() -> None:
     """``FreshIds`` fails with the error the interceptor turns into one
     ``response.failed``, never an exception that cuts the stream."""
     from lore_gateway.protocols.common import ProtocolError
-    from lore_gateway.recall.responses_recovery import MAX_IDS, FreshIds
+    from lore_gateway.recall.responses.recovery import MAX_IDS, FreshIds
 
     fresh = FreshIds()
     for i in range(MAX_IDS):

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from lore_gateway.obs import metrics
-from lore_gateway.recall import telemetry
+from lore_gateway.recall.core import telemetry
 from lore_gateway.testing import FakeUpstream
 
 SESSION = "telemetry-session-0123456789"

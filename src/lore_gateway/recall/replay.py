@@ -18,12 +18,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from lore_gateway.memory.anchor_store import AnchorStore, RecallStoreFull, StoredRecall
 from lore_gateway.memory.records import Identity
-from lore_gateway.recall import anthropic_expand, chat_expand, responses_expand
-from lore_gateway.recall.anchor_context import history_items, prefix_context_id
-from lore_gateway.recall.anchor_store import AnchorStore, RecallStoreFull, StoredRecall
-from lore_gateway.recall.anthropic_expand import StoredPair
-from lore_gateway.recall.anthropic_handler import StagedRecall
+from lore_gateway.recall.anthropic import expand as anthropic_expand
+from lore_gateway.recall.anthropic.expand import StoredPair
+from lore_gateway.recall.anthropic.handler import StagedRecall
+from lore_gateway.recall.chat import expand as chat_expand
+from lore_gateway.recall.core.anchor_context import history_items, prefix_context_id
+from lore_gateway.recall.responses import expand as responses_expand
 
 log = logging.getLogger("lore.recall")
 

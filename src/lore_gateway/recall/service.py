@@ -19,21 +19,23 @@ from lore_gateway.channel import JSON_HEADERS, ClientChannel
 from lore_gateway.errors import error_body
 from lore_gateway.exchange import Exchange
 from lore_gateway.headers import client_response_headers
+from lore_gateway.memory.anchor_store import AnchorStore
 from lore_gateway.memory.records import Identity
 from lore_gateway.protocols import responses
 from lore_gateway.protocols.common import Message, ProtocolError
-from lore_gateway.recall import anthropic_handler, chat_handler, telemetry, tool
-from lore_gateway.recall.anchor_store import AnchorStore
-from lore_gateway.recall.anthropic_handler import RecallContext, StagedRecall
-from lore_gateway.recall.budget import RecallChainBudget
-from lore_gateway.recall.executor import RecallExecutor
-from lore_gateway.recall.markers import parse_anchor
+from lore_gateway.recall.anthropic import handler as anthropic_handler
+from lore_gateway.recall.anthropic.handler import RecallContext, StagedRecall
+from lore_gateway.recall.chat import handler as chat_handler
+from lore_gateway.recall.core import telemetry, tool
+from lore_gateway.recall.core.budget import RecallChainBudget
+from lore_gateway.recall.core.executor import RecallExecutor
+from lore_gateway.recall.core.markers import parse_anchor
 from lore_gateway.recall.replay import AnchorReplay
-from lore_gateway.recall.responses_handler import (
+from lore_gateway.recall.responses.handler import (
     buffered_responses_recall,
     stream_responses_recall,
 )
-from lore_gateway.recall.responses_round import Limits
+from lore_gateway.recall.responses.round import Limits
 from lore_gateway.routing import Protocol, Route
 from lore_gateway.turns import TurnCollector
 from lore_gateway.upstream import UpstreamClient, UpstreamResponse

@@ -1,7 +1,7 @@
 """Live recall interception on a Responses stream (lore-spec C.5), sans-IO.
 
 :class:`LiveInterceptor` is a state machine in the style of h11. The asyncio shell
-(:mod:`lore_gateway.recall.responses_handler`) feeds it upstream SSE events and
+(:mod:`lore_gateway.recall.responses.handler`) feeds it upstream SSE events and
 carries out the actions it returns:
 
 * :class:`Send` — bytes for the client;
@@ -38,10 +38,17 @@ from lore_gateway.protocols.usage import (
     usage_from_responses,
     usage_to_responses,
 )
-from lore_gateway.recall.budget import RecallChainBudget
-from lore_gateway.recall.responses_frames import failed_event, marker_events, marker_item
-from lore_gateway.recall.responses_recovery import FreshIds, repeated_delivery
-from lore_gateway.recall.responses_round import (
+from lore_gateway.recall.core.budget import RecallChainBudget
+from lore_gateway.recall.core.tool import (
+    RecallArgs,
+    RecallArgumentError,
+    RecallFrameError,
+    decode_arguments,
+    parse_arguments,
+)
+from lore_gateway.recall.responses.frames import failed_event, marker_events, marker_item
+from lore_gateway.recall.responses.recovery import FreshIds, repeated_delivery
+from lore_gateway.recall.responses.round import (
     GATEWAY_FAILED_MESSAGE,
     RATE_LIMITS,
     RECALL_FAILED_MESSAGE,
@@ -56,13 +63,6 @@ from lore_gateway.recall.responses_round import (
     RoundItem,
     RunRecall,
     Send,
-)
-from lore_gateway.recall.tool import (
-    RecallArgs,
-    RecallArgumentError,
-    RecallFrameError,
-    decode_arguments,
-    parse_arguments,
 )
 from lore_gateway.sse import SSEEvent, encode_event
 

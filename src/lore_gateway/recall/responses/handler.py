@@ -2,7 +2,7 @@
 (lore-spec C.3, C.5, C.6).
 
 Streaming clients: :func:`stream_responses_recall` feeds the upstream to
-:class:`~lore_gateway.recall.responses_live.LiveInterceptor` and carries out its
+:class:`~lore_gateway.recall.responses.live.LiveInterceptor` and carries out its
 actions — client writes, recall execution, follow-ups — with ``: keepalive``
 comments while a recall or a follow-up is in flight.
 
@@ -36,18 +36,26 @@ from lore_gateway.protocols.usage import (
     usage_from_responses,
     usage_to_responses,
 )
-from lore_gateway.recall.anthropic_handler import RecallContext, RecallFailed, StagedRecall
-from lore_gateway.recall.anthropic_live import RecallCall
-from lore_gateway.recall.budget import FINAL_ROUND_TEXT
-from lore_gateway.recall.executor import RecallOutcome
-from lore_gateway.recall.followup import (
+from lore_gateway.recall.anthropic.handler import RecallContext, RecallFailed, StagedRecall
+from lore_gateway.recall.anthropic.live import RecallCall
+from lore_gateway.recall.core.budget import FINAL_ROUND_TEXT
+from lore_gateway.recall.core.executor import RecallOutcome
+from lore_gateway.recall.core.followup import (
     FollowUpError,
     JSONFollowUp,
     StreamedFollowUp,
     send_follow_up,
 )
-from lore_gateway.recall.markers import anchor_text, new_anchor_id
-from lore_gateway.recall.responses_live import (
+from lore_gateway.recall.core.markers import anchor_text, new_anchor_id
+from lore_gateway.recall.core.tool import (
+    RecallArgs,
+    RecallArgumentError,
+    RecallFrameError,
+    decode_arguments,
+    is_recall_call,
+    parse_arguments,
+)
+from lore_gateway.recall.responses.live import (
     Action,
     Done,
     FollowUp,
@@ -56,15 +64,7 @@ from lore_gateway.recall.responses_live import (
     RunRecall,
     Send,
 )
-from lore_gateway.recall.responses_recovery import FreshIds, repeated_delivery
-from lore_gateway.recall.tool import (
-    RecallArgs,
-    RecallArgumentError,
-    RecallFrameError,
-    decode_arguments,
-    is_recall_call,
-    parse_arguments,
-)
+from lore_gateway.recall.responses.recovery import FreshIds, repeated_delivery
 from lore_gateway.sse import SSEDecoder, SSEEvent, encode_comment
 from lore_gateway.upstream import UpstreamResponse
 

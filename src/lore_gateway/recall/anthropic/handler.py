@@ -27,23 +27,23 @@ import orjson
 from lore_gateway.errors import error_body
 from lore_gateway.obs import metrics
 from lore_gateway.protocols.common import ProtocolError
-from lore_gateway.recall import telemetry
-from lore_gateway.recall.anthropic_live import (
+from lore_gateway.recall.anthropic.live import (
     AnthropicRecallStream,
     RecallCall,
     StateLimitExceeded,
     sum_usage,
 )
-from lore_gateway.recall.budget import FINAL_ROUND_TEXT, RecallChainBudget
-from lore_gateway.recall.executor import RecallExecutor
-from lore_gateway.recall.followup import (
+from lore_gateway.recall.core import telemetry
+from lore_gateway.recall.core.budget import FINAL_ROUND_TEXT, RecallChainBudget
+from lore_gateway.recall.core.executor import RecallExecutor
+from lore_gateway.recall.core.followup import (
     FollowUpError,
     JSONFollowUp,
     StreamedFollowUp,
     send_follow_up,
 )
-from lore_gateway.recall.markers import anchored_marker, new_anchor_id, visible_marker
-from lore_gateway.recall.tool import RECALL_TOOL_NAME, RecallArgumentError, parse_arguments
+from lore_gateway.recall.core.markers import anchored_marker, new_anchor_id, visible_marker
+from lore_gateway.recall.core.tool import RECALL_TOOL_NAME, RecallArgumentError, parse_arguments
 from lore_gateway.sse import SSEDecoder, SSEEvent, encode_event
 from lore_gateway.upstream import UpstreamClient, UpstreamResponse
 

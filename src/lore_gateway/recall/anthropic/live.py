@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from lore_gateway.protocols.common import ProtocolError
-from lore_gateway.recall.tool import RECALL_TOOL_NAME
+from lore_gateway.recall.core.tool import RECALL_TOOL_NAME
 from lore_gateway.sse import SSEEvent, encode_event
 
 # The accumulated message is bounded like the Responses path's retained state

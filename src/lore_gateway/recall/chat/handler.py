@@ -18,8 +18,7 @@ import orjson
 from lore_gateway.errors import error_body
 from lore_gateway.obs import metrics
 from lore_gateway.protocols.common import ProtocolError
-from lore_gateway.recall import telemetry
-from lore_gateway.recall.anthropic_handler import (
+from lore_gateway.recall.anthropic.handler import (
     _JSON_HEADERS,
     RECALL_FAILED,
     RECALL_INVOKED_HEADER,
@@ -34,7 +33,7 @@ from lore_gateway.recall.anthropic_handler import (
     stream_follow_up,
     with_keepalive,
 )
-from lore_gateway.recall.chat import (
+from lore_gateway.recall.chat.live import (
     ChatRecallStream,
     completion_message,
     completion_recalls,
@@ -42,8 +41,9 @@ from lore_gateway.recall.chat import (
     marker_completion,
     sum_chat_usage,
 )
-from lore_gateway.recall.followup import FollowUpError, JSONFollowUp
-from lore_gateway.recall.tool import RECALL_TOOL_NAME
+from lore_gateway.recall.core import telemetry
+from lore_gateway.recall.core.followup import FollowUpError, JSONFollowUp
+from lore_gateway.recall.core.tool import RECALL_TOOL_NAME
 from lore_gateway.sse import encode_comment
 from lore_gateway.upstream import UpstreamResponse
 

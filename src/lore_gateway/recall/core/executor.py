@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from lore_gateway.memory.records import Identity
-from lore_gateway.recall.budget import Coverage
-from lore_gateway.recall.tool import DEFAULT_DETAIL_LIMIT, RecallArgs
+from lore_gateway.recall.core.budget import Coverage
+from lore_gateway.recall.core.tool import DEFAULT_DETAIL_LIMIT, RecallArgs
 
 log = logging.getLogger(__name__)
 
