@@ -10,23 +10,27 @@ protocol-specific lives in the handlers; this module only picks one.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from lore_gateway.channel import JSON_HEADERS, ClientChannel
+from lore_gateway.config import Settings
 from lore_gateway.errors import error_body
 from lore_gateway.exchange import Exchange
 from lore_gateway.headers import client_response_headers
 from lore_gateway.memory.anchor_store import AnchorStore
 from lore_gateway.memory.records import Identity
+from lore_gateway.memory.service import Memory
 from lore_gateway.protocols import responses
 from lore_gateway.protocols.common import Message, ProtocolError
+from lore_gateway.recall import pipeline
 from lore_gateway.recall.anthropic import handler as anthropic_handler
 from lore_gateway.recall.anthropic.handler import RecallContext, StagedRecall
 from lore_gateway.recall.chat import handler as chat_handler
-from lore_gateway.recall.core import telemetry, tool
+from lore_gateway.recall.core import telemetry
 from lore_gateway.recall.core.budget import RecallChainBudget
 from lore_gateway.recall.core.executor import RecallExecutor
 from lore_gateway.recall.core.markers import parse_anchor
@@ -36,25 +40,11 @@ from lore_gateway.recall.responses.handler import (
     stream_responses_recall,
 )
 from lore_gateway.recall.responses.round import Limits
-from lore_gateway.routing import Protocol, Route
+from lore_gateway.routing import Protocol, Route, family_of
 from lore_gateway.turns import TurnCollector
 from lore_gateway.upstream import UpstreamClient, UpstreamResponse
 
 log = logging.getLogger("lore.recall")
-
-_TOOL_PROTOCOL: dict[Protocol, tool.Protocol] = {
-    Protocol.RESPONSES: "responses",
-    Protocol.CODEX: "responses",
-    Protocol.CHAT: "chat",
-    Protocol.ANTHROPIC: "anthropic",
-}
-
-
-def is_codex_client(headers: dict[str, str]) -> bool:
-    """The Codex CLI marks its requests with an ``originator`` header
-    (``codex_exec``, ``codex_cli_rs``, ...)."""
-    return headers.get("originator", "").startswith("codex")
-
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
@@ -76,27 +66,26 @@ class RecallOutcome:
 class RecallService:
     """Hidden recall for one gateway."""
 
-    def __init__(self, memory: Any, upstream: UpstreamClient,
+    def __init__(self, memory: Memory, upstream: UpstreamClient,
                  anchors: AnchorStore | None = None) -> None:
         self.memory = memory
         self.upstream = upstream
-        settings = getattr(memory, "settings", None)
         if anchors is None:
-            anchors = AnchorStore(getattr(settings, "db_path", None))
+            anchors = AnchorStore(writer=memory.writer)
         self.replay = AnchorReplay(anchors)
-        self.limits = _live_limits(settings)
+        self.limits = _live_limits(memory.settings)
 
-    async def prepare(self, route: Route, headers: dict[str, str], payload: dict[str, Any],
+    async def prepare(self, route: Route, headers: Mapping[str, str], payload: dict[str, Any],
                       identity: Identity, body: bytes) -> Prepared:
-        """What goes upstream: the client's history with our anchors expanded
-        back into the exact recall pairs (always, so history stays byte-stable),
-        then the recall tool injected when the request qualifies (B.8)."""
+        """What goes upstream: the client's payload through the request pipeline
+        (``pipeline.REQUEST_PIPELINE``: anchors expanded, the slots for later
+        transforms, the recall tool injected when the request qualifies)."""
         assert route.protocol is not None
-        family = _TOOL_PROTOCOL[route.protocol]
-        expanded = await self.replay.expand(family, payload, identity, body)
-        injected = tool.inject(family, payload if expanded is None else expanded,
-                               codex_client=is_codex_client(headers))
-        return Prepared(injected if injected is not None else expanded, injected is not None)
+        anchors = await self.replay.session_for(identity, body)
+        ctx = pipeline.request_context(route.protocol, headers, identity, anchors)
+        upstream = pipeline.run(payload, ctx)
+        return Prepared(None if upstream is payload else upstream,
+                        pipeline.carries_recall(ctx.family, payload, upstream))
 
     def close(self) -> None:
         """Finish the anchor store's queued writes."""
@@ -161,14 +150,12 @@ class RecallService:
 
     def _delivered(self, exchange: Exchange, staged: list[StagedRecall]) -> None:
         """The client has the whole answer: keep its recalls for expansion."""
-        family = _TOOL_PROTOCOL[exchange.protocol]
+        family = family_of(exchange.protocol)
         self.replay.commit(family, exchange.payload, exchange.identity, staged)
 
 
-def _live_limits(settings: Any) -> Limits:
-    """The live Responses limits from the settings (E.1 defaults without them)."""
-    if settings is None:
-        return Limits()
+def _live_limits(settings: Settings) -> Limits:
+    """The live recall limits from the settings (E.1)."""
     return Limits(stream_bytes=settings.recall_stream_max_bytes,
                   retained_bytes=settings.recall_retained_max_bytes,
                   deferred_bytes=settings.recall_deferred_max_bytes)
