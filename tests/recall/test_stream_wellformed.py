@@ -16,9 +16,9 @@ import pytest
 from test_anthropic_live import ending, message_start, text_block
 
 from lore_gateway.protocols.common import ProtocolError
-from lore_gateway.recall.anthropic.handler import stream_failure_message
-from lore_gateway.recall.anthropic.live import AnthropicRecallStream, StateLimitExceeded
+from lore_gateway.recall.anthropic.live import AnthropicRecallStream
 from lore_gateway.recall.chat.live import ChatRecallStream
+from lore_gateway.recall.core.chain import StateLimitExceeded, stream_failure_message
 from lore_gateway.sse import SSEDecoder, encode_event
 from lore_gateway.testing import FakeUpstream
 

@@ -28,9 +28,9 @@ from lore_gateway.memory.anchor_store import (
 from lore_gateway.memory.records import Identity
 from lore_gateway.recall.anthropic import expand as anthropic_expand
 from lore_gateway.recall.anthropic.expand import StoredPair
-from lore_gateway.recall.anthropic.handler import StagedRecall
 from lore_gateway.recall.chat import expand as chat_expand
 from lore_gateway.recall.core.anchor_context import history_items, prefix_context_id
+from lore_gateway.recall.core.chain import StagedRecall
 from lore_gateway.recall.responses import expand as responses_expand
 from lore_gateway.routing import Family
 

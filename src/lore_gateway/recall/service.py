@@ -9,12 +9,11 @@ protocol-specific lives in the handlers; this module only picks one.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-
-import orjson
 
 from lore_gateway.channel import JSON_HEADERS, ClientChannel
 from lore_gateway.config import Settings
@@ -28,19 +27,21 @@ from lore_gateway.protocols import responses
 from lore_gateway.protocols.common import Message, ProtocolError
 from lore_gateway.recall import pipeline
 from lore_gateway.recall.anthropic import handler as anthropic_handler
-from lore_gateway.recall.anthropic.handler import RecallContext, StagedRecall
 from lore_gateway.recall.chat import handler as chat_handler
 from lore_gateway.recall.core import telemetry
 from lore_gateway.recall.core.budget import RecallChainBudget
-from lore_gateway.recall.core.executor import RecallExecutor
+from lore_gateway.recall.core.chain import (
+    RecallContext,
+    StagedRecall,
+    read_json_principal,
+)
+from lore_gateway.recall.core.executor import RecallExecutor, SearchGate
 from lore_gateway.recall.core.markers import parse_anchor
 from lore_gateway.recall.replay import AnchorReplay
-from lore_gateway.recall.responses.handler import (
-    buffered_responses_recall,
-    stream_responses_recall,
-)
+from lore_gateway.recall.responses.buffered import buffered_responses_recall
+from lore_gateway.recall.responses.handler import stream_responses_recall
 from lore_gateway.recall.responses.round import Limits
-from lore_gateway.routing import Protocol, Route, family_of
+from lore_gateway.routing import Family, Protocol, Route, family_of
 from lore_gateway.turns import TurnCollector
 from lore_gateway.upstream import UpstreamClient, UpstreamResponse
 
@@ -55,12 +56,21 @@ class Prepared:
     inject: bool
 
 
-@dataclass(slots=True)
-class RecallOutcome:
-    """What the turn's storage needs from a recall-served response."""
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What one recall-served response came to: the one handler contract.
 
+    ``status`` and ``headers`` as the client got them; ``outputs`` the turn's
+    output messages for storage (the only place storage takes them from);
+    ``complete`` whether the client got a whole answer (else the turn is stored
+    as incomplete); ``body`` the JSON body sent (None when streamed).
+    """
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
     outputs: list[Message]
     complete: bool
+    body: bytes | None = None
 
 
 class RecallService:
@@ -74,6 +84,8 @@ class RecallService:
             anchors = AnchorStore(writer=memory.writer)
         self.replay = AnchorReplay(anchors)
         self.limits = _live_limits(memory.settings)
+        # Shared by every request: bounds the recall searches of the whole gateway.
+        self.gate = SearchGate(timeout=memory.settings.recall_search_timeout)
 
     async def prepare(self, route: Route, headers: Mapping[str, str], payload: dict[str, Any],
                       identity: Identity, body: bytes) -> Prepared:
@@ -93,60 +105,85 @@ class RecallService:
 
     async def respond(self, exchange: Exchange, resp: UpstreamResponse,
                       client: ClientChannel, upstream_payload: dict[str, Any],
-                      collector: TurnCollector) -> RecallOutcome:
-        """Serve a 2xx upstream answer to a request that carries the recall tool."""
+                      collector: TurnCollector) -> Delivery:
+        """Serve a 2xx upstream answer to a request that carries the recall tool:
+        dispatch to the protocol's path; every path returns one :class:`Delivery`."""
         ctx = RecallContext(
             upstream=self.upstream,
             url=exchange.upstream_url,
             headers=exchange.upstream_headers,
             body=upstream_payload,
-            executor=RecallExecutor(self.memory, exchange.identity),
+            executor=RecallExecutor(self.memory, exchange.identity, self.gate),
             budget=RecallChainBudget(),
             session=exchange.identity.session if exchange.identity is not None else "",
+            retained_bytes=self.limits.retained_bytes,
         )
         ctx.on_delivered = lambda staged: self._delivered(exchange, staged)
-        protocol = exchange.protocol
-        codex = protocol is Protocol.CODEX
-        headers = client_response_headers(resp.raw_headers)
+        family = family_of(exchange.protocol)
         if exchange.client_stream:
-            if protocol in (Protocol.RESPONSES, Protocol.CODEX):
-                await client.start(resp.status, headers)
-                icpt = await stream_responses_recall(ctx, resp, _Tee(client, None), codex=codex,
-                                                     limits=self.limits)
-                await client.end()
-                delivered = icpt.delivered_response()
-                if delivered is not None:
-                    _check_empty(exchange, delivered, icpt.depth)
-                return RecallOutcome(_item_messages(icpt.turn_items()), icpt.failure is None)
-            handler = anthropic_handler if protocol is Protocol.ANTHROPIC else chat_handler
-            tee = _Tee(client, collector)
-            await handler.stream_recall(ctx, resp, tee, headers)
-            return RecallOutcome(collector.outputs() + _staged_messages(ctx), True)
+            if family is Family.RESPONSES:
+                return await self._stream_responses(exchange, ctx, resp, client)
+            return await self._stream_messages(exchange, ctx, resp, client)
         try:
             principal = await _principal_json(exchange, resp, collector)
         except (ProtocolError, ValueError) as exc:
             log.warning("recall principal unusable: %s", exc)
-            await client.respond(502, error_body("server_error", "Gateway request failed"))
-            return RecallOutcome([], False)
-        if protocol in (Protocol.RESPONSES, Protocol.CODEX):
-            status, extra, body, final = await buffered_responses_recall(ctx, principal,
-                                                                         codex=codex)
-            await client.respond(status, body, JSON_HEADERS + extra)
-            if final is None:
-                return RecallOutcome([], False)
-            ctx.delivered()
-            _check_empty(exchange, final, ctx.budget.executions)
-            calls = {s.anchor_id: s.assistant for s in ctx.staged if s.anchor_id}
-            return RecallOutcome(_item_messages(final.get("output") or [], calls), True)
-        handler = anthropic_handler if protocol is Protocol.ANTHROPIC else chat_handler
-        status, body, extra = await handler.buffered_recall(ctx, principal)
-        await client.respond(status, body, extra)
-        if status != 200:
-            return RecallOutcome([], False)
+            body = error_body("server_error", "Gateway request failed")
+            await client.respond(502, body)
+            return Delivery(502, JSON_HEADERS, [], False, body)
+        if family is Family.RESPONSES:
+            return await self._buffered_responses(exchange, ctx, principal, client)
+        return await self._buffered_messages(exchange, ctx, principal, client)
+
+    async def _stream_responses(self, exchange: Exchange, ctx: RecallContext,
+                                resp: UpstreamResponse, client: ClientChannel) -> Delivery:
+        headers = client_response_headers(resp.raw_headers)
+        await client.start(resp.status, headers)
+        icpt = await stream_responses_recall(ctx, resp, client,
+                                             codex=exchange.protocol is Protocol.CODEX,
+                                             limits=self.limits)
+        await client.end()
+        delivered = icpt.delivered_response()
+        if delivered is not None:
+            _check_empty(exchange, delivered, icpt.depth)
+        return Delivery(resp.status, headers, _item_messages(icpt.turn_items()),
+                        icpt.failure is None)
+
+    async def _stream_messages(self, exchange: Exchange, ctx: RecallContext,
+                               resp: UpstreamResponse, client: ClientChannel) -> Delivery:
+        """Anthropic or Chat to a streaming client. What the client got is kept
+        (bounded) and parsed for storage off the loop, after its last byte."""
+        headers = client_response_headers(resp.raw_headers)
+        tee = _Tee(client)
+        handler = anthropic_handler if exchange.protocol is Protocol.ANTHROPIC else chat_handler
+        await handler.stream_recall(ctx, resp, tee, headers)
+        outputs = await asyncio.to_thread(_parsed_outputs, exchange.protocol, tee.chunks)
+        return Delivery(200, headers, outputs + _staged_messages(ctx), True)
+
+    async def _buffered_responses(self, exchange: Exchange, ctx: RecallContext,
+                                  principal: dict[str, Any], client: ClientChannel) -> Delivery:
+        status, extra, body, final = await buffered_responses_recall(
+            ctx, principal, codex=exchange.protocol is Protocol.CODEX)
+        headers = JSON_HEADERS + extra
+        await client.respond(status, body, headers)
+        if final is None:
+            return Delivery(status, headers, [], False, body)
         ctx.delivered()
-        answer = TurnCollector(protocol, max_json_bytes=len(body) + 1)
-        answer.feed(body)
-        return RecallOutcome(answer.outputs() + _staged_messages(ctx), True)
+        _check_empty(exchange, final, ctx.budget.executions)
+        calls = {s.anchor_id: s.assistant for s in ctx.staged if s.anchor_id}
+        return Delivery(status, headers, _item_messages(final.get("output") or [], calls),
+                        True, body)
+
+    async def _buffered_messages(self, exchange: Exchange, ctx: RecallContext,
+                                 principal: dict[str, Any], client: ClientChannel) -> Delivery:
+        handler = anthropic_handler if exchange.protocol is Protocol.ANTHROPIC else chat_handler
+        status, body, headers = await handler.buffered_recall(ctx, principal)
+        await client.respond(status, body, headers)
+        if status != 200:
+            return Delivery(status, headers, [], False, body)
+        ctx.delivered()
+        outputs = await asyncio.to_thread(_parsed_outputs, exchange.protocol, [body])
+        return Delivery(status, headers, outputs + _staged_messages(ctx), True, body)
 
     def _delivered(self, exchange: Exchange, staged: list[StagedRecall]) -> None:
         """The client has the whole answer: keep its recalls for expansion."""
@@ -161,25 +198,43 @@ def _live_limits(settings: Settings) -> Limits:
                   deferred_bytes=settings.recall_deferred_max_bytes)
 
 
-class _Tee:
-    """The client channel, with every byte written also fed to a collector."""
+# What a streamed recall answer may keep for storage: the client's bytes, parsed
+# once it has them all. A recall-watched stream retains at most
+# LORE_RECALL_RETAINED_MAX_BYTES of text; its SSE framing is a few times that.
+MAX_KEPT_STREAM_BYTES = 64 * 1024 * 1024
 
-    def __init__(self, client: ClientChannel, collector: TurnCollector | None) -> None:
+
+class _Tee:
+    """The client channel, keeping a copy of every byte written (bounded)."""
+
+    def __init__(self, client: ClientChannel) -> None:
         self._client = client
-        self._collector = collector
+        self.chunks: list[bytes] = []
+        self._kept = 0
 
     async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         await self._client.start(status, headers)
 
     async def write(self, data: bytes) -> None:
         await self._client.write(data)
-        if self._collector is not None:
-            self._collector.feed(data)
+        self._keep(data)
 
     async def end(self, data: bytes = b"") -> None:
         await self._client.end(data)
-        if self._collector is not None and data:
-            self._collector.feed(data)
+        self._keep(data)
+
+    def _keep(self, data: bytes) -> None:
+        if data and self._kept + len(data) <= MAX_KEPT_STREAM_BYTES:
+            self.chunks.append(data)
+            self._kept += len(data)
+
+
+def _parsed_outputs(protocol: Protocol, chunks: list[bytes]) -> list[Message]:
+    """What the client received, as the turn's output messages (run off the loop)."""
+    collector = TurnCollector(protocol, max_json_bytes=sum(map(len, chunks)) + 1)
+    for chunk in chunks:
+        collector.feed(chunk)
+    return collector.outputs()
 
 
 async def _principal_json(exchange: Exchange, resp: UpstreamResponse,
@@ -189,13 +244,7 @@ async def _principal_json(exchange: Exchange, resp: UpstreamResponse,
         async for chunk in resp.chunks():
             collector.feed(chunk)
         return collector.response_body()
-    body, cut = await resp.read(anthropic_handler.MAX_JSON_BYTES)
-    if cut:
-        raise ProtocolError("foreground response exceeded 4194304 byte limit")
-    payload = orjson.loads(body)
-    if not isinstance(payload, dict):
-        raise ProtocolError("upstream response is not a JSON object")
-    return payload
+    return await read_json_principal(resp)
 
 
 def _item_messages(items: list[dict[str, Any]],

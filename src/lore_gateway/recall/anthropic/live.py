@@ -23,12 +23,12 @@ Two layers:
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from lore_gateway.protocols.common import ProtocolError
+from lore_gateway.recall.core.chain import RecallCall, StateLimitExceeded
 from lore_gateway.recall.core.tool import RECALL_TOOL_NAME
 from lore_gateway.sse import SSEEvent, encode_event
 
@@ -47,31 +47,12 @@ _SUMMED_USAGE_FIELDS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class RecallCall:
-    """A hidden recall ``tool_use`` block, complete.
-
-    ``arguments`` is the input JSON text exactly as the model streamed it;
-    ``position`` is the block's index in the upstream message, which is where
-    the follow-up places the ``tool_use`` among the replayed blocks.
-    """
-
-    tool_use_id: str
-    arguments: str
-    position: int
-
-
 # The text-like delta types and the block field each one appends to.
 _TEXT_DELTA_FIELDS = {
     "text_delta": "text",
     "thinking_delta": "thinking",
     "signature_delta": "signature",
 }
-
-
-class StateLimitExceeded(ProtocolError):
-    """A bound on what the gateway retains was hit; the message names the limit,
-    so the client's error says which one (not a generic recall failure)."""
 
 
 def _loads(event: SSEEvent) -> dict[str, Any]:

@@ -28,11 +28,8 @@ from typing import Any
 import orjson
 
 from lore_gateway.protocols.common import ProtocolError
-from lore_gateway.recall.anthropic.live import (
-    DEFAULT_MAX_STATE_BYTES,
-    RecallCall,
-    StateLimitExceeded,
-)
+from lore_gateway.recall.anthropic.live import DEFAULT_MAX_STATE_BYTES
+from lore_gateway.recall.core.chain import RecallCall, StateLimitExceeded
 from lore_gateway.recall.core.tool import RECALL_TOOL_NAME
 from lore_gateway.sse import SSEEvent
 
