@@ -15,7 +15,15 @@ from typing import Any
 
 import aiohttp
 import pytest
-from responses_rig import FACT, KEY, TOOLS, seed_fact, sse_events, wait_stored
+from responses_rig import (
+    FACT,
+    KEY,
+    TOOLS,
+    private_coverage_marks,
+    seed_fact,
+    sse_events,
+    wait_stored,
+)
 
 from lore_gateway.recall.core import telemetry
 from lore_gateway.testing import FakeUpstream
@@ -183,7 +191,10 @@ async def test_client_bytes_hold_no_recall_result_or_coverage(
             assert line.encode() not in seen, line
     for ref in refs:
         assert ref.encode() not in seen
-    assert b"coverage" not in seen.lower() and b"score" not in seen.lower()
+    marks = private_coverage_marks(seeded)
+    assert marks  # the fact is stored, so its coverage fingerprint exists
+    for mark in marks:
+        assert mark not in seen, "private recall coverage reached the client"
 
 
 # --- invariant 4: empty-completion telemetry -------------------------------------------
