@@ -157,7 +157,7 @@ class RecallService:
         tee = _Tee(client)
         handler = anthropic_handler if exchange.protocol is Protocol.ANTHROPIC else chat_handler
         await handler.stream_recall(ctx, resp, tee, headers)
-        outputs = await asyncio.to_thread(_parsed_outputs, exchange.protocol, tee.chunks)
+        outputs = await _outputs(exchange.protocol, tee.chunks)
         return Delivery(200, headers, outputs + _staged_messages(ctx), True)
 
     async def _buffered_responses(self, exchange: Exchange, ctx: RecallContext,
@@ -182,7 +182,7 @@ class RecallService:
         if status != 200:
             return Delivery(status, headers, [], False, body)
         ctx.delivered()
-        outputs = await asyncio.to_thread(_parsed_outputs, exchange.protocol, [body])
+        outputs = await _outputs(exchange.protocol, [body])
         return Delivery(status, headers, outputs + _staged_messages(ctx), True, body)
 
     def _delivered(self, exchange: Exchange, staged: list[StagedRecall]) -> None:
@@ -227,6 +227,19 @@ class _Tee:
         if data and self._kept + len(data) <= MAX_KEPT_STREAM_BYTES:
             self.chunks.append(data)
             self._kept += len(data)
+
+
+# Answers up to this size are parsed for storage right away (about a millisecond);
+# larger ones in a thread, so the loop never stalls on one (the proxy's rule for
+# request bodies). Right away matters: a gateway stopped just after the client's
+# last byte still completes the turn.
+PARSE_OFF_LOOP_BYTES = 256 * 1024
+
+
+async def _outputs(protocol: Protocol, chunks: list[bytes]) -> list[Message]:
+    if sum(map(len, chunks)) <= PARSE_OFF_LOOP_BYTES:
+        return _parsed_outputs(protocol, chunks)
+    return await asyncio.to_thread(_parsed_outputs, protocol, chunks)
 
 
 def _parsed_outputs(protocol: Protocol, chunks: list[bytes]) -> list[Message]:
