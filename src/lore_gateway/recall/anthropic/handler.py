@@ -22,27 +22,19 @@ from typing import Any
 
 import orjson
 
-from lore_gateway.errors import error_body
 from lore_gateway.protocols.common import ProtocolError
-from lore_gateway.recall.anthropic.live import AnthropicRecallStream, sum_usage
+from lore_gateway.recall.anthropic.live import AnthropicRecallStream, content_usable, sum_usage
 from lore_gateway.recall.core import driver, telemetry
 from lore_gateway.recall.core.chain import (
-    JSON_HEADERS,
-    RECALL_FAILED,
-    RECALL_INVOKED_HEADER,
     ExecutedRecall,
     RecallCall,
     RecallContext,
-    RecallFailed,
     final_round_result,
-    send_counted,
-    sse_events,
     stream_failure_message,
 )
-from lore_gateway.recall.core.followup import FollowUpError
 from lore_gateway.recall.core.machine import Round
 from lore_gateway.recall.core.tool import RECALL_TOOL_NAME
-from lore_gateway.sse import SSEEvent, encode_event
+from lore_gateway.sse import encode_event
 from lore_gateway.upstream import UpstreamResponse
 
 log = logging.getLogger("lore.recall")
@@ -50,7 +42,6 @@ log = logging.getLogger("lore.recall")
 _PROTOCOL = "anthropic"
 # Anthropic's own keepalive: clients already ignore it between any two events.
 PING = encode_event("ping", b'{"type": "ping"}')
-_CUT_SHORT = ("max_tokens", "pause_turn", "model_context_window_exceeded")
 
 
 # --- Anthropic message shapes --------------------------------------------------
@@ -91,18 +82,6 @@ def check_message(payload: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
-def usable(stop_reason: Any, content: list[dict[str, Any]]) -> bool:
-    """C.1 "usable continuation": some text or a tool call, and not cut short."""
-    if stop_reason in _CUT_SHORT:
-        return False
-    for block in content:
-        if block.get("type") == "tool_use":
-            return True
-        if block.get("type") == "text" and str(block.get("text", "")).strip():
-            return True
-    return False
-
-
 def recovery_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The follow-up once more, telling the model to answer without recall."""
     tool_result = messages[-1]
@@ -118,35 +97,17 @@ def _visible_empty(content: list[dict[str, Any]]) -> bool:
     return telemetry.anthropic_content_is_empty(shown)
 
 
-def _stream_error(message: str) -> bytes:
-    return encode_event("error", orjson.dumps(
-        {"type": "error", "error": {"type": "api_error", "message": message}}))
-
-
 # --- streaming client ---------------------------------------------------------------
 
 
-class StreamAdapter:
+class StreamAdapter(driver.MessagesStream):
     """An Anthropic client's live stream on the chain."""
 
-    label = _PROTOCOL
-    keepalive = PING
+    label, keepalive, recovery = _PROTOCOL, PING, staticmethod(recovery_messages)
 
     def __init__(self, ctx: RecallContext) -> None:
         self.stream = AnthropicRecallStream(max_state_bytes=ctx.retained_bytes)
-        self.messages: list[dict[str, Any]] = list(ctx.body.get("messages") or [])
-
-    def feed(self, event: SSEEvent) -> bytes:
-        return self.stream.feed(event)
-
-    def round(self) -> Round:
-        rnd = self.stream.round
-        rnd.close()
-        return Round(len(rnd.recalls), rnd.visible_tool_uses,
-                     usable(rnd.stop_reason, rnd.content()), relayed=True)
-
-    def call(self) -> RecallCall:
-        return self.stream.round.recalls[0]
+        super().__init__(ctx, self.stream)
 
     def recalled(self, executed: ExecutedRecall, *, mixed: bool) -> tuple[
             bytes, dict[str, Any], dict[str, Any]]:
@@ -163,44 +124,30 @@ class StreamAdapter:
         self.stream.begin_continuation()
         return shown, assistant, tool_result
 
-    def follow_up_body(self, ctx: RecallContext, *, recovery: bool) -> dict[str, Any]:
-        messages = recovery_messages(self.messages) if recovery else self.messages
-        return {**ctx.body, "messages": messages}
+    def error_frame(self, message: str) -> bytes:
+        return encode_event("error", orjson.dumps(
+            {"type": "error", "error": {"type": "api_error", "message": message}}))
 
-    def finish(self) -> bytes:
-        return self.stream.finish()
+    def report_empty(self, ctx: RecallContext) -> None:
+        last = self.stream.round.accumulated()
+        ctx.check_empty(_PROTOCOL, _visible_empty(last["content"]), last.get("model"),
+                        last.get("stop_reason"), last["usage"].get("output_tokens"))
 
 
 async def stream_recall(ctx: RecallContext, principal: UpstreamResponse, client: Any,
                         response_headers: list[tuple[bytes, bytes]]) -> None:
     """Relay a streamed Anthropic principal to a streaming Anthropic client,
     running hidden recalls and splicing in their continuations."""
-    adapter = StreamAdapter(ctx)
-    await client.start(200, response_headers)
-    try:
-        closing = await driver.run_streamed(ctx, adapter, sse_events(principal), client)
-    except (RecallFailed, FollowUpError, ProtocolError) as exc:
-        log.warning("recall stream failed: %s", getattr(exc, "category", type(exc).__name__))
-        ctx.staged.clear()
-        await client.end(_stream_error(stream_failure_message(exc)))
-        return
-    finally:
-        principal.close()
-    await client.end(closing)
-    last = adapter.stream.round.accumulated()
-    ctx.check_empty(_PROTOCOL, _visible_empty(last["content"]), last.get("model"),
-                    last.get("stop_reason"), last["usage"].get("output_tokens"))
-    ctx.delivered()
+    await driver.serve_stream(ctx, StreamAdapter(ctx), principal, client, response_headers)
 
 
 # --- non-streaming client -------------------------------------------------------------
 
 
-class BufferedAdapter:
+class BufferedAdapter(driver.MessagesFollowUps):
     """A non-streaming Anthropic client's whole answers on the chain."""
 
-    label = _PROTOCOL
-    strict_frames = False
+    label, strict_frames, recovery = _PROTOCOL, False, staticmethod(recovery_messages)
 
     def __init__(self, ctx: RecallContext) -> None:
         self.messages: list[dict[str, Any]] = list(ctx.body.get("messages") or [])
@@ -214,7 +161,7 @@ class BufferedAdapter:
         self.usages.append(self.message.get("usage") or {})
         self.recalls, visible = message_recalls(self.message)
         return Round(len(self.recalls), visible,
-                     usable(self.message.get("stop_reason"), self.message["content"]))
+                     content_usable(self.message.get("stop_reason"), self.message["content"]))
 
     def call(self) -> RecallCall:
         return self.recalls[0]
@@ -229,12 +176,6 @@ class BufferedAdapter:
         self.messages = [*self.messages, assistant, tool_result]
         return assistant, tool_result
 
-    async def follow_up(self, ctx: RecallContext, *, recovery: bool) -> dict[str, Any]:
-        messages = recovery_messages(self.messages) if recovery else self.messages
-        answer = await send_counted(ctx, _PROTOCOL, {**ctx.body, "messages": messages},
-                                    stream=False)
-        return driver.json_answer(answer)
-
     def delivered(self, answer: dict[str, Any], *, mixed: bool) -> dict[str, Any]:
         message = self.message
         content = self.shown if mixed else self.shown + message["content"]
@@ -242,22 +183,17 @@ class BufferedAdapter:
         usage.update(sum_usage(self.usages))
         return {**message, "content": content, "usage": usage}
 
+    def report_empty(self, ctx: RecallContext, body: dict[str, Any]) -> None:
+        usage = body.get("usage") or {}
+        ctx.check_empty(_PROTOCOL, _visible_empty(body["content"]), body.get("model"),
+                        body.get("stop_reason"), usage.get("output_tokens"))
+
 
 async def buffered_recall(ctx: RecallContext, principal: dict[str, Any]) -> tuple[
         int, bytes, list[tuple[bytes, bytes]]]:
     """The buffered loop (C.3) for a non-streaming Anthropic client. Returns the
     status, body and extra headers the client gets."""
-    try:
-        message = await driver.run_buffered(ctx, BufferedAdapter(ctx), principal)
-    except (RecallFailed, FollowUpError, ProtocolError) as exc:
-        log.warning("buffered recall failed: %s", getattr(exc, "category", type(exc).__name__))
-        ctx.staged.clear()
-        return 502, error_body("server_error", RECALL_FAILED), JSON_HEADERS
-    headers = JSON_HEADERS + ([RECALL_INVOKED_HEADER] if ctx.staged else [])
-    usage = message.get("usage") or {}
-    ctx.check_empty(_PROTOCOL, _visible_empty(message["content"]), message.get("model"),
-                    message.get("stop_reason"), usage.get("output_tokens"))
-    return 200, orjson.dumps(message), headers
+    return await driver.serve_json(ctx, BufferedAdapter(ctx), principal)
 
 
 __all__ = [

@@ -27,8 +27,8 @@ from typing import Any
 
 import orjson
 
-from lore_gateway.protocols.common import ProtocolError
-from lore_gateway.recall.core.chain import RecallCall, StateLimitExceeded
+from lore_gateway.protocols.common import ProtocolError, TextBuffer
+from lore_gateway.recall.core.chain import RecallCall, StateLimitExceeded, event_object
 from lore_gateway.recall.core.tool import RECALL_TOOL_NAME
 from lore_gateway.sse import SSEEvent, encode_event
 
@@ -56,13 +56,8 @@ _TEXT_DELTA_FIELDS = {
 
 
 def _loads(event: SSEEvent) -> dict[str, Any]:
-    try:
-        payload = orjson.loads(event.data)
-    except orjson.JSONDecodeError:
-        raise ProtocolError(f"malformed JSON in Anthropic event {event.name}") from None
-    if not isinstance(payload, dict):
-        raise ProtocolError(f"Anthropic payload type does not match {event.name}")
-    return payload
+    return event_object(event, malformed=f"malformed JSON in Anthropic event {event.name}",
+                        not_object=f"Anthropic payload type does not match {event.name}")
 
 
 def _index(payload: dict[str, Any], name: str) -> int:
@@ -70,6 +65,21 @@ def _index(payload: dict[str, Any], name: str) -> int:
     if not isinstance(index, int) or isinstance(index, bool) or index < 0:
         raise ProtocolError(f"invalid Anthropic content block index for {name}")
     return index
+
+
+_CUT_SHORT = ("max_tokens", "pause_turn", "model_context_window_exceeded")
+
+
+def content_usable(stop_reason: Any, content: list[dict[str, Any]]) -> bool:
+    """C.1 "usable continuation": some text or a tool call, and not cut short."""
+    if stop_reason in _CUT_SHORT:
+        return False
+    for block in content:
+        if block.get("type") == "tool_use":
+            return True
+        if block.get("type") == "text" and str(block.get("text", "")).strip():
+            return True
+    return False
 
 
 def sum_usage(rounds: list[dict[str, Any]]) -> dict[str, int]:
@@ -96,9 +106,9 @@ class AnthropicRound:
         self._state_bytes = 0
         self.message: dict[str, Any] = {}
         self.blocks: dict[int, dict[str, Any]] = {}
-        # Streamed text per (block, field), joined once when the content is read:
-        # appending to a str per delta is quadratic on a long answer.
-        self._parts: dict[int, dict[str, list[str]]] = {}
+        # Streamed text per (block, field), in the linear buffer: appending to a
+        # str per delta is quadratic on a long answer.
+        self._parts: dict[int, dict[str, TextBuffer]] = {}
         self._partial_json: dict[int, list[str]] = {}
         self._client_index: dict[int, int] = {}
         self._hidden: set[int] = set()
@@ -117,14 +127,20 @@ class AnthropicRound:
     def recall_seen(self) -> bool:
         return bool(self._hidden)
 
+    @property
+    def visible_tools(self) -> int:
+        return self.visible_tool_uses
+
+    def usable(self) -> bool:
+        """C.1 "usable continuation": some text or a tool call, and not cut short."""
+        return content_usable(self.stop_reason, self.content())
+
     def content(self) -> list[dict[str, Any]]:
         """The accumulated content blocks in upstream order, recall included."""
         for index, fields in self._parts.items():
             block = self.blocks[index]
-            for name, parts in fields.items():
-                if len(parts) > 1:
-                    parts[:] = ["".join(parts)]
-                block[name] = parts[0] if parts else ""
+            for name, buffer in fields.items():
+                block[name] = buffer.value
         return [self.blocks[i] for i in sorted(self.blocks)]
 
     def feed(self, event: SSEEvent) -> bytes:
@@ -222,10 +238,10 @@ class AnthropicRound:
             text = str(delta.get(field, ""))
             self._retain(len(text))
             fields = self._parts.setdefault(index, {})
-            parts = fields.get(field)
-            if parts is None:
-                parts = fields[field] = [str(block.get(field, ""))]
-            parts.append(text)
+            buffer = fields.get(field)
+            if buffer is None:
+                buffer = fields[field] = TextBuffer(str(block.get(field, "")))
+            buffer.append(text)
         elif dtype == "input_json_delta":
             text = str(delta.get("partial_json", ""))
             self._retain(len(text))

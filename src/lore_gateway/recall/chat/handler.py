@@ -17,34 +17,25 @@ from typing import Any
 
 import orjson
 
-from lore_gateway.errors import error_body
-from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.recall.chat.live import (
     ChatRecallStream,
     completion_message,
     completion_recalls,
     follow_up_messages,
     marker_completion,
+    message_usable,
     sum_chat_usage,
 )
 from lore_gateway.recall.core import driver, telemetry
 from lore_gateway.recall.core.chain import (
-    JSON_HEADERS,
-    RECALL_FAILED,
-    RECALL_INVOKED_HEADER,
     ExecutedRecall,
     RecallCall,
     RecallContext,
-    RecallFailed,
     final_round_result,
-    send_counted,
-    sse_events,
-    stream_failure_message,
 )
-from lore_gateway.recall.core.followup import FollowUpError
 from lore_gateway.recall.core.machine import Round
 from lore_gateway.recall.core.tool import RECALL_TOOL_NAME
-from lore_gateway.sse import SSEEvent, encode_comment
+from lore_gateway.sse import encode_comment
 from lore_gateway.upstream import UpstreamResponse
 
 log = logging.getLogger("lore.recall")
@@ -60,46 +51,23 @@ def recovery_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [*messages[:-1], {**last, "content": final_round_result(str(last["content"]))}]
 
 
-def usable(message: dict[str, Any]) -> bool:
-    """C.1 "usable continuation": some text or a tool call."""
-    return bool(str(message.get("content") or "").strip() or message.get("tool_calls"))
-
-
 def _visible(message: dict[str, Any]) -> dict[str, Any]:
     calls = [c for c in message.get("tool_calls") or []
              if c["function"]["name"] != RECALL_TOOL_NAME]
     return {**message, "tool_calls": calls}
 
 
-def _stream_error(exc: Exception) -> bytes:
-    return b"data: " + orjson.dumps(
-        {"error": {"type": "server_error", "message": stream_failure_message(exc)}}) + b"\n\n"
-
-
 # --- streaming client ---------------------------------------------------------------
 
 
-class StreamAdapter:
+class StreamAdapter(driver.MessagesStream):
     """A Chat client's live stream on the chain: one envelope throughout."""
 
-    label = _PROTOCOL
-    keepalive = KEEPALIVE
+    label, keepalive, recovery = _PROTOCOL, KEEPALIVE, staticmethod(recovery_messages)
 
     def __init__(self, ctx: RecallContext) -> None:
         self.stream = ChatRecallStream(max_state_bytes=ctx.retained_bytes)
-        self.messages: list[dict[str, Any]] = list(ctx.body.get("messages") or [])
-
-    def feed(self, event: SSEEvent) -> bytes:
-        return self.stream.feed(event)
-
-    def round(self) -> Round:
-        rnd = self.stream.round
-        rnd.close()
-        return Round(len(rnd.recalls), rnd.visible_tool_calls, usable(rnd.message()),
-                     relayed=True)
-
-    def call(self) -> RecallCall:
-        return self.stream.round.recalls[0]
+        super().__init__(ctx, self.stream)
 
     def recalled(self, executed: ExecutedRecall, *, mixed: bool) -> tuple[
             bytes, dict[str, Any], dict[str, Any]]:
@@ -111,44 +79,29 @@ class StreamAdapter:
             self.stream.begin_continuation()
         return shown, assistant, tool
 
-    def follow_up_body(self, ctx: RecallContext, *, recovery: bool) -> dict[str, Any]:
-        messages = recovery_messages(self.messages) if recovery else self.messages
-        return {**ctx.body, "messages": messages}
+    def error_frame(self, message: str) -> bytes:
+        return b"data: " + orjson.dumps(
+            {"error": {"type": "server_error", "message": message}}) + b"\n\n"
 
-    def finish(self) -> bytes:
-        return self.stream.finish()
+    def report_empty(self, ctx: RecallContext) -> None:
+        last = self.stream.round
+        ctx.check_empty(_PROTOCOL, telemetry.chat_message_is_empty(_visible(last.message())),
+                        last.model, last.finish_reason, last.usage.get("completion_tokens"))
 
 
 async def stream_recall(ctx: RecallContext, principal: UpstreamResponse, client: Any,
                         response_headers: list[tuple[bytes, bytes]]) -> None:
     """Relay a streamed Chat principal to a streaming client with hidden recalls."""
-    adapter = StreamAdapter(ctx)
-    await client.start(200, response_headers)
-    try:
-        closing = await driver.run_streamed(ctx, adapter, sse_events(principal), client)
-    except (RecallFailed, FollowUpError, ProtocolError) as exc:
-        log.warning("chat recall stream failed: %s",
-                    getattr(exc, "category", type(exc).__name__))
-        ctx.staged.clear()
-        await client.end(_stream_error(exc))
-        return
-    finally:
-        principal.close()
-    await client.end(closing)
-    last = adapter.stream.round
-    ctx.check_empty(_PROTOCOL, telemetry.chat_message_is_empty(_visible(last.message())),
-                    last.model, last.finish_reason, last.usage.get("completion_tokens"))
-    ctx.delivered()
+    await driver.serve_stream(ctx, StreamAdapter(ctx), principal, client, response_headers)
 
 
 # --- non-streaming client -------------------------------------------------------------
 
 
-class BufferedAdapter:
+class BufferedAdapter(driver.MessagesFollowUps):
     """A non-streaming Chat client's whole answers on the chain."""
 
-    label = _PROTOCOL
-    strict_frames = False
+    label, strict_frames, recovery = _PROTOCOL, False, staticmethod(recovery_messages)
 
     def __init__(self, ctx: RecallContext) -> None:
         self.messages: list[dict[str, Any]] = list(ctx.body.get("messages") or [])
@@ -162,7 +115,7 @@ class BufferedAdapter:
         self.recalls, visible = completion_recalls(answer)  # validates the body
         self.body = answer
         self.usages.append(answer.get("usage") or {})
-        return Round(len(self.recalls), visible, usable(completion_message(answer)))
+        return Round(len(self.recalls), visible, message_usable(completion_message(answer)))
 
     def call(self) -> RecallCall:
         return self.recalls[0]
@@ -175,12 +128,6 @@ class BufferedAdapter:
         self.messages = [*self.messages, assistant, tool]
         return assistant, tool
 
-    async def follow_up(self, ctx: RecallContext, *, recovery: bool) -> dict[str, Any]:
-        messages = recovery_messages(self.messages) if recovery else self.messages
-        answer = await send_counted(ctx, _PROTOCOL, {**ctx.body, "messages": messages},
-                                    stream=False)
-        return driver.json_answer(answer)
-
     def delivered(self, answer: dict[str, Any], *, mixed: bool) -> dict[str, Any]:
         if mixed:
             return {**self.shown, "usage": sum_chat_usage(self.usages)}
@@ -191,23 +138,17 @@ class BufferedAdapter:
         choice = {**answer["choices"][0], "message": {**message, "content": content}}
         return {**answer, "choices": [choice], "usage": sum_chat_usage(self.usages)}
 
+    def report_empty(self, ctx: RecallContext, body: dict[str, Any]) -> None:
+        choice = body["choices"][0]
+        ctx.check_empty(_PROTOCOL, telemetry.chat_message_is_empty(_visible(choice["message"])),
+                        body.get("model"), choice.get("finish_reason"),
+                        (body.get("usage") or {}).get("completion_tokens"))
+
 
 async def buffered_recall(ctx: RecallContext, principal: dict[str, Any]) -> tuple[
         int, bytes, list[tuple[bytes, bytes]]]:
     """The buffered loop for a non-streaming Chat client."""
-    try:
-        body = await driver.run_buffered(ctx, BufferedAdapter(ctx), principal)
-    except (RecallFailed, FollowUpError, ProtocolError) as exc:
-        log.warning("chat buffered recall failed: %s",
-                    getattr(exc, "category", type(exc).__name__))
-        ctx.staged.clear()
-        return 502, error_body("server_error", RECALL_FAILED), JSON_HEADERS
-    headers = JSON_HEADERS + ([RECALL_INVOKED_HEADER] if ctx.staged else [])
-    choice = body["choices"][0]
-    ctx.check_empty(_PROTOCOL, telemetry.chat_message_is_empty(_visible(choice["message"])),
-                    body.get("model"), choice.get("finish_reason"),
-                    (body.get("usage") or {}).get("completion_tokens"))
-    return 200, orjson.dumps(body), headers
+    return await driver.serve_json(ctx, BufferedAdapter(ctx), principal)
 
 
 __all__ = ["BufferedAdapter", "StreamAdapter", "buffered_recall", "stream_recall"]

@@ -110,6 +110,14 @@ class ChatRound:
         return len(self.calls) - len(self._hidden)
 
     @property
+    def visible_tools(self) -> int:
+        return self.visible_tool_calls
+
+    def usable(self) -> bool:
+        """C.1 "usable continuation": some text or a tool call."""
+        return message_usable(self.message())
+
+    @property
     def text(self) -> str:
         return "".join(self.content)
 
@@ -244,6 +252,11 @@ class ChatRound:
         if self.usage:
             body["usage"] = self.usage
         return body
+
+
+def message_usable(message: dict[str, Any]) -> bool:
+    """C.1 "usable continuation": some text or a tool call."""
+    return bool(str(message.get("content") or "").strip() or message.get("tool_calls"))
 
 
 def _str(value: Any) -> str | None:

@@ -258,6 +258,18 @@ def stream_failure_message(exc: Exception) -> str:
     return STREAM_RECALL_FAILED
 
 
+def event_object(event: SSEEvent, *, malformed: str, not_object: str) -> dict[str, Any]:
+    """An event's JSON object payload; ``ProtocolError`` with the protocol's exact
+    lore-spec message when it is not JSON (``malformed``) or not an object."""
+    try:
+        payload = orjson.loads(event.data)
+    except orjson.JSONDecodeError:
+        raise ProtocolError(malformed) from None
+    if not isinstance(payload, dict):
+        raise ProtocolError(not_object)
+    return payload
+
+
 async def sse_events(resp: UpstreamResponse) -> AsyncIterator[SSEEvent]:
     """The decoded events of an upstream SSE body."""
     decoder = SSEDecoder()

@@ -16,12 +16,18 @@ where it was sent, in ``send_counted``).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
+import orjson
+
+from lore_gateway.errors import error_body
 from lore_gateway.obs import metrics
 from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.recall.core.chain import (
+    JSON_HEADERS,
+    RECALL_FAILED,
+    RECALL_INVOKED_HEADER,
     ClientWriter,
     ExecutedRecall,
     RecallCall,
@@ -30,6 +36,8 @@ from lore_gateway.recall.core.chain import (
     StagedRecall,
     execute_recall,
     send_counted,
+    sse_events,
+    stream_failure_message,
     with_keepalive,
 )
 from lore_gateway.recall.core.followup import FollowUpError, JSONFollowUp, StreamedFollowUp
@@ -43,6 +51,7 @@ from lore_gateway.recall.core.machine import (
     RunRecall,
 )
 from lore_gateway.sse import SSEEvent
+from lore_gateway.upstream import UpstreamResponse
 
 log = logging.getLogger("lore.recall")
 
@@ -226,7 +235,132 @@ async def _stream_follow_up(ctx: RecallContext, machine: ChainMachine, adapter: 
         answer.close()
 
 
-def json_answer(answer: StreamedFollowUp | JSONFollowUp) -> dict[str, Any]:
-    """The payload of a ``stream:false`` follow-up (``send_counted(stream=False)``)."""
-    assert isinstance(answer, JSONFollowUp)
-    return answer.payload
+# --- the two messages-shaped protocols (Anthropic, Chat) ------------------------------
+
+
+class MessagesFollowUps:
+    """Follow-ups for a protocol whose history is ``messages``: the request's
+    messages plus each recall pair; the recovery request retells the last tool
+    result with the final-round instruction (the protocol's ``recovery``)."""
+
+    label: str
+    messages: list[dict[str, Any]]
+    # The protocol's recovery rewrite of the follow-up history.
+    recovery: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+
+    def follow_up_body(self, ctx: RecallContext, *, recovery: bool) -> dict[str, Any]:
+        messages = self.recovery(self.messages) if recovery else self.messages
+        return {**ctx.body, "messages": messages}
+
+    async def follow_up(self, ctx: RecallContext, *, recovery: bool) -> dict[str, Any]:
+        """A ``stream:false`` follow-up, for a non-streaming client."""
+        answer = await send_counted(ctx, self.label, self.follow_up_body(ctx, recovery=recovery),
+                                    stream=False)
+        assert isinstance(answer, JSONFollowUp)
+        return answer.payload
+
+
+class LiveRound(Protocol):
+    """What a protocol's live round (``AnthropicRound``, ``ChatRound``) offers."""
+
+    @property
+    def recalls(self) -> list[RecallCall]: ...
+
+    @property
+    def visible_tools(self) -> int: ...
+
+    def usable(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class LiveStream(Protocol):
+    """A protocol's live recall stream (``AnthropicRecallStream``, ``ChatRecallStream``)."""
+
+    @property
+    def round(self) -> LiveRound: ...
+
+    def feed(self, event: SSEEvent) -> bytes: ...
+
+    def finish(self) -> bytes: ...
+
+
+class MessagesStream(MessagesFollowUps):
+    """The part of a messages-shaped live adapter that is the same everywhere."""
+
+    def __init__(self, ctx: RecallContext, stream: LiveStream) -> None:
+        self.live = stream
+        self.messages = list(ctx.body.get("messages") or [])
+
+    def feed(self, event: SSEEvent) -> bytes:
+        return self.live.feed(event)
+
+    def round(self) -> Round:
+        rnd = self.live.round
+        rnd.close()
+        return Round(len(rnd.recalls), rnd.visible_tools, rnd.usable(), relayed=True)
+
+    def call(self) -> RecallCall:
+        return self.live.round.recalls[0]
+
+    def finish(self) -> bytes:
+        return self.live.finish()
+
+
+class ClientStream(Protocol):
+    """The client channel as a streamed recall answer uses it."""
+
+    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None: ...
+
+    async def write(self, data: bytes) -> None: ...
+
+    async def end(self, data: bytes = b"") -> None: ...
+
+
+class ServedStream(StreamAdapter, Protocol):
+    def error_frame(self, message: str) -> bytes:
+        """The protocol's error event, ending a stream that cannot finish."""
+
+    def report_empty(self, ctx: RecallContext) -> None:
+        """Empty-completion telemetry for what the client got."""
+
+
+class ServedJSON(BufferedAdapter, Protocol):
+    def report_empty(self, ctx: RecallContext, body: dict[str, Any]) -> None:
+        """Empty-completion telemetry for the body the client gets."""
+
+
+async def serve_stream(ctx: RecallContext, adapter: ServedStream, principal: UpstreamResponse,
+                       client: ClientStream, headers: list[tuple[bytes, bytes]]) -> None:
+    """A streaming client's whole response: the chain relayed live, then the
+    closing bytes, or the protocol's error event (never a success terminal)."""
+    await client.start(200, headers)
+    try:
+        closing = await run_streamed(ctx, adapter, sse_events(principal), client)
+    except (RecallFailed, FollowUpError, ProtocolError) as exc:
+        log.warning("%s recall stream failed: %s", adapter.label,
+                    getattr(exc, "category", type(exc).__name__))
+        ctx.staged.clear()
+        await client.end(adapter.error_frame(stream_failure_message(exc)))
+        return
+    finally:
+        principal.close()
+    await client.end(closing)
+    adapter.report_empty(ctx)
+    ctx.delivered()
+
+
+async def serve_json(ctx: RecallContext, adapter: ServedJSON,
+                     principal: dict[str, Any]) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    """A non-streaming client's status, body and headers (502 "Recall continuation
+    failed" when the chain cannot deliver)."""
+    try:
+        body = await run_buffered(ctx, adapter, principal)
+    except (RecallFailed, FollowUpError, ProtocolError) as exc:
+        log.warning("%s buffered recall failed: %s", adapter.label,
+                    getattr(exc, "category", type(exc).__name__))
+        ctx.staged.clear()
+        return 502, error_body("server_error", RECALL_FAILED), JSON_HEADERS
+    adapter.report_empty(ctx, body)
+    headers = JSON_HEADERS + ([RECALL_INVOKED_HEADER] if ctx.staged else [])
+    return 200, orjson.dumps(body), headers

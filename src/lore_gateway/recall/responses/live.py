@@ -39,6 +39,7 @@ from lore_gateway.protocols.usage import (
     usage_to_responses,
 )
 from lore_gateway.recall.core.budget import RecallChainBudget
+from lore_gateway.recall.core.chain import event_object
 from lore_gateway.recall.core.tool import (
     RecallArgs,
     RecallArgumentError,
@@ -239,12 +240,8 @@ class LiveInterceptor:
 
     def _pass_delta(self, event: SSEEvent) -> list[Action]:
         name = event.name
-        try:
-            payload = orjson.loads(event.data)
-        except orjson.JSONDecodeError:
-            raise ProtocolError(f"malformed JSON in Responses event {name}") from None
-        if not isinstance(payload, dict):
-            raise ProtocolError(f"malformed JSON in Responses event {name}")
+        malformed = f"malformed JSON in Responses event {name}"
+        payload = event_object(event, malformed=malformed, not_object=malformed)
         kind = payload.get("type")
         if kind is not None and kind != name:
             raise ProtocolError(f"Responses payload type does not match {name}")
