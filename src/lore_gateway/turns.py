@@ -10,9 +10,9 @@ client still gets every byte and the turn is stored as incomplete.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
 import orjson
@@ -20,8 +20,9 @@ import orjson
 from lore_gateway.exchange import Exchange
 from lore_gateway.obs import metrics
 from lore_gateway.obs.logging import bind_session
+from lore_gateway.protocols import anthropic, chat, responses
 from lore_gateway.protocols.common import Message
-from lore_gateway.routing import Protocol, Route
+from lore_gateway.routing import Family, Protocol, Route, family_of
 from lore_gateway.sse import SSEDecoder, looks_like_sse
 
 log = logging.getLogger("lore.turns")
@@ -32,8 +33,8 @@ class _Model:
     lenient mode: storage wants what the client got, not a protocol verdict."""
 
     def __init__(self, protocol: Protocol) -> None:
-        self.module = importlib.import_module(f"lore_gateway.protocols.{_MODULE_NAMES[protocol]}")
-        self.name = _MODULE_NAMES[protocol]
+        self.module = _MODULES[family_of(protocol)]
+        self.name = family_of(protocol).value
 
     def accumulator(self, max_text_chars: int | None) -> Any:
         if self.name == "responses":
@@ -47,11 +48,11 @@ class _Model:
         return body
 
 
-_MODULE_NAMES = {
-    Protocol.RESPONSES: "responses",
-    Protocol.CODEX: "responses",
-    Protocol.CHAT: "chat",
-    Protocol.ANTHROPIC: "anthropic",
+# The protocol model of each wire-format family.
+_MODULES: dict[Family, ModuleType] = {
+    Family.RESPONSES: responses,
+    Family.CHAT: chat,
+    Family.ANTHROPIC: anthropic,
 }
 _MODELS: dict[Protocol, _Model] = {}
 

@@ -273,8 +273,7 @@ async def test_client_abort_during_follow_up_cancels_upstream_and_rolls_back(
     gone = await asyncio.to_thread(follow.client_gone.wait, 5)
     assert gone, "the follow-up was not cancelled when the client left"
     assert len(fake_upstream.model_requests) == 2  # no recovery for an abort
-    await asyncio.sleep(0.2)
-    seeded.memory.flush(timeout=10)
+    await asyncio.to_thread(wait_stored, seeded, session)  # the abandoned turn landed
     stored = seeded.memory.session_messages(None, session)
     assert all(not m.complete for m in stored)  # never stored as a complete turn
     assert "recall-aware stream failed" not in caplog.text

@@ -62,7 +62,7 @@ T = TypeVar("T")
 FailureCategory = str
 # Failures a recovery request would only hit again: never recovered.
 NOT_RECOVERABLE: frozenset[str] = frozenset(
-    {"parallel_recall", "follow_up_usage_missing", "resource_limit", "recall_execution"})
+    {"parallel_recall", "follow_up_usage_missing", "resource_limit"})
 
 
 class RecallFailed(Exception):

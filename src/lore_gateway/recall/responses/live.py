@@ -39,7 +39,12 @@ from lore_gateway.protocols.usage import (
     usage_to_responses,
 )
 from lore_gateway.recall.core.budget import RecallChainBudget
-from lore_gateway.recall.core.chain import event_object
+from lore_gateway.recall.core.chain import (
+    NOT_RECOVERABLE,
+    FailureCategory,
+    RecallFailed,
+    event_object,
+)
 from lore_gateway.recall.core.tool import (
     RecallArgs,
     RecallArgumentError,
@@ -56,10 +61,8 @@ from lore_gateway.recall.responses.round import (
     TERMINALS,
     Action,
     Done,
-    FailureCategory,
     FollowUp,
     Limits,
-    RecallChainFailure,
     Round,
     RoundItem,
     RunRecall,
@@ -73,7 +76,7 @@ __all__ = [
     "FollowUp",
     "Limits",
     "LiveInterceptor",
-    "RecallChainFailure",
+    "RecallFailed",
     "RunRecall",
     "Send",
 ]
@@ -157,7 +160,7 @@ class LiveInterceptor:
             return []
         try:
             return self._feed(event)
-        except RecallChainFailure as exc:
+        except RecallFailed as exc:
             return self._fail(exc.category, str(exc))
         except ProtocolError as exc:
             return self._fail(
@@ -175,7 +178,7 @@ class LiveInterceptor:
             )
         try:
             return self._end_round()
-        except RecallChainFailure as exc:
+        except RecallFailed as exc:
             return self._fail(exc.category, str(exc))
 
     def _feed(self, event: SSEEvent) -> list[Action]:
@@ -461,7 +464,7 @@ class LiveInterceptor:
             if self._round.number > 0:
                 # The spooled continuation outgrew its bound: a resource limit, which
                 # a recovery request (spooled the same way) would only hit again.
-                raise RecallChainFailure("resource_limit", message)
+                raise RecallFailed("resource_limit", message)
             raise ProtocolError(message)
 
     def _flush_deferred(self) -> list[bytes]:
@@ -516,22 +519,22 @@ class LiveInterceptor:
         incomplete = rnd.terminal_name == "response.incomplete" or status == "incomplete"
         if recalls:
             if failed:
-                raise RecallChainFailure(
+                raise RecallFailed(
                     "follow_up_failed", "recall principal returned response.failed"
                 )
             if incomplete:
-                raise RecallChainFailure(
+                raise RecallFailed(
                     "follow_up_failed", "incomplete recall principal cannot execute recall"
                 )
             if len(recalls) > 1:
-                raise RecallChainFailure("parallel_recall", "more than one recall in one response")
+                raise RecallFailed("parallel_recall", "more than one recall in one response")
             if rnd.recovery:
-                raise RecallChainFailure("follow_up_failed", "upstream recovery output was unsafe")
+                raise RecallFailed("follow_up_failed", "upstream recovery output was unsafe")
             return self._start_recall(recalls[0])
         if failed:
-            raise RecallChainFailure("follow_up_failed", "recall continuation failed")
+            raise RecallFailed("follow_up_failed", "recall continuation failed")
         if not self._usable(rnd) and not incomplete:
-            raise RecallChainFailure(
+            raise RecallFailed(
                 "follow_up_missing_output", "recall continuation was not usable"
             )
         if rnd.recovery:
@@ -539,7 +542,7 @@ class LiveInterceptor:
                        for i in r.items.values() if not i.recall]
             repeat = repeated_delivery([i.snapshot() for i in rnd.items.values()], earlier)
             if repeat is not None:
-                raise RecallChainFailure("follow_up_failed", repeat)
+                raise RecallFailed("follow_up_failed", repeat)
         return self._deliver(rnd)
 
     def _usable(self, rnd: Round) -> bool:
@@ -559,24 +562,24 @@ class LiveInterceptor:
 
     def _start_recall(self, recall: RoundItem) -> list[Action]:
         if self._budget.final_round:
-            raise RecallChainFailure("depth_exhausted", "recall requested in the final round")
+            raise RecallFailed("depth_exhausted", "recall requested in the final round")
         arguments = recall.raw.get("arguments") or recall.arguments
         args: RecallArgs | None = None
         invalid: RecallArgumentError | None = None
         try:
             args = parse_arguments(decode_arguments(arguments))
         except RecallFrameError as exc:
-            raise RecallChainFailure("follow_up_protocol", str(exc)) from None
+            raise RecallFailed("follow_up_protocol", str(exc)) from None
         except RecallArgumentError as exc:
             invalid = exc
             if any(i.kind == "function_call" and not i.recall for i in self._round.items.values()):
-                raise RecallChainFailure(
+                raise RecallFailed(
                     "recall_execution", "invalid call alongside a visible tool"
                 ) from None
         if args is not None:
             refusal = self._budget.admit(args)
             if refusal is not None:
-                raise RecallChainFailure("depth_exhausted", f"recall budget exhausted: {refusal}")
+                raise RecallFailed("depth_exhausted", f"recall budget exhausted: {refusal}")
         self._state = "recall"
         self.pending = RunRecall(
             call_id=recall.call_id, arguments=str(arguments), args=args, invalid=invalid
@@ -702,7 +705,7 @@ class LiveInterceptor:
             self.depth > 0
             and not self._recovered
             and self._state != "recall"
-            and category not in ("parallel_recall", "follow_up_usage_missing", "resource_limit")
+            and category not in NOT_RECOVERABLE
             and self._budget.can_recover()
         )
         if can_recover and self._extra_items:
