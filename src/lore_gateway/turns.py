@@ -18,6 +18,8 @@ from typing import Any
 import orjson
 
 from lore_gateway.exchange import Exchange
+from lore_gateway.memory.records import Identity
+from lore_gateway.memory.service import Memory, PendingTurn
 from lore_gateway.obs import metrics
 from lore_gateway.obs.logging import bind_session
 from lore_gateway.protocols import anthropic, chat, responses
@@ -182,13 +184,14 @@ class TurnCollector:
 class TurnSink:
     """Where the proxy reports turns. Without memory every call is a no-op."""
 
-    def __init__(self, memory: Any | None, *, max_json_bytes: int,
+    def __init__(self, memory: Memory | None, *, max_json_bytes: int,
                  max_stored_chars: int | None = None) -> None:
         self.memory = memory
         self._max_json_bytes = max_json_bytes
         self._max_stored_chars = max_stored_chars
 
-    def identify(self, route: Route, headers: Mapping[str, str], payload: dict[str, Any]) -> Any:
+    def identify(self, route: Route, headers: Mapping[str, str],
+                 payload: dict[str, Any]) -> Identity | None:
         if self.memory is None or route.protocol is None:
             return None
         try:
@@ -199,7 +202,8 @@ class TurnSink:
         bind_session(identity.session)
         return identity
 
-    def collector(self, exchange: Exchange, pending: Any) -> TurnCollector | None:
+    def collector(self, exchange: Exchange,
+                  pending: PendingTurn | None) -> TurnCollector | None:
         """A collector when the response must be understood: for storage, or
         because the client asked for JSON and the upstream streams (Codex)."""
         whole = exchange.client_stream != exchange.upstream_stream or exchange.recall
@@ -208,7 +212,7 @@ class TurnSink:
         return TurnCollector(exchange.protocol, max_json_bytes=self._max_json_bytes,
                              max_text_chars=None if whole else self._max_stored_chars)
 
-    def begin(self, exchange: Exchange) -> Any:
+    def begin(self, exchange: Exchange) -> PendingTurn | None:
         """Start a pending turn with this request's new input (None without memory)."""
         if self.memory is None or exchange.identity is None:
             return None
@@ -223,7 +227,7 @@ class TurnSink:
         )
 
     @staticmethod
-    def finish(pending: Any, outputs: list[Message], *, complete: bool) -> None:
+    def finish(pending: PendingTurn | None, outputs: list[Message], *, complete: bool) -> None:
         if pending is not None:
             if complete:
                 pending.complete(outputs)
@@ -231,12 +235,12 @@ class TurnSink:
                 pending.abandon(outputs)
 
     @staticmethod
-    def completed(pending: Any, collector: TurnCollector | None) -> None:
+    def completed(pending: PendingTurn | None, collector: TurnCollector | None) -> None:
         if pending is not None and collector is not None:
             pending.complete(collector.outputs())
             collector.report_usage(pending.protocol)
 
     @staticmethod
-    def abandoned(pending: Any, collector: TurnCollector | None = None) -> None:
+    def abandoned(pending: PendingTurn | None, collector: TurnCollector | None = None) -> None:
         if pending is not None:
             pending.abandon(collector.outputs() if collector is not None else ())

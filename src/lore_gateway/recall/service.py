@@ -108,6 +108,7 @@ class RecallService:
                       collector: TurnCollector) -> Delivery:
         """Serve a 2xx upstream answer to a request that carries the recall tool:
         dispatch to the protocol's path; every path returns one :class:`Delivery`."""
+        assert exchange.identity is not None, "recall is only injected with an identity"
         ctx = RecallContext(
             upstream=self.upstream,
             url=exchange.upstream_url,
@@ -115,7 +116,7 @@ class RecallService:
             body=upstream_payload,
             executor=RecallExecutor(self.memory, exchange.identity, self.gate),
             budget=RecallChainBudget(),
-            session=exchange.identity.session if exchange.identity is not None else "",
+            session=exchange.identity.session,
             retained_bytes=self.limits.retained_bytes,
         )
         ctx.on_delivered = lambda staged: self._delivered(exchange, staged)

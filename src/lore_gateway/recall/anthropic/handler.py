@@ -134,7 +134,8 @@ class StreamAdapter(driver.MessagesStream):
                         last.get("stop_reason"), last["usage"].get("output_tokens"))
 
 
-async def stream_recall(ctx: RecallContext, principal: UpstreamResponse, client: Any,
+async def stream_recall(ctx: RecallContext, principal: UpstreamResponse,
+                        client: driver.ClientStream,
                         response_headers: list[tuple[bytes, bytes]]) -> None:
     """Relay a streamed Anthropic principal to a streaming Anthropic client,
     running hidden recalls and splicing in their continuations."""

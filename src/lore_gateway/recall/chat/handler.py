@@ -89,7 +89,8 @@ class StreamAdapter(driver.MessagesStream):
                         last.model, last.finish_reason, last.usage.get("completion_tokens"))
 
 
-async def stream_recall(ctx: RecallContext, principal: UpstreamResponse, client: Any,
+async def stream_recall(ctx: RecallContext, principal: UpstreamResponse,
+                        client: driver.ClientStream,
                         response_headers: list[tuple[bytes, bytes]]) -> None:
     """Relay a streamed Chat principal to a streaming client with hidden recalls."""
     await driver.serve_stream(ctx, StreamAdapter(ctx), principal, client, response_headers)
