@@ -63,6 +63,9 @@ MAX_PENDING_WRITES = 1_000
 # keep per stored field; the gateway's store shares the memory's writer.
 _OWN_WRITER_MESSAGE_BYTES = 1024 * 1024
 CAPACITY_EXCEEDED = "recall store capacity exceeded"
+# Closing waits this long for queued anchor writes: the writer's own close then
+# finishes them, so a stalled disk delays shutdown by this much at most here.
+CLOSE_TIMEOUT_S = 30.0
 
 SessionKey = tuple[str, str]  # (tenant, session)
 
@@ -291,7 +294,8 @@ class AnchorStore:
         memory's writer is the memory's to close)."""
         if self._writer is None:
             return
-        self._writer.flush()
+        if not self._writer.flush(CLOSE_TIMEOUT_S):
+            log.warning("recall store: writes still queued after %.0f s at close", CLOSE_TIMEOUT_S)
         if self._own_writer:
             self._writer.close()
 

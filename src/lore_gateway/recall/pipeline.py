@@ -78,8 +78,8 @@ def is_codex_client(headers: Mapping[str, str]) -> bool:
 
 def request_context(protocol: Protocol, headers: Mapping[str, str], identity: Identity,
                     anchors: SessionRecalls | None = None) -> RequestContext:
-    return RequestContext(protocol=protocol, identity=identity,
-                          headers=MappingProxyType(dict(headers)),
+    view = headers if isinstance(headers, MappingProxyType) else MappingProxyType(dict(headers))
+    return RequestContext(protocol=protocol, identity=identity, headers=view,
                           codex_client=is_codex_client(headers), anchors=anchors)
 
 
@@ -100,9 +100,7 @@ def inject_tool(payload: Payload, ctx: RequestContext) -> Payload:
     if refusal is not None:
         log.debug("recall not injected (session %s): %s", ctx.session[:16], refusal)
         return payload
-    injected = tool.inject(ctx.family, payload, codex_client=ctx.codex_client)
-    assert injected is not None
-    return injected
+    return tool.with_recall_tool(ctx.family, payload)
 
 
 # The pipeline. A slot holding None is a named place for a later transform.

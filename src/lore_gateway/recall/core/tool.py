@@ -352,16 +352,27 @@ def inject(
     disabled, or None when :func:`should_inject` says no."""
     if not should_inject(protocol, body, codex_client=codex_client):
         return None
+    return with_recall_tool(protocol, body)
+
+
+# The injected definitions, built once (a strict schema is a deep copy, most of
+# the cost of preparing a request). Shared by every upstream body: request
+# transforms never mutate a payload (recall/pipeline.py), so sharing is safe.
+_INJECTED: dict[str, dict[str, Any]] = {
+    "responses": responses_tool(),
+    "chat": chat_tool(),
+    "anthropic": anthropic_tool(),
+}
+
+
+def with_recall_tool(protocol: Protocol, body: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``body`` with the recall tool added and parallel tool use disabled
+    (for a body :func:`should_inject` accepted)."""
     out = dict(body)
-    tools = list(body["tools"])
-    if protocol == "responses":
-        tools.append(responses_tool())
-        out["parallel_tool_calls"] = False
-    elif protocol == "chat":
-        tools.append(chat_tool())
+    tools = [*body["tools"], _INJECTED[protocol]]
+    if protocol in ("responses", "chat"):
         out["parallel_tool_calls"] = False
     else:
-        tools.append(anthropic_tool())
         choice = body.get("tool_choice")
         if choice is None:
             out["tool_choice"] = {"type": "auto", "disable_parallel_tool_use": True}
