@@ -32,13 +32,12 @@ class ClientGone(Exception):
 class ClientChannel:
     """Writes one HTTP response to the client."""
 
-    __slots__ = ("_send", "bytes_sent", "started", "status")
+    __slots__ = ("_send", "started", "status")
 
     def __init__(self, send: Send) -> None:
         self._send = send
         self.started = False
         self.status = 0
-        self.bytes_sent = 0
 
     async def start(self, status: int, headers: RawHeaders) -> None:
         self.started = True
@@ -47,11 +46,9 @@ class ClientChannel:
 
     async def write(self, data: bytes) -> None:
         if data:
-            self.bytes_sent += len(data)
             await self._send({"type": "http.response.body", "body": data, "more_body": True})
 
     async def end(self, data: bytes = b"") -> None:
-        self.bytes_sent += len(data)
         await self._send({"type": "http.response.body", "body": data, "more_body": False})
 
     async def respond(

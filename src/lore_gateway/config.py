@@ -99,6 +99,9 @@ class Settings(BaseSettings):
     recall_stream_max_bytes: int = 64 * MiB
     recall_retained_max_bytes: int = 16 * MiB
     recall_deferred_max_bytes: int = 1 * MiB
+    # Seconds one recall search (or detail read) may take, queueing included; past
+    # it the model is told recall timed out and answers without it.
+    recall_search_timeout: float = 10.0
 
     # Background worker (docs/knowledge.md): model calls made for the user after a
     # response ended, with the session's own upstream and credential.

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
 
+from lore_gateway.memory.records import Identity
 from lore_gateway.routing import Protocol, Route
 
 RawHeaders = list[tuple[bytes, bytes]]
@@ -31,7 +32,7 @@ class Exchange:
     # What the client asked for, and what the upstream is asked for.
     client_stream: bool
     upstream_stream: bool
-    identity: Any = None  # lore_gateway.memory.records.Identity when memory is on
+    identity: Identity | None = None  # None when memory is off
     # The upstream request as a dict when the gateway changed it (else None), and
     # whether the change includes the hidden recall tool.
     upstream_payload: dict[str, Any] | None = None

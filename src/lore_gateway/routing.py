@@ -18,6 +18,28 @@ class Protocol(StrEnum):
     ANTHROPIC = "anthropic"  # Anthropic Messages
 
 
+class Family(StrEnum):
+    """The wire-format family of a protocol: what the recall tool, its anchors and
+    their expansion speak. The Codex backend speaks Responses."""
+
+    RESPONSES = "responses"
+    CHAT = "chat"
+    ANTHROPIC = "anthropic"
+
+
+# The one Protocol → Family mapping (every other module asks ``protocol.family``).
+FAMILIES: dict[Protocol, Family] = {
+    Protocol.RESPONSES: Family.RESPONSES,
+    Protocol.CODEX: Family.RESPONSES,
+    Protocol.CHAT: Family.CHAT,
+    Protocol.ANTHROPIC: Family.ANTHROPIC,
+}
+
+
+def family_of(protocol: Protocol) -> Family:
+    return FAMILIES[protocol]
+
+
 class Upstream(StrEnum):
     OPENAI = "openai"
     CHATGPT = "chatgpt"

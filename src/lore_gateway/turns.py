@@ -10,9 +10,9 @@ client still gets every byte and the turn is stored as incomplete.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
 import orjson
@@ -20,10 +20,13 @@ import orjson
 from lore_gateway.errors import GatewayError
 from lore_gateway.exchange import Exchange
 from lore_gateway.knowledge.sidechannel import is_coding_turn
+from lore_gateway.memory.records import Identity
+from lore_gateway.memory.service import Memory, PendingTurn
 from lore_gateway.obs import metrics
 from lore_gateway.obs.logging import bind_session
+from lore_gateway.protocols import anthropic, chat, responses
 from lore_gateway.protocols.common import Message
-from lore_gateway.routing import Protocol, Route
+from lore_gateway.routing import Family, Protocol, Route, family_of
 from lore_gateway.sse import SSEDecoder, looks_like_sse
 
 log = logging.getLogger("lore.turns")
@@ -34,8 +37,8 @@ class _Model:
     lenient mode: storage wants what the client got, not a protocol verdict."""
 
     def __init__(self, protocol: Protocol) -> None:
-        self.module = importlib.import_module(f"lore_gateway.protocols.{_MODULE_NAMES[protocol]}")
-        self.name = _MODULE_NAMES[protocol]
+        self.module = _MODULES[family_of(protocol)]
+        self.name = family_of(protocol).value
 
     def accumulator(self, max_text_chars: int | None) -> Any:
         if self.name == "responses":
@@ -49,11 +52,11 @@ class _Model:
         return body
 
 
-_MODULE_NAMES = {
-    Protocol.RESPONSES: "responses",
-    Protocol.CODEX: "responses",
-    Protocol.CHAT: "chat",
-    Protocol.ANTHROPIC: "anthropic",
+# The protocol model of each wire-format family.
+_MODULES: dict[Family, ModuleType] = {
+    Family.RESPONSES: responses,
+    Family.CHAT: chat,
+    Family.ANTHROPIC: anthropic,
 }
 _MODELS: dict[Protocol, _Model] = {}
 
@@ -183,13 +186,14 @@ class TurnCollector:
 class TurnSink:
     """Where the proxy reports turns. Without memory every call is a no-op."""
 
-    def __init__(self, memory: Any | None, *, max_json_bytes: int,
+    def __init__(self, memory: Memory | None, *, max_json_bytes: int,
                  max_stored_chars: int | None = None) -> None:
         self.memory = memory
         self._max_json_bytes = max_json_bytes
         self._max_stored_chars = max_stored_chars
 
-    def identify(self, route: Route, headers: Mapping[str, str], payload: dict[str, Any]) -> Any:
+    def identify(self, route: Route, headers: Mapping[str, str],
+                 payload: dict[str, Any]) -> Identity | None:
         if self.memory is None or route.protocol is None:
             return None
         try:
@@ -202,7 +206,8 @@ class TurnSink:
         bind_session(identity.session)
         return identity
 
-    def collector(self, exchange: Exchange, pending: Any) -> TurnCollector | None:
+    def collector(self, exchange: Exchange,
+                  pending: PendingTurn | None) -> TurnCollector | None:
         """A collector when the response must be understood: for storage, or
         because the client asked for JSON and the upstream streams (Codex)."""
         whole = exchange.client_stream != exchange.upstream_stream or exchange.recall
@@ -211,7 +216,7 @@ class TurnSink:
         return TurnCollector(exchange.protocol, max_json_bytes=self._max_json_bytes,
                              max_text_chars=None if whole else self._max_stored_chars)
 
-    def begin(self, exchange: Exchange) -> Any:
+    def begin(self, exchange: Exchange) -> PendingTurn | None:
         """Start a pending turn with this request's new input (None without memory)."""
         if self.memory is None or exchange.identity is None:
             return None
@@ -229,7 +234,7 @@ class TurnSink:
         )
 
     @staticmethod
-    def finish(pending: Any, outputs: list[Message], *, complete: bool) -> None:
+    def finish(pending: PendingTurn | None, outputs: list[Message], *, complete: bool) -> None:
         if pending is not None:
             if complete:
                 pending.complete(outputs)
@@ -237,12 +242,12 @@ class TurnSink:
                 pending.abandon(outputs)
 
     @staticmethod
-    def completed(pending: Any, collector: TurnCollector | None) -> None:
+    def completed(pending: PendingTurn | None, collector: TurnCollector | None) -> None:
         if pending is not None and collector is not None:
             pending.complete(collector.outputs())
             collector.report_usage(pending.protocol)
 
     @staticmethod
-    def abandoned(pending: Any, collector: TurnCollector | None = None) -> None:
+    def abandoned(pending: PendingTurn | None, collector: TurnCollector | None = None) -> None:
         if pending is not None:
             pending.abandon(collector.outputs() if collector is not None else ())

@@ -56,3 +56,19 @@ def sse_events(data: bytes) -> list[tuple[str, dict[str, Any]]]:
     decoder = SSEDecoder()
     frames = decoder.feed(data) + decoder.close()
     return [(e.name, json.loads(e.data)) for e in frames if e.has_data and e.data != "[DONE]"]
+
+
+def private_coverage_marks(gw: Any) -> list[bytes]:
+    """What the executor's private coverage is made of for anything stored: the
+    revision fingerprint of every stored message (``executor._revision``). None of
+    it may ever reach a client."""
+    import hashlib
+
+    from lore_gateway.memory import db
+
+    conn = db.connect(gw.memory.settings.db_path, readonly=True)
+    try:
+        contents = [str(row[0]) for row in conn.execute("SELECT content FROM messages")]
+    finally:
+        conn.close()
+    return [hashlib.sha256(c.encode()).hexdigest()[:16].encode() for c in contents]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import orjson
 import pytest
 
 from lore_gateway.memory import db, schema
-from lore_gateway.recall.anchor_store import AnchorStore, RecallStoreFull, StoredRecall
+from lore_gateway.memory.anchor_store import AnchorStore, RecallStoreFull, StoredRecall
 
 T, S = "tenant-a", "session-1"
 
@@ -142,3 +143,57 @@ async def test_without_a_database_the_store_still_serves_its_cache() -> None:
     assert (await store.session(T, S)).get(entry.anchor_id) is not None
     await store.drain()
     store.close()
+
+
+async def test_a_credential_in_recall_arguments_is_redacted_on_disk(db_path: Path) -> None:
+    """Redaction covers every stored field, the recall anchors included (issue 10
+    §9): a key the user typed, which the model put into its recall query, never
+    reaches the database; the live cache keeps the verbatim pair for replay."""
+    key = "sk-proj-abcdefghijklmnopqrstuvwxyz0123"
+    call_id = "call_" + uuid.uuid4().hex[:8]
+    arguments = orjson.dumps({"query": f"where did I use {key}"}).decode()
+    entry = StoredRecall.from_messages(
+        anchor_id=str(uuid.uuid4()), protocol="responses", marker=None, call_id=call_id,
+        arguments=arguments, position=0, context_id="c" * 64,
+        assistant={"type": "function_call", "call_id": call_id, "name": "recall",
+                   "arguments": arguments},
+        tool_result={"type": "function_call_output", "call_id": call_id,
+                     "output": f"the key was {key}"})
+    store = AnchorStore(db_path)
+    await store.session(T, S)
+    store.commit(T, S, [entry])
+    assert (await store.session(T, S)).get(entry.anchor_id) == entry  # verbatim in memory
+    await store.drain()
+    store.close()
+    conn = db.connect(db_path)
+    stored = conn.execute("SELECT arguments, assistant, tool_result FROM recall_anchors"
+                          ).fetchone()
+    conn.close()
+    assert all(key not in column for column in stored)
+    assert "[redacted]" in stored[0]
+    assert orjson.loads(stored[1])["arguments"] == stored[0]  # still valid JSON
+    reloaded = await AnchorStore(db_path).session(T, S)
+    assert orjson.loads(reloaded.get(entry.anchor_id).arguments)["query"].endswith("[redacted]")
+
+
+async def test_the_store_writes_through_the_memory_writer(db_path: Path) -> None:
+    """No second SQLite writer: the gateway's store queues its writes on the one
+    ``TurnWriter`` it is given (issue 9 §7)."""
+    from lore_gateway.memory.writer import TurnWriter
+
+    writer = TurnWriter(db.conn_factory(db_path), max_message_bytes=1 << 20)
+    store = AnchorStore(writer=writer)
+    entry = recall()
+    await store.session(T, S)
+    before = threading.active_count()
+    store.commit(T, S, [entry])
+    await store.drain()
+    assert threading.active_count() == before
+    assert not any(t.name.startswith("lore-anchors") for t in threading.enumerate())
+    store.close()
+    assert writer.flush(timeout=5)
+    conn = db.connect(db_path)
+    count = conn.execute("SELECT count(*) FROM recall_anchors").fetchone()[0]
+    conn.close()
+    writer.close()
+    assert count == 1

@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from lore_gateway.obs import metrics
-from lore_gateway.recall.budget import FINAL_ROUND_TEXT
+from lore_gateway.recall.core.budget import FINAL_ROUND_TEXT
 from lore_gateway.sse import SSEDecoder
 from lore_gateway.testing import FakeUpstream
 

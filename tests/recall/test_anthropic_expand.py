@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 
-from lore_gateway.recall.anchor_context import prefix_context_id
-from lore_gateway.recall.anthropic_expand import expand_messages
+from lore_gateway.recall.anthropic.expand import expand_messages
+from lore_gateway.recall.core.anchor_context import prefix_context_id
 
 ANCHOR = "0b0f3c1e-8f3a-4c53-9a57-9d4c8a1b2c3d"
 MARKER = f'📚 Searching all archives for "deploy"…\n<!-- lore-recall:{ANCHOR} -->'

@@ -16,16 +16,11 @@ from lore_gateway.config import Settings
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
 from lore_gateway.protocols.common import Message
-from lore_gateway.recall.anthropic_handler import (
-    RecallContext,
-    StagedRecall,
-    buffered_recall,
-    read_json_principal,
-    stream_recall,
-)
-from lore_gateway.recall.budget import RecallChainBudget
-from lore_gateway.recall.executor import RecallExecutor
-from lore_gateway.recall.tool import inject
+from lore_gateway.recall.anthropic.handler import buffered_recall, stream_recall
+from lore_gateway.recall.core.budget import RecallChainBudget
+from lore_gateway.recall.core.chain import RecallContext, StagedRecall, read_json_principal
+from lore_gateway.recall.core.executor import RecallExecutor
+from lore_gateway.recall.core.tool import inject
 from lore_gateway.sse import SSEDecoder
 from lore_gateway.testing import FakeUpstream
 from lore_gateway.upstream import UpstreamClient

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from lore_gateway.protocols.common import ProtocolError
-from lore_gateway.recall.anthropic_live import AnthropicRecallStream
+from lore_gateway.recall.anthropic.live import AnthropicRecallStream
 from lore_gateway.sse import SSEDecoder, encode_event
 
 MARKER = (

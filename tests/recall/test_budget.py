@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lore_gateway.recall.budget import FINAL_ROUND_TEXT, Coverage, RecallChainBudget
-from lore_gateway.recall.tool import RecallArgs
+from lore_gateway.recall.core.budget import FINAL_ROUND_TEXT, Coverage, RecallChainBudget
+from lore_gateway.recall.core.tool import RecallArgs
 
 SEARCH = RecallArgs(query="q")
 DETAIL = RecallArgs(id="t:1")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from lore_gateway.protocols.common import ProtocolError
-from lore_gateway.recall.chat import (
+from lore_gateway.recall.chat.live import (
     ChatRecallStream,
     completion_recalls,
     marker_completion,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,8 +14,14 @@ from lore_gateway.config import Settings
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
 from lore_gateway.protocols.common import Message
-from lore_gateway.recall.executor import EXECUTION_FAILED, RecallExecutor
-from lore_gateway.recall.tool import RecallArgs
+from lore_gateway.recall.core.executor import (
+    EXECUTION_FAILED,
+    TIMED_OUT,
+    UNAVAILABLE,
+    RecallExecutor,
+    SearchGate,
+)
+from lore_gateway.recall.core.tool import RecallArgs
 
 IDENT = Identity(tenant="tenant-a", project="/p", session="s1")
 
@@ -69,3 +77,55 @@ async def test_memory_failure_becomes_the_failure_text(memory: Memory) -> None:
     memory.close()
     outcome = await RecallExecutor(memory, IDENT).run(RecallArgs(query="deploy"))
     assert outcome.text == EXECUTION_FAILED and outcome.failed
+
+
+class _StuckMemory:
+    """A memory whose searches never finish until released (event-based)."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.started = asyncio.Event()
+
+    async def search(self, query: str, **_: Any) -> Any:
+        self.started.set()
+        await self.release.wait()
+        return None
+
+    def render(self, result: Any, budget_chars: int = 12_000) -> str:
+        return ""
+
+    async def detail(self, ref: str, **_: Any) -> str:
+        await self.release.wait()
+        return ""
+
+
+async def test_a_search_that_does_not_answer_in_time_is_a_timeout_failure() -> None:
+    memory = _StuckMemory()
+    executor = RecallExecutor(memory, IDENT, SearchGate(timeout=0.05))
+    outcome = await executor.run(RecallArgs(query="deploy"))
+    assert outcome.failed and outcome.failure == "recall_timeout"
+    assert outcome.text == TIMED_OUT and outcome.coverage == ()
+
+
+async def test_searches_beyond_the_bound_fail_fast_as_unavailable() -> None:
+    """The gate admits ``running + waiting`` searches; the next one is refused at
+    once (no queueing without bound), and the admitted ones still finish."""
+    memory = _StuckMemory()
+    gate = SearchGate(running=1, waiting=1, timeout=30)
+    executor = RecallExecutor(memory, IDENT, gate)
+    admitted = [asyncio.create_task(executor.run(RecallArgs(query=f"q{i}"))) for i in range(2)]
+    await asyncio.wait_for(memory.started.wait(), 10)  # the second waits for the slot
+    assert gate.in_flight == 2
+    refused = await executor.run(RecallArgs(query="one too many"))
+    assert refused.failed and refused.failure == "recall_unavailable"
+    assert refused.text == UNAVAILABLE
+    memory.release.set()
+    done = await asyncio.gather(*admitted)
+    assert [o.failed for o in done] == [False, False]
+    assert gate.in_flight == 0
+
+
+async def test_a_closed_memory_is_an_execution_failure(memory: Memory) -> None:
+    memory.close()
+    outcome = await RecallExecutor(memory, IDENT).run(RecallArgs(query="deploy"))
+    assert outcome.failure == "recall_execution"

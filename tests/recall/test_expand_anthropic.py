@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from test_anthropic_expand import MARKER, PREAMBLE, STORED, THINKING, TOOL_USE, USER, lookup
 
-from lore_gateway.recall.anthropic_expand import expand_messages
+from lore_gateway.recall.anthropic.expand import expand_messages
 
 EPHEMERAL = {"type": "ephemeral"}
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import orjson
 
-from lore_gateway.recall.anchor_context import prefix_context_id
-from lore_gateway.recall.chat import marker_content
-from lore_gateway.recall.chat_expand import expand_messages
-from lore_gateway.recall.markers import anchored_marker, search_marker
+from lore_gateway.recall.chat.expand import expand_messages
+from lore_gateway.recall.chat.live import marker_content
+from lore_gateway.recall.core.anchor_context import prefix_context_id
+from lore_gateway.recall.core.markers import anchored_marker, search_marker
 
 A1 = "0b0f3c1e-8f3a-4c53-9a57-9d4c8a1b2c3d"
 A2 = "1c1f3c1e-8f3a-4c53-9a57-9d4c8a1b2c3d"

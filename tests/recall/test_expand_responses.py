@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 
-from lore_gateway.recall.anchor_context import prefix_context_id
-from lore_gateway.recall.responses_expand import expand_input
+from lore_gateway.recall.core.anchor_context import prefix_context_id
+from lore_gateway.recall.responses.expand import expand_input
 
 ANCHOR = "0b0f3c1e-8f3a-4c53-9a57-9d4c8a1b2c3d"
 ANCHOR_TEXT = f"<!-- lore-recall:{ANCHOR} -->"

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from lore_gateway.config import Settings
-from lore_gateway.recall.followup import (
+from lore_gateway.recall.core.followup import (
     FollowUpError,
     JSONFollowUp,
     StreamedFollowUp,

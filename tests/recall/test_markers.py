@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from lore_gateway.memory.sanitize import strip_recall_traces
-from lore_gateway.recall import markers
-from lore_gateway.recall.tool import RecallArgs
+from lore_gateway.recall.core import markers
+from lore_gateway.recall.core.tool import RecallArgs
 
 
 def test_visible_markers_per_scope_and_detail() -> None:

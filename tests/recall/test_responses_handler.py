@@ -16,11 +16,11 @@ from lore_gateway.config import Settings
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
 from lore_gateway.protocols.common import Message
-from lore_gateway.recall import responses_handler
-from lore_gateway.recall.anthropic_handler import RecallContext, StagedRecall
-from lore_gateway.recall.budget import RecallChainBudget
-from lore_gateway.recall.executor import RecallExecutor
-from lore_gateway.recall.tool import inject
+from lore_gateway.recall.core.budget import RecallChainBudget
+from lore_gateway.recall.core.chain import RecallContext, StagedRecall
+from lore_gateway.recall.core.executor import RecallExecutor
+from lore_gateway.recall.core.tool import inject
+from lore_gateway.recall.responses import handler as responses_handler
 from lore_gateway.sse import SSEDecoder
 from lore_gateway.testing import FakeUpstream
 from lore_gateway.upstream import UpstreamClient

@@ -163,3 +163,29 @@ async def test_non_json_event_is_deferred_while_a_recall_is_open(
     assert body.count(vendor) == 1
     assert body.index(b"lore-recall:") < body.index(vendor) < body.index(b"It rotates weekly.")
     assert _last_event(body).startswith(b"event: response.completed\n")
+
+
+async def test_principal_read_failure_is_not_a_follow_up_failure(
+        make_gateway: Any, fake_upstream: FakeUpstream, http: aiohttp.ClientSession,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The first upstream answer breaking off is the principal's transport failing:
+    no follow-up was ever sent, so the category must not say one was (issue 9 §7)."""
+    gw = make_gateway()
+    fake_upstream.script(["reset-mid-stream:4"])
+    body = await _stream(http, gw, "principal-reset")
+    _one_failure(body, GATEWAY_FAILED)
+    assert "category=principal_transport" in caplog.text
+    assert "follow_up_transport" not in caplog.text
+
+
+def test_too_many_recovery_ids_is_a_protocol_error() -> None:
+    """``FreshIds`` fails with the error the interceptor turns into one
+    ``response.failed``, never an exception that cuts the stream."""
+    from lore_gateway.protocols.common import ProtocolError
+    from lore_gateway.recall.responses.recovery import MAX_IDS, FreshIds
+
+    fresh = FreshIds()
+    for i in range(MAX_IDS):
+        fresh.item({"type": "message", "id": f"msg_{i}"})
+    with pytest.raises(ProtocolError, match="more than 4096 item ids"):
+        fresh.item({"type": "message", "id": "msg_one_too_many"})

@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 
-from lore_gateway.recall.budget import RecallChainBudget
-from lore_gateway.recall.responses_live import (
+from lore_gateway.recall.core.budget import RecallChainBudget
+from lore_gateway.recall.responses.live import (
     Action,
     Done,
     FollowUp,

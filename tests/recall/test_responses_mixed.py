@@ -13,8 +13,8 @@ import orjson
 import pytest
 from responses_rig import KEY, TOOLS, seed_fact, sse_events, wait_stored
 
-from lore_gateway.recall.budget import RecallChainBudget
-from lore_gateway.recall.responses_live import FollowUp, LiveInterceptor, RunRecall
+from lore_gateway.recall.core.budget import RecallChainBudget
+from lore_gateway.recall.responses.live import FollowUp, LiveInterceptor, RunRecall
 from lore_gateway.sse import SSEDecoder
 from lore_gateway.testing import FakeUpstream
 from lore_gateway.testing import fake_streams as fs

@@ -13,9 +13,10 @@ from typing import Any
 
 import aiohttp
 import pytest
+from responses_rig import wait_stored
 
 from lore_gateway.obs import metrics
-from lore_gateway.recall import telemetry
+from lore_gateway.recall.core import telemetry
 from lore_gateway.testing import FakeUpstream
 
 SESSION = "telemetry-session-0123456789"
@@ -137,7 +138,10 @@ async def test_an_answer_with_text_is_not_empty(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="lore.recall")
     before = _count(protocol)
+    turns = gateway.memory.count_turns(None, session=SESSION)
     status, body, _ = await _send(http, gateway, protocol, True, scenario="text")
     assert status == 200 and b"fake" in body
-    await asyncio.sleep(0.3)  # telemetry runs after delivery; give it time to (not) fire
+    # Telemetry is decided before the turn is handed to storage: once the turn is
+    # stored, a warning that was going to fire has fired.
+    await asyncio.to_thread(wait_stored, gateway, SESSION, turns + 1)
     assert _warnings(caplog) == [] and _count(protocol) == before

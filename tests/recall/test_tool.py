@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from lore_gateway.recall import tool
-from lore_gateway.recall.tool import RecallArgumentError, RecallFrameError
+from lore_gateway.recall.core import tool
+from lore_gateway.recall.core.tool import RecallArgumentError, RecallFrameError
 
 
 def test_responses_tool_is_strict_with_every_property_required_and_nullable() -> None:

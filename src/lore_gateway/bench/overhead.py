@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -100,6 +101,7 @@ def running_servers(*, events: int, store: bool, recall_tool: bool,
     gw_env = {
         **env,
         "LORE_UPSTREAM_OPENAI": f"http://127.0.0.1:{fake_port}",
+        "LORE_UPSTREAM_ANTHROPIC": f"http://127.0.0.1:{fake_port}",
         "LORE_DATA_DIR": str(data_dir),
         "LORE_STORE": "true" if store else "false",
         "LORE_RECALL": "true" if recall_tool else "false",
@@ -225,6 +227,58 @@ async def big_stream(gateway: str, pid: int, megabytes: int,
         "seconds": elapsed,
         "peak_rss_growth_mb": (peak_after - peak_before) / 1e6,
     }
+
+
+ANTHROPIC_HEADERS = {"content-type": "application/json", "x-api-key": "sk-ant-bench-not-a-key",
+                     "anthropic-version": "2023-06-01"}
+
+
+async def _stream_seconds(session: aiohttp.ClientSession, url: str, body: bytes,
+                          headers: dict[str, str]) -> tuple[float, int]:
+    start = time.perf_counter()
+    received = 0
+    async with session.post(url, data=body, headers=headers) as resp:
+        async for chunk in resp.content.iter_any():
+            received += len(chunk)
+        if resp.status != 200:
+            raise RuntimeError(f"watched-stream bench got HTTP {resp.status}")
+    return time.perf_counter() - start, received
+
+
+async def watched_stream(gateway: str, megabytes: float, delta_bytes: int,
+                         repeats: int) -> dict[str, float]:
+    """An Anthropic answer of ``megabytes`` MiB in ``delta_bytes`` deltas through the
+    gateway, recall-watched (the request offers a tool, so the gateway injects
+    recall and watches the stream) against plain passthrough (no tool), alternating;
+    medians and their ratio."""
+    tool = {"name": "Read", "input_schema": {"type": "object", "properties": {}}}
+    base = {"model": "claude-bench", "max_tokens": 1024, "stream": True,
+            "messages": [{"role": "user", "content": "say a lot"}]}
+    bodies = {"plain": json.dumps(base).encode(),
+              "watched": json.dumps({**base, "tools": [tool]}).encode()}
+    headers = {**ANTHROPIC_HEADERS, "x-fake-scenario": f"big-stream:{megabytes}@{delta_bytes}"}
+    times: dict[str, list[float]] = {"plain": [], "watched": []}
+    received = 0
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        for _ in range(repeats):
+            for name, body in bodies.items():
+                seconds, received = await _stream_seconds(
+                    session, gateway + "/v1/messages", body, headers)
+                times[name].append(seconds)
+    plain, watched = (sorted(times[k])[len(times[k]) // 2] for k in ("plain", "watched"))
+    return {"megabytes": megabytes, "delta_bytes": delta_bytes, "repeats": repeats,
+            "bytes_received": received, "plain_s": plain, "watched_s": watched,
+            "ratio": watched / plain if plain else 0.0}
+
+
+def run_watched(*, megabytes: float, delta_bytes: int = 16, repeats: int = 5) -> dict[str, Any]:
+    """The watched-stream benchmark alone, on its own servers (recall needs the
+    store; both paths store their turn, so the difference is the interception)."""
+    with tempfile.TemporaryDirectory(prefix="lore-bench-") as tmp, running_servers(
+        events=41, store=True, recall_tool=True, data_dir=Path(tmp)
+    ) as (_direct, gateway, _pid):
+        return asyncio.run(watched_stream(gateway, megabytes, delta_bytes, repeats))
 
 
 def run(*, requests_c1: int = 300, requests_c16: int = 600, events: int = 41,

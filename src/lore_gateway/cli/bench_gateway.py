@@ -25,12 +25,29 @@ def overhead(
     big_mb: int = typer.Option(50, "--big-mb",
                                help="Also stream a response of this many MB through the "
                                     "gateway and report its peak RSS growth (0: skip)."),
+    watched_mb: float = typer.Option(0, "--watched-mb",
+                                     help="Only this: stream an Anthropic answer of this many "
+                                          "MiB through the gateway, recall-watched and plain, "
+                                          "alternating, and print the time ratio."),
+    watched_delta: int = typer.Option(16, "--watched-delta",
+                                      help="Bytes of text per delta for --watched-mb."),
+    watched_repeats: int = typer.Option(5, "--watched-repeats",
+                                        help="Runs per path for --watched-mb (medians)."),
 ) -> None:
     """Stream identical Responses requests to a fake upstream directly and through the
     gateway, alternating, at concurrency 1 and 16; print requests/s, TTFB and total
     latency p50/p99 per path, the added milliseconds and the gateway/direct ratios."""
-    from lore_gateway.bench.overhead import run
+    from lore_gateway.bench.overhead import run, run_watched
 
+    if watched_mb:
+        w = run_watched(megabytes=watched_mb, delta_bytes=watched_delta,
+                        repeats=watched_repeats)
+        output.line(f"watched stream: {w['megabytes']:g} MiB in {w['delta_bytes']}-byte "
+                    f"deltas (median of {w['repeats']}): plain {w['plain_s']:.2f} s, "
+                    f"recall-watched {w['watched_s']:.2f} s, ratio {w['ratio']:.2f}x")
+        if as_json:
+            output.print_json(w)
+        return
     with output.stages() as update:
         result = run(requests_c1=requests, requests_c16=requests_c16, events=events,
                      store=store, recall_tool=recall_tool, big_mb=big_mb, progress=update)

@@ -13,11 +13,10 @@ Anthropic request never gains a breakpoint.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from lore_gateway.knowledge.block import UPDATE_ACK
-
-Family = Literal["anthropic", "responses", "chat"]
+from lore_gateway.routing import Family
 
 
 @dataclass(frozen=True, slots=True)

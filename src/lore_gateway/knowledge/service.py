@@ -28,7 +28,6 @@ from lore_gateway.knowledge import export as ex
 from lore_gateway.knowledge import store, sync
 from lore_gateway.knowledge.inject import (
     Delta,
-    Family,
     KnowledgeContext,
     KnowledgeView,
     inject_knowledge,
@@ -38,6 +37,7 @@ from lore_gateway.knowledge.sidechannel import is_coding_turn
 from lore_gateway.memory.identity import UNKNOWN_PROJECT
 from lore_gateway.memory.records import Identity
 from lore_gateway.obs import metrics
+from lore_gateway.routing import Family
 
 log = logging.getLogger("lore.knowledge")
 

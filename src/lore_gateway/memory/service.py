@@ -189,6 +189,11 @@ class Memory:
             return False
         return self._writer.submit(turn, wait=wait)
 
+    @property
+    def writer(self) -> TurnWriter:
+        """The one writer thread; other stores (recall anchors) queue jobs on it."""
+        return self._writer
+
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every submitted turn is written (and, with embeddings, embedded)."""
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -127,6 +127,14 @@ class TurnWriter:
         self._queue.put(job, timeout=timeout)
         return future.result(timeout)
 
+    def submit_job(self, run: Callable[[apsw.Connection], T]) -> Future[T] | None:
+        """Queue ``run(conn)`` behind what is queued, without waiting: for small
+        writes from the serving path (recall anchors), which must never block the
+        event loop. Returns its future, or None when the queue is full or closed
+        (counted and logged like a dropped turn)."""
+        future: Future[T] = Future()
+        return future if self._put(_Job(run, future)) else None
+
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything submitted so far is written; ``False`` on timeout."""
         with self._progress:

@@ -28,6 +28,7 @@ from typing import Any
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
+from lore_gateway.headers import CREDENTIAL_HEADERS
 from lore_gateway.memory.sanitize import REDACTED, redact_credentials
 
 SESSION_TAG_CHARS = 16
@@ -37,11 +38,12 @@ LOG_FILE_BACKUPS = 3
 
 # Keys whose value is a credential whatever it looks like (an account id is a
 # plain UUID, so only its key gives it away). Compared lower-case, '_' as '-'.
-CREDENTIAL_KEYS = frozenset({
-    "authorization", "proxy-authorization", "x-api-key", "api-key", "apikey",
-    "chatgpt-account-id", "account-id", "cookie", "set-cookie", "token",
-    "access-token", "refresh-token", "id-token", "password", "secret", "openai-api-key",
-    "anthropic-api-key", "anthropic-auth-token", "credential", "credentials",
+# Every credential header is one (the one list in headers.py), plus the names
+# credentials go by in settings, tokens and JSON.
+CREDENTIAL_KEYS = CREDENTIAL_HEADERS | frozenset({
+    "apikey", "account-id", "token", "access-token", "refresh-token", "id-token",
+    "password", "secret", "openai-api-key", "anthropic-api-key", "anthropic-auth-token",
+    "credential", "credentials",
 })
 
 _HANDLER_MARK = "_lore_handler"

@@ -2,7 +2,8 @@
 
 Two moments of a request's life touch the anchor store:
 
-* before forwarding, :meth:`AnchorReplay.expand` puts the exact stored tool-call
+* before forwarding, :func:`expand` (the pipeline's ``expand_anchors`` step, on
+  the session loaded by :meth:`AnchorReplay.session_for`) puts the exact stored tool-call
   pair back wherever the client's history carries one of our anchors (whether or
   not recall is injected this turn: history must stay byte-stable either way);
 * once the client has the whole answer, :meth:`AnchorReplay.commit` stores the
@@ -18,12 +19,20 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from lore_gateway.memory.anchor_store import (
+    AnchorStore,
+    RecallStoreFull,
+    SessionRecalls,
+    StoredRecall,
+)
 from lore_gateway.memory.records import Identity
-from lore_gateway.recall import anthropic_expand, chat_expand, responses_expand
-from lore_gateway.recall.anchor_context import history_items, prefix_context_id
-from lore_gateway.recall.anchor_store import AnchorStore, RecallStoreFull, StoredRecall
-from lore_gateway.recall.anthropic_expand import StoredPair
-from lore_gateway.recall.anthropic_handler import StagedRecall
+from lore_gateway.recall.anthropic import expand as anthropic_expand
+from lore_gateway.recall.anthropic.expand import StoredPair
+from lore_gateway.recall.chat import expand as chat_expand
+from lore_gateway.recall.core.anchor_context import history_items, prefix_context_id
+from lore_gateway.recall.core.chain import StagedRecall
+from lore_gateway.recall.responses import expand as responses_expand
+from lore_gateway.routing import Family
 
 log = logging.getLogger("lore.recall")
 
@@ -32,7 +41,7 @@ log = logging.getLogger("lore.recall")
 ANCHOR_PROBE = b"lore-recall:"
 
 
-def history_key(family: str) -> str:
+def history_key(family: Family) -> str:
     return "input" if family == "responses" else "messages"
 
 
@@ -42,32 +51,19 @@ class AnchorReplay:
     def __init__(self, store: AnchorStore) -> None:
         self.store = store
 
-    async def expand(self, family: str, payload: dict[str, Any], identity: Identity,
-                     body: bytes) -> dict[str, Any] | None:
-        """The payload with our anchors expanded, or None when nothing changed."""
+    async def session_for(self, identity: Identity, body: bytes) -> SessionRecalls | None:
+        """The session's stored recalls when this body may carry an anchor, else None
+        (the one async step of expansion; the rest is the pure :func:`expand`)."""
         if ANCHOR_PROBE not in body:
             return None
         try:
             recalls = await self.store.session(identity.tenant, identity.session)
-            if not len(recalls):
-                return None
-            found: list[str] = []
-
-            def lookup(anchor_id: str) -> StoredPair | None:
-                entry = recalls.get(anchor_id)
-                if entry is None or entry.protocol != family:
-                    return None
-                found.append(anchor_id)
-                return entry
-
-            expanded = _expand(family, payload, lookup)
-            self.store.touch(recalls, found)
-            return expanded
         except Exception as exc:  # expansion is an optimisation of history, never a failure
             log.warning("recall anchors not expanded: %s: %s", type(exc).__name__, exc)
             return None
+        return recalls if len(recalls) else None
 
-    def commit(self, family: str, payload: dict[str, Any], identity: Identity | None,
+    def commit(self, family: Family, payload: dict[str, Any], identity: Identity | None,
                staged: list[StagedRecall]) -> None:
         """Keep the delivered recalls of one request for the next turns."""
         if identity is None:
@@ -88,13 +84,36 @@ class AnchorReplay:
                         exc, len(entries))
 
 
-def _expand(family: str, payload: dict[str, Any],
+def expand(family: Family, payload: dict[str, Any],
+           recalls: SessionRecalls) -> dict[str, Any]:
+    """The payload with our anchors expanded back into their stored pairs (the
+    same object when nothing changed). Marks the anchors found as live in the
+    session's in-memory use order, so eviction spares them. Never raises."""
+    found: list[str] = []
+
+    def lookup(anchor_id: str) -> StoredPair | None:
+        entry = recalls.get(anchor_id)
+        if entry is None or entry.protocol != family:
+            return None
+        found.append(anchor_id)
+        return entry
+
+    try:
+        expanded = _expand(family, payload, lookup)
+    except Exception as exc:  # expansion is an optimisation of history, never a failure
+        log.warning("recall anchors not expanded: %s: %s", type(exc).__name__, exc)
+        return payload
+    recalls.touch(found)
+    return payload if expanded is None else expanded
+
+
+def _expand(family: Family, payload: dict[str, Any],
             lookup: responses_expand.Lookup) -> dict[str, Any] | None:
-    if family == "responses":
+    if family == Family.RESPONSES:
         return responses_expand.expand_input(payload, lookup)
     messages = payload.get("messages")
     if not isinstance(messages, list):
         return None
-    module = anthropic_expand if family == "anthropic" else chat_expand
+    module = anthropic_expand if family == Family.ANTHROPIC else chat_expand
     expanded = module.expand_messages(messages, lookup)
     return None if expanded is None else {**payload, "messages": expanded}

@@ -9,50 +9,47 @@ protocol-specific lives in the handlers; this module only picks one.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import orjson
+from typing import TYPE_CHECKING, Any
 
 from lore_gateway.channel import JSON_HEADERS, ClientChannel
+from lore_gateway.config import Settings
 from lore_gateway.errors import error_body
 from lore_gateway.exchange import Exchange
 from lore_gateway.headers import client_response_headers
+from lore_gateway.memory.anchor_store import AnchorStore
 from lore_gateway.memory.records import Identity
+from lore_gateway.memory.service import Memory
 from lore_gateway.protocols import responses
 from lore_gateway.protocols.common import Message, ProtocolError
-from lore_gateway.recall import anthropic_handler, chat_handler, telemetry, tool
-from lore_gateway.recall.anchor_store import AnchorStore
-from lore_gateway.recall.anthropic_handler import RecallContext, StagedRecall
-from lore_gateway.recall.budget import RecallChainBudget
-from lore_gateway.recall.executor import RecallExecutor
-from lore_gateway.recall.markers import parse_anchor
-from lore_gateway.recall.replay import AnchorReplay
-from lore_gateway.recall.responses_handler import (
-    buffered_responses_recall,
-    stream_responses_recall,
+from lore_gateway.recall import pipeline
+from lore_gateway.recall.anthropic import handler as anthropic_handler
+from lore_gateway.recall.chat import handler as chat_handler
+from lore_gateway.recall.core import telemetry
+from lore_gateway.recall.core.budget import RecallChainBudget
+from lore_gateway.recall.core.chain import (
+    RecallContext,
+    StagedRecall,
+    read_json_principal,
 )
-from lore_gateway.recall.responses_round import Limits
-from lore_gateway.routing import Protocol, Route
+from lore_gateway.recall.core.executor import RecallExecutor, SearchGate
+from lore_gateway.recall.core.markers import parse_anchor
+from lore_gateway.recall.replay import AnchorReplay
+
+if TYPE_CHECKING:
+    from lore_gateway.knowledge.service import KnowledgeService
+from lore_gateway.recall.responses.buffered import buffered_responses_recall
+from lore_gateway.recall.responses.handler import stream_responses_recall
+from lore_gateway.recall.responses.round import Limits
+from lore_gateway.routing import Family, Protocol, Route, family_of
 from lore_gateway.turns import TurnCollector
 from lore_gateway.upstream import UpstreamClient, UpstreamResponse
 
 log = logging.getLogger("lore.recall")
-
-_TOOL_PROTOCOL: dict[Protocol, tool.Protocol] = {
-    Protocol.RESPONSES: "responses",
-    Protocol.CODEX: "responses",
-    Protocol.CHAT: "chat",
-    Protocol.ANTHROPIC: "anthropic",
-}
-
-
-def is_codex_client(headers: dict[str, str]) -> bool:
-    """The Codex CLI marks its requests with an ``originator`` header
-    (``codex_exec``, ``codex_cli_rs``, ...)."""
-    return headers.get("originator", "").startswith("codex")
-
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
@@ -63,43 +60,56 @@ class Prepared:
     inject: bool
 
 
-@dataclass(slots=True)
-class RecallOutcome:
-    """What the turn's storage needs from a recall-served response."""
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What one recall-served response came to: the one handler contract.
 
+    ``status`` and ``headers`` as the client got them; ``outputs`` the turn's
+    output messages for storage (the only place storage takes them from);
+    ``complete`` whether the client got a whole answer (else the turn is stored
+    as incomplete); ``body`` the JSON body sent (None when streamed).
+    """
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
     outputs: list[Message]
     complete: bool
+    body: bytes | None = None
 
 
 class RecallService:
     """Hidden recall for one gateway."""
 
-    def __init__(self, memory: Any, upstream: UpstreamClient,
+    def __init__(self, memory: Memory, upstream: UpstreamClient,
                  anchors: AnchorStore | None = None) -> None:
         self.memory = memory
         self.upstream = upstream
-        settings = getattr(memory, "settings", None)
         if anchors is None:
-            anchors = AnchorStore(getattr(settings, "db_path", None))
+            anchors = AnchorStore(writer=memory.writer)
         self.replay = AnchorReplay(anchors)
-        self.limits = _live_limits(settings)
-        self.knowledge: Any = None  # the knowledge slot (knowledge/service.py)
+        self.limits = _live_limits(memory.settings)
+        # Shared by every request: bounds the recall searches of the whole gateway.
+        self.gate = SearchGate(timeout=memory.settings.recall_search_timeout)
+        # The knowledge slot's IO half (knowledge/service.py), set by worker/wiring.py.
+        self.knowledge: KnowledgeService | None = None
 
-    async def prepare(self, route: Route, headers: dict[str, str], payload: dict[str, Any],
+    async def prepare(self, route: Route, headers: Mapping[str, str], payload: dict[str, Any],
                       identity: Identity, body: bytes) -> Prepared:
-        """What goes upstream: the client's history with our anchors expanded
-        back into the exact recall pairs (always, so history stays byte-stable),
-        then the recall tool injected when the request qualifies (B.8)."""
+        """What goes upstream: the client's payload through the request pipeline
+        (``pipeline.REQUEST_PIPELINE``: anchors expanded, the slots for later
+        transforms, the recall tool injected when the request qualifies)."""
         assert route.protocol is not None
-        family = _TOOL_PROTOCOL[route.protocol]
-        expanded = await self.replay.expand(family, payload, identity, body)
+        anchors = await self.replay.session_for(identity, body)
+        ctx = pipeline.request_context(route.protocol, headers, identity, anchors)
         if self.knowledge is not None:
-            current = payload if expanded is None else expanded
-            knowing = await self.knowledge.prepare(family, current, identity, headers)
-            expanded = None if knowing is payload else knowing
-        injected = tool.inject(family, payload if expanded is None else expanded,
-                               codex_client=is_codex_client(headers))
-        return Prepared(injected if injected is not None else expanded, injected is not None)
+            # The one async step of the knowledge slot, on the history as the
+            # upstream sees it (anchors expanded), before the pure transforms run.
+            expanded = pipeline.expand_anchors(payload, ctx)
+            view = await self.knowledge.view(ctx.family, expanded, identity, headers)
+            ctx = dataclasses.replace(ctx, knowledge=view)
+        upstream = pipeline.run(payload, ctx)
+        return Prepared(None if upstream is payload else upstream,
+                        pipeline.carries_recall(ctx.family, payload, upstream))
 
     def close(self) -> None:
         """Finish the anchor store's queued writes."""
@@ -107,95 +117,150 @@ class RecallService:
 
     async def respond(self, exchange: Exchange, resp: UpstreamResponse,
                       client: ClientChannel, upstream_payload: dict[str, Any],
-                      collector: TurnCollector) -> RecallOutcome:
-        """Serve a 2xx upstream answer to a request that carries the recall tool."""
+                      collector: TurnCollector) -> Delivery:
+        """Serve a 2xx upstream answer to a request that carries the recall tool:
+        dispatch to the protocol's path; every path returns one :class:`Delivery`."""
+        assert exchange.identity is not None, "recall is only injected with an identity"
         ctx = RecallContext(
             upstream=self.upstream,
             url=exchange.upstream_url,
             headers=exchange.upstream_headers,
             body=upstream_payload,
-            executor=RecallExecutor(self.memory, exchange.identity),
+            executor=RecallExecutor(self.memory, exchange.identity, self.gate),
             budget=RecallChainBudget(),
-            session=exchange.identity.session if exchange.identity is not None else "",
+            session=exchange.identity.session,
+            retained_bytes=self.limits.retained_bytes,
         )
         ctx.on_delivered = lambda staged: self._delivered(exchange, staged)
-        protocol = exchange.protocol
-        codex = protocol is Protocol.CODEX
-        headers = client_response_headers(resp.raw_headers)
+        family = family_of(exchange.protocol)
         if exchange.client_stream:
-            if protocol in (Protocol.RESPONSES, Protocol.CODEX):
-                await client.start(resp.status, headers)
-                icpt = await stream_responses_recall(ctx, resp, _Tee(client, None), codex=codex,
-                                                     limits=self.limits)
-                await client.end()
-                delivered = icpt.delivered_response()
-                if delivered is not None:
-                    _check_empty(exchange, delivered, icpt.depth)
-                return RecallOutcome(_item_messages(icpt.turn_items()), icpt.failure is None)
-            handler = anthropic_handler if protocol is Protocol.ANTHROPIC else chat_handler
-            tee = _Tee(client, collector)
-            await handler.stream_recall(ctx, resp, tee, headers)
-            return RecallOutcome(collector.outputs() + _staged_messages(ctx), True)
+            if family is Family.RESPONSES:
+                return await self._stream_responses(exchange, ctx, resp, client)
+            return await self._stream_messages(exchange, ctx, resp, client)
         try:
             principal = await _principal_json(exchange, resp, collector)
         except (ProtocolError, ValueError) as exc:
             log.warning("recall principal unusable: %s", exc)
-            await client.respond(502, error_body("server_error", "Gateway request failed"))
-            return RecallOutcome([], False)
-        if protocol in (Protocol.RESPONSES, Protocol.CODEX):
-            status, extra, body, final = await buffered_responses_recall(ctx, principal,
-                                                                         codex=codex)
-            await client.respond(status, body, JSON_HEADERS + extra)
-            if final is None:
-                return RecallOutcome([], False)
-            ctx.delivered()
-            _check_empty(exchange, final, ctx.budget.executions)
-            calls = {s.anchor_id: s.assistant for s in ctx.staged if s.anchor_id}
-            return RecallOutcome(_item_messages(final.get("output") or [], calls), True)
-        handler = anthropic_handler if protocol is Protocol.ANTHROPIC else chat_handler
-        status, body, extra = await handler.buffered_recall(ctx, principal)
-        await client.respond(status, body, extra)
-        if status != 200:
-            return RecallOutcome([], False)
+            body = error_body("server_error", "Gateway request failed")
+            await client.respond(502, body)
+            return Delivery(502, JSON_HEADERS, [], False, body)
+        if family is Family.RESPONSES:
+            return await self._buffered_responses(exchange, ctx, principal, client)
+        return await self._buffered_messages(exchange, ctx, principal, client)
+
+    async def _stream_responses(self, exchange: Exchange, ctx: RecallContext,
+                                resp: UpstreamResponse, client: ClientChannel) -> Delivery:
+        headers = client_response_headers(resp.raw_headers)
+        await client.start(resp.status, headers)
+        icpt = await stream_responses_recall(ctx, resp, client,
+                                             codex=exchange.protocol is Protocol.CODEX,
+                                             limits=self.limits)
+        await client.end()
+        delivered = icpt.delivered_response()
+        if delivered is not None:
+            _check_empty(exchange, delivered, icpt.depth)
+        return Delivery(resp.status, headers, _item_messages(icpt.turn_items()),
+                        icpt.failure is None)
+
+    async def _stream_messages(self, exchange: Exchange, ctx: RecallContext,
+                               resp: UpstreamResponse, client: ClientChannel) -> Delivery:
+        """Anthropic or Chat to a streaming client. What the client got is kept
+        (bounded) and parsed for storage off the loop, after its last byte."""
+        headers = client_response_headers(resp.raw_headers)
+        tee = _Tee(client)
+        handler = anthropic_handler if exchange.protocol is Protocol.ANTHROPIC else chat_handler
+        await handler.stream_recall(ctx, resp, tee, headers)
+        outputs = await _outputs(exchange.protocol, tee.chunks)
+        return Delivery(200, headers, outputs + _staged_messages(ctx), True)
+
+    async def _buffered_responses(self, exchange: Exchange, ctx: RecallContext,
+                                  principal: dict[str, Any], client: ClientChannel) -> Delivery:
+        status, extra, body, final = await buffered_responses_recall(
+            ctx, principal, codex=exchange.protocol is Protocol.CODEX)
+        headers = JSON_HEADERS + extra
+        await client.respond(status, body, headers)
+        if final is None:
+            return Delivery(status, headers, [], False, body)
         ctx.delivered()
-        answer = TurnCollector(protocol, max_json_bytes=len(body) + 1)
-        answer.feed(body)
-        return RecallOutcome(answer.outputs() + _staged_messages(ctx), True)
+        _check_empty(exchange, final, ctx.budget.executions)
+        calls = {s.anchor_id: s.assistant for s in ctx.staged if s.anchor_id}
+        return Delivery(status, headers, _item_messages(final.get("output") or [], calls),
+                        True, body)
+
+    async def _buffered_messages(self, exchange: Exchange, ctx: RecallContext,
+                                 principal: dict[str, Any], client: ClientChannel) -> Delivery:
+        handler = anthropic_handler if exchange.protocol is Protocol.ANTHROPIC else chat_handler
+        status, body, headers = await handler.buffered_recall(ctx, principal)
+        await client.respond(status, body, headers)
+        if status != 200:
+            return Delivery(status, headers, [], False, body)
+        ctx.delivered()
+        outputs = await _outputs(exchange.protocol, [body])
+        return Delivery(status, headers, outputs + _staged_messages(ctx), True, body)
 
     def _delivered(self, exchange: Exchange, staged: list[StagedRecall]) -> None:
         """The client has the whole answer: keep its recalls for expansion."""
-        family = _TOOL_PROTOCOL[exchange.protocol]
+        family = family_of(exchange.protocol)
         self.replay.commit(family, exchange.payload, exchange.identity, staged)
 
 
-def _live_limits(settings: Any) -> Limits:
-    """The live Responses limits from the settings (E.1 defaults without them)."""
-    if settings is None:
-        return Limits()
+def _live_limits(settings: Settings) -> Limits:
+    """The live recall limits from the settings (E.1)."""
     return Limits(stream_bytes=settings.recall_stream_max_bytes,
                   retained_bytes=settings.recall_retained_max_bytes,
                   deferred_bytes=settings.recall_deferred_max_bytes)
 
 
-class _Tee:
-    """The client channel, with every byte written also fed to a collector."""
+# What a streamed recall answer may keep for storage: the client's bytes, parsed
+# once it has them all. A recall-watched stream retains at most
+# LORE_RECALL_RETAINED_MAX_BYTES of text; its SSE framing is a few times that.
+MAX_KEPT_STREAM_BYTES = 64 * 1024 * 1024
 
-    def __init__(self, client: ClientChannel, collector: TurnCollector | None) -> None:
+
+class _Tee:
+    """The client channel, keeping a copy of every byte written (bounded)."""
+
+    def __init__(self, client: ClientChannel) -> None:
         self._client = client
-        self._collector = collector
+        self.chunks: list[bytes] = []
+        self._kept = 0
 
     async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         await self._client.start(status, headers)
 
     async def write(self, data: bytes) -> None:
         await self._client.write(data)
-        if self._collector is not None:
-            self._collector.feed(data)
+        self._keep(data)
 
     async def end(self, data: bytes = b"") -> None:
         await self._client.end(data)
-        if self._collector is not None and data:
-            self._collector.feed(data)
+        self._keep(data)
+
+    def _keep(self, data: bytes) -> None:
+        if data and self._kept + len(data) <= MAX_KEPT_STREAM_BYTES:
+            self.chunks.append(data)
+            self._kept += len(data)
+
+
+# Answers up to this size are parsed for storage right away (about a millisecond);
+# larger ones in a thread, so the loop never stalls on one (the proxy's rule for
+# request bodies). Right away matters: a gateway stopped just after the client's
+# last byte still completes the turn.
+PARSE_OFF_LOOP_BYTES = 256 * 1024
+
+
+async def _outputs(protocol: Protocol, chunks: list[bytes]) -> list[Message]:
+    if sum(map(len, chunks)) <= PARSE_OFF_LOOP_BYTES:
+        return _parsed_outputs(protocol, chunks)
+    return await asyncio.to_thread(_parsed_outputs, protocol, chunks)
+
+
+def _parsed_outputs(protocol: Protocol, chunks: list[bytes]) -> list[Message]:
+    """What the client received, as the turn's output messages (run off the loop)."""
+    collector = TurnCollector(protocol, max_json_bytes=sum(map(len, chunks)) + 1)
+    for chunk in chunks:
+        collector.feed(chunk)
+    return collector.outputs()
 
 
 async def _principal_json(exchange: Exchange, resp: UpstreamResponse,
@@ -205,13 +270,7 @@ async def _principal_json(exchange: Exchange, resp: UpstreamResponse,
         async for chunk in resp.chunks():
             collector.feed(chunk)
         return collector.response_body()
-    body, cut = await resp.read(anthropic_handler.MAX_JSON_BYTES)
-    if cut:
-        raise ProtocolError("foreground response exceeded 4194304 byte limit")
-    payload = orjson.loads(body)
-    if not isinstance(payload, dict):
-        raise ProtocolError("upstream response is not a JSON object")
-    return payload
+    return await read_json_principal(resp)
 
 
 def _item_messages(items: list[dict[str, Any]],

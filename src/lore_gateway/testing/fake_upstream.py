@@ -27,7 +27,8 @@ Scenarios (``name`` or ``name:argument``; see docs/testing.md):
 ``stall[:seconds]``       3 frames, then silence (until the client leaves if
                           no seconds are given); the disconnect is recorded
 ``missing-terminal``      the stream ends cleanly without its terminal event
-``big-stream:<MiB>``      that many MiB of text deltas, generated on the fly
+``big-stream:<MiB>[@<n>]`` that many MiB of text deltas of n bytes (default
+                          4096), generated on the fly
 ``slow:<seconds>``        wait that long before the response headers, then text
 
 :meth:`FakeUpstream.script_rate_limits` starts the next Responses streams with a
@@ -461,8 +462,9 @@ class FakeUpstream:
             headers |= {"retry-after": "7"}
             return self._error(shape, code, f"fake upstream error {code}", headers)
         if scenario.name == "big-stream":
-            megabytes = float(scenario.arg or "1")
-            frames = _big_stream(shape, _model_of(body, "fake"), int(megabytes * 1024 * 1024))
+            size, _, delta = (scenario.arg or "1").partition("@")
+            frames = _big_stream(shape, _model_of(body, "fake"), int(float(size) * 1024 * 1024),
+                                 int(delta or BIG_DELTA_BYTES))
             return await self._stream(request, record, frames, headers)
         if scenario.name == "slow":
             await asyncio.sleep(float(scenario.arg or "1"))
@@ -672,12 +674,13 @@ def replay_bytes(path: Path) -> bytes:
     return b"".join(_jsonl_frames(data)) if path.name.endswith(".chunks.jsonl") else data
 
 
-def _big_stream(shape: str, model: str, total: int) -> Iterator[bytes]:
-    """A text answer of about ``total`` bytes in 4 KiB deltas, never held in memory.
-
-    A two-delta answer is built once; its first delta frame is then repeated.
+def _big_stream(shape: str, model: str, total: int,
+                delta_bytes: int = BIG_DELTA_BYTES) -> Iterator[bytes]:
+    """A text answer of about ``total`` bytes in ``delta_bytes`` deltas, never held
+    in memory. A two-delta answer is built once; its first delta frame is then
+    repeated.
     """
-    chunk = "x" * (BIG_DELTA_BYTES - 1) + " "
+    chunk = "x" * (delta_bytes - 1) + " "
     if shape == "chat":
         frames = fs.chat_text(chunk * 2, model, False, deltas=2).frames
         head, delta, tail = frames[:1], frames[1], frames[2:]
@@ -688,7 +691,7 @@ def _big_stream(shape: str, model: str, total: int) -> Iterator[bytes]:
         frames = fs.responses_text(chunk * 2, model, 2).frames
         head, delta, tail = frames[:5], frames[5], frames[6:]
     yield from head
-    for _ in range(max(1, total // BIG_DELTA_BYTES - 1)):
+    for _ in range(max(1, total // delta_bytes - 1)):
         yield delta
     yield from tail
 

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 from lore_gateway.memory.sanitize import ANCHOR_RE
-from lore_gateway.recall.anchor_context import prefix_context_id
-from lore_gateway.recall.anthropic_expand import StoredPair
+from lore_gateway.recall.anthropic.expand import StoredPair
+from lore_gateway.recall.core.anchor_context import prefix_context_id
 
 Lookup = Callable[[str], StoredPair | None]
 _TEXT_PARTS = ("output_text", "input_text", "text")

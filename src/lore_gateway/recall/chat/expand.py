@@ -22,10 +22,10 @@ from collections.abc import Callable
 from typing import Any
 
 from lore_gateway.memory.sanitize import ANCHOR_RE
-from lore_gateway.recall.anchor_context import prefix_context_id
-from lore_gateway.recall.anthropic_expand import StoredPair
-from lore_gateway.recall.chat import MARKER_SEPARATOR
-from lore_gateway.recall.markers import parse_marker
+from lore_gateway.recall.anthropic.expand import StoredPair
+from lore_gateway.recall.chat.live import MARKER_SEPARATOR
+from lore_gateway.recall.core.anchor_context import prefix_context_id
+from lore_gateway.recall.core.markers import parse_marker
 
 Lookup = Callable[[str], StoredPair | None]
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.sse import SSEEvent, encode_event
 
 _PREFIX = {"message": "msg", "reasoning": "rs", "function_call": "fc"}
@@ -32,7 +33,9 @@ class FreshIds:
         new = self._map.get(old)
         if new is None:
             if len(self._map) >= MAX_IDS:
-                raise ValueError("recovery answer has too many item ids")
+                # A ProtocolError, so the interceptor fails the stream properly
+                # (one response.failed) instead of the stream being cut.
+                raise ProtocolError(f"recovery answer has more than {MAX_IDS} item ids")
             new = f"{prefix}_lore_recovery_{uuid.uuid4().hex}"
             self._map[old] = new
         return new

@@ -14,9 +14,15 @@ an assistant ``tool_calls`` + ``tool`` message). This module keeps those pairs:
 * bounded: at most 128 entries and 1 MiB per session (B.6), and a bounded LRU of
   cached sessions in memory, loaded lazily from the database.
 
-All database work runs on one dedicated thread with its own connection, in
-submission order, so a session loaded after a commit always sees that commit and
+All database work (loads and writes) runs as jobs on the memory's one writer
+thread (``TurnWriter.submit_job``), in submission order, so a session loaded after
+a commit always sees that commit, there is no second writer to contend with, and
 the event loop never waits on SQLite.
+
+Credentials are redacted in what reaches the database (lore-spec: nothing a user
+typed is stored verbatim if it looks like a key), as in stored messages. The
+cached copy stays verbatim, so within one process a replay is byte-identical; after
+a restart a pair that held a key replays redacted, a rare and logged rewrite.
 """
 
 from __future__ import annotations
@@ -24,21 +30,24 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import apsw
 import orjson
 
 from lore_gateway.memory import db
+from lore_gateway.memory.sanitize import redact_credentials
+from lore_gateway.memory.writer import TurnWriter
 
 log = logging.getLogger("lore.recall")
+
+T = TypeVar("T")
 
 # lore-spec B.6: per-session capacity of the recall store.
 MAX_ENTRIES_PER_SESSION = 128
@@ -47,10 +56,16 @@ MAX_BYTES_PER_SESSION = 1024 * 1024
 # bound keeps a gateway serving many agents from holding every session's recalls.
 MAX_CACHED_SESSIONS = 256
 MAX_CACHED_BYTES = 32 * 1024 * 1024
-# Writes waiting for the store thread. A recall is stored once per delivered
+# Session loads started for commits. A recall is stored once per delivered
 # answer, so this is only reached when the disk has stalled for a long time.
 MAX_PENDING_WRITES = 1_000
+# What an anchor store opened on a bare path (tests, tools) lets its own writer
+# keep per stored field; the gateway's store shares the memory's writer.
+_OWN_WRITER_MESSAGE_BYTES = 1024 * 1024
 CAPACITY_EXCEEDED = "recall store capacity exceeded"
+# Closing waits this long for queued anchor writes: the writer's own close then
+# finishes them, so a stalled disk delays shutdown by this much at most here.
+CLOSE_TIMEOUT_S = 30.0
 
 SessionKey = tuple[str, str]  # (tenant, session)
 
@@ -99,6 +114,15 @@ class StoredRecall:
         return value
 
     @property
+    def redacted(self) -> StoredRecall:
+        """This entry as it may be written to disk: credentials redacted."""
+        return StoredRecall(
+            self.anchor_id, self.protocol, self.marker, self.call_id,
+            redact_credentials(self.arguments), self.position, self.context_id,
+            _redact_json(self.assistant_json), _redact_json(self.result_json),
+            self.created_at)
+
+    @property
     def size(self) -> int:
         """What the entry counts against the per-session byte capacity."""
         return (len(self.assistant_json) + len(self.result_json) + len(self.arguments)
@@ -126,31 +150,52 @@ class SessionRecalls:
     def __len__(self) -> int:
         return len(self.entries)
 
+    def touch(self, anchor_ids: Iterable[str]) -> None:
+        """Mark these anchors as found in the session's latest expansion (live)."""
+        stamp = next(_stamps)
+        found = False
+        for anchor_id in anchor_ids:
+            if anchor_id in self.entries:
+                self.last_used[anchor_id] = stamp
+                found = True
+        if found:
+            self.latest_expansion = stamp
+
 
 _stamps = itertools.count(1)
+
+
+def _redact_json(raw: bytes) -> bytes:
+    """Redact inside serialised JSON; the redaction keeps string syntax intact."""
+    text = raw.decode()
+    cleaned = redact_credentials(text)
+    return raw if cleaned is text else cleaned.encode()
 
 
 class AnchorStore:
     """Recalls per (tenant, session): an in-memory LRU over a SQLite table."""
 
-    def __init__(self, db_path: Path | None, *,
+    def __init__(self, db_path: Path | None = None, *,
+                 writer: TurnWriter | None = None,
                  max_entries: int = MAX_ENTRIES_PER_SESSION,
                  max_bytes: int = MAX_BYTES_PER_SESSION,
                  max_sessions: int = MAX_CACHED_SESSIONS,
                  max_cached_bytes: int = MAX_CACHED_BYTES) -> None:
-        self._db_path = db_path
+        """``writer``: the memory's writer (the gateway); or ``db_path``: a store of
+        its own on that database (tools, tests); neither: a cache only."""
+        self._own_writer = writer is None and db_path is not None
+        if writer is None and db_path is not None:
+            writer = TurnWriter(db.conn_factory(db_path),
+                                max_message_bytes=_OWN_WRITER_MESSAGE_BYTES)
+        self._writer = writer
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._max_sessions = max_sessions
         self._max_cached_bytes = max_cached_bytes
         self._cache: OrderedDict[SessionKey, SessionRecalls] = OrderedDict()
         self._cached_bytes = 0
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lore-anchors")
-        self._local = threading.local()
-        self._connections: list[apsw.Connection] = []
-        self._pending = 0
-        self._pending_lock = threading.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._writes: set[Future[None]] = set()
         # Commits for sessions not cached yet, applied when their load lands.
         self._unloaded: dict[SessionKey, list[StoredRecall]] = {}
         self.dropped_writes = 0
@@ -168,7 +213,7 @@ class AnchorStore:
         if cached is not None:
             self._cache.move_to_end(key)
             return cached
-        loaded = await asyncio.wrap_future(self._thread.submit(self._load, key))
+        loaded = await self._run(lambda conn: _read_session(conn, key))
         # Another request may have loaded (or committed to) it meanwhile.
         cached = self._cache.get(key)
         if cached is not None:
@@ -178,14 +223,7 @@ class AnchorStore:
 
     def touch(self, recalls: SessionRecalls, anchor_ids: Iterable[str]) -> None:
         """Mark these anchors as found in the session's latest expansion (live)."""
-        stamp = next(_stamps)
-        found = False
-        for anchor_id in anchor_ids:
-            if anchor_id in recalls.entries:
-                recalls.last_used[anchor_id] = stamp
-                found = True
-        if found:
-            recalls.latest_expansion = stamp
+        recalls.touch(anchor_ids)
 
     # --- writes ---------------------------------------------------------------------
 
@@ -238,23 +276,28 @@ class AnchorStore:
         self._cached_bytes += sum(e.size for e in new) - sum(e.size for e in evicted)
         self._cache.move_to_end(key)
         self._trim_cache()
-        gone = [e.anchor_id for e in evicted]
-        self._submit_write(lambda conn: _write(conn, key, new, gone))
+        self._submit_write(key, new, [e.anchor_id for e in evicted])
 
     async def drain(self) -> None:
         """Wait for commits still loading their session, then for every write."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
-        await asyncio.wrap_future(self._thread.submit(lambda: None))
+        await self._run(lambda conn: None)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every write submitted so far is in the database."""
-        self._thread.submit(lambda: None).result(timeout)
+        if self._writer is not None:
+            self._writer.flush(timeout)
 
     def close(self) -> None:
-        """Finish queued writes, then close the store thread's connection."""
-        self._thread.submit(self._close_connection).result()
-        self._thread.shutdown(wait=True)
+        """Finish queued writes; a store with its own writer also stops it (the
+        memory's writer is the memory's to close)."""
+        if self._writer is None:
+            return
+        if not self._writer.flush(CLOSE_TIMEOUT_S):
+            log.warning("recall store: writes still queued after %.0f s at close", CLOSE_TIMEOUT_S)
+        if self._own_writer:
+            self._writer.close()
 
     # --- internals -------------------------------------------------------------------
 
@@ -316,46 +359,39 @@ class AnchorStore:
             _, dropped = self._cache.popitem(last=False)
             self._cached_bytes -= dropped.bytes
 
-    def _submit_write(self, run: Any) -> None:
-        with self._pending_lock:
-            if self._pending >= MAX_PENDING_WRITES:
-                self.dropped_writes += 1
-                log.warning("recall store: %d writes pending; dropping one (%d dropped)",
-                            self._pending, self.dropped_writes)
-                return
-            self._pending += 1
-        future: Future[None] = self._thread.submit(self._run_write, run)
-        future.add_done_callback(_log_failure)
+    async def _run(self, run: Callable[[apsw.Connection], T]) -> T:
+        """``run(conn)`` on the writer thread, awaited; without a database, on a
+        fresh empty session (``_read_session`` of nothing)."""
+        if self._writer is None:
+            return run(_NO_DATABASE)
+        future = self._writer.submit_job(run)
+        if future is None:
+            raise RuntimeError("memory writer queue is full or closed; "
+                               "recall anchors cannot be read now")
+        return await asyncio.wrap_future(future)
 
-    def _run_write(self, run: Any) -> None:
-        try:
-            conn = self._connection()
-            if conn is not None:
-                with conn:
-                    run(conn)
-        finally:
-            with self._pending_lock:
-                self._pending -= 1
+    def _submit_write(self, key: SessionKey, new: list[StoredRecall],
+                      evicted: list[str]) -> None:
+        if self._writer is None:
+            return
+        rows = [e.redacted for e in new]
+        if len(self._writes) >= MAX_PENDING_WRITES:
+            self.dropped_writes += 1
+            log.warning("recall store: %d writes pending; dropping one (%d dropped)",
+                        len(self._writes), self.dropped_writes)
+            return
+        future = self._writer.submit_job(lambda conn: _write(conn, key, rows, evicted))
+        if future is None:
+            self.dropped_writes += 1
+            log.warning("recall store: the memory writer is full or closed; a recall is "
+                        "not kept (%d dropped)", self.dropped_writes)
+            return
+        self._writes.add(future)
+        future.add_done_callback(self._write_done)
 
-    def _load(self, key: SessionKey) -> SessionRecalls:
-        conn = self._connection()
-        return SessionRecalls() if conn is None else _read_session(conn, key)
-
-    def _connection(self) -> apsw.Connection | None:
-        if self._db_path is None:
-            return None
-        conn: apsw.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = db.connect(self._db_path)
-            self._local.conn = conn
-            self._connections.append(conn)
-        return conn
-
-    def _close_connection(self) -> None:
-        for conn in self._connections:
-            conn.close()
-        self._connections.clear()
-        self._local.conn = None
+    def _write_done(self, future: Future[None]) -> None:
+        self._writes.discard(future)
+        _log_failure(future)
 
 
 def _log_failure(future: Future[None]) -> None:
@@ -367,6 +403,19 @@ def _log_failure(future: Future[None]) -> None:
 
 _COLUMNS = ("anchor_id, protocol, marker, call_id, arguments, position, context_id, "
             "assistant, tool_result, created_at")
+
+
+class _NoDatabase:
+    """Stands in for a connection when the store has no database: reads find nothing."""
+
+    def execute(self, *_: object) -> _NoDatabase:
+        return self
+
+    def fetchall(self) -> list[tuple[object, ...]]:
+        return []
+
+
+_NO_DATABASE: Any = _NoDatabase()
 
 
 def _read_session(conn: apsw.Connection, key: SessionKey) -> SessionRecalls:
@@ -391,6 +440,12 @@ def _read_session(conn: apsw.Connection, key: SessionKey) -> SessionRecalls:
 
 def _write(conn: apsw.Connection, key: SessionKey, new: list[StoredRecall],
            evicted: list[str]) -> None:
+    with conn:
+        _write_rows(conn, key, new, evicted)
+
+
+def _write_rows(conn: apsw.Connection, key: SessionKey, new: list[StoredRecall],
+                evicted: list[str]) -> None:
     tenant, session = key
     for anchor_id in evicted:
         conn.execute("DELETE FROM recall_anchors WHERE tenant = ? AND session = ? "

@@ -1,5 +1,5 @@
 """The vocabulary of live Responses interception: the actions the sans-IO
-:class:`~lore_gateway.recall.responses_live.LiveInterceptor` returns, its limits
+:class:`~lore_gateway.recall.responses.live.LiveInterceptor` returns, its limits
 (lore-spec E.1), and the per-round item state every upstream event is applied to
 (forwarded, deferred or hidden alike, lore-spec D.3).
 
@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lore_gateway.protocols.common import ProtocolError, TextBuffer
-from lore_gateway.recall.responses_recovery import FreshIds
-from lore_gateway.recall.tool import RecallArgs, RecallArgumentError, is_recall_call
+from lore_gateway.recall.core.chain import FailureCategory
+from lore_gateway.recall.core.tool import RecallArgs, RecallArgumentError, is_recall_call
+from lore_gateway.recall.responses.recovery import FreshIds
 
 MiB = 1024 * 1024
 # E.1 defaults. A real answer is a few hundred KiB; 64 MiB bounds a runaway stream.
@@ -29,7 +30,6 @@ RECALL_FAILED_MESSAGE = "Lore could not continue the response after recall"
 GATEWAY_FAILED_MESSAGE = "Gateway request failed"
 RATE_LIMITS = "codex.rate_limits"
 TERMINALS = ("response.completed", "response.incomplete", "response.failed", "response.done")
-FailureCategory = str
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,14 +73,6 @@ class Done:
 
 
 Action = Send | RunRecall | FollowUp | Done
-
-
-class RecallChainFailure(Exception):
-    """The chain cannot continue; ``category`` is the C.7 failure category."""
-
-    def __init__(self, category: FailureCategory, message: str) -> None:
-        super().__init__(message)
-        self.category = category
 
 
 # --- per-round state ------------------------------------------------------------------

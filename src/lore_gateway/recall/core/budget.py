@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from lore_gateway.recall.tool import RecallArgs
+from lore_gateway.recall.core.tool import RecallArgs
 
 StopReason = Literal["time", "tokens", "result_bytes", "items", "stalled", "execution"]
 

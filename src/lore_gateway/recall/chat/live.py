@@ -28,8 +28,9 @@ from typing import Any
 import orjson
 
 from lore_gateway.protocols.common import ProtocolError
-from lore_gateway.recall.anthropic_live import DEFAULT_MAX_STATE_BYTES, RecallCall
-from lore_gateway.recall.tool import RECALL_TOOL_NAME
+from lore_gateway.recall.anthropic.live import DEFAULT_MAX_STATE_BYTES
+from lore_gateway.recall.core.chain import RecallCall, StateLimitExceeded
+from lore_gateway.recall.core.tool import RECALL_TOOL_NAME
 from lore_gateway.sse import SSEEvent
 
 _DONE = b"data: [DONE]\n\n"
@@ -90,6 +91,8 @@ class ChatRound:
         self.usage: dict[str, Any] = {}
         self.held: list[dict[str, Any]] = []
         self.done = False
+        self.done_sent = False  # this round forwarded the upstream's [DONE]
+        self.after_terminal = 0  # upstream frames discarded after [DONE]
 
     @property
     def recall_seen(self) -> bool:
@@ -107,6 +110,14 @@ class ChatRound:
         return len(self.calls) - len(self._hidden)
 
     @property
+    def visible_tools(self) -> int:
+        return self.visible_tool_calls
+
+    def usable(self) -> bool:
+        """C.1 "usable continuation": some text or a tool call."""
+        return message_usable(self.message())
+
+    @property
     def text(self) -> str:
         return "".join(self.content)
 
@@ -116,18 +127,23 @@ class ChatRound:
             return event.raw  # comments and keepalives pass through
         if not event.data.strip():
             return b""
+        if self.done:
+            # [DONE] is the terminal and the first one is authoritative (lore-spec
+            # D.4): a repeated [DONE] or a chunk after it is discarded.
+            self.after_terminal += 1
+            return b""
         if event.data.strip() == "[DONE]":
-            if self.done:
-                return b""
             self.done = True
             if self.finish_reason is None:
                 raise ProtocolError("upstream OpenAI request did not complete")
-            return b"" if self.recall_seen or self._hold_terminal else _DONE
-        if self.done:
-            raise ProtocolError("OpenAI chunk after [DONE]")
-        self._state_bytes += len(event.raw)
+            if self.recall_seen or self._hold_terminal:
+                return b""
+            self.done_sent = True
+            return _DONE
+        self._state_bytes += len(event.data)
         if self._state_bytes > self._max_state_bytes:
-            raise ProtocolError("Chat retained state exceeded byte limit")
+            raise StateLimitExceeded(
+                f"Chat retained state exceeded byte limit ({self._max_state_bytes} bytes)")
         try:
             chunk = orjson.loads(event.data)
         except orjson.JSONDecodeError:
@@ -238,6 +254,11 @@ class ChatRound:
         return body
 
 
+def message_usable(message: dict[str, Any]) -> bool:
+    """C.1 "usable continuation": some text or a tool call."""
+    return bool(str(message.get("content") or "").strip() or message.get("tool_calls"))
+
+
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -288,7 +309,9 @@ class ChatRecallStream:
                 chunk = {**chunk, "usage": {**chunk["usage"], **total}}
             out += _frame(chunk)
         self.round.held = []
-        return bytes(out + _DONE)
+        if not self.round.done_sent:
+            out += _DONE  # exactly one [DONE]: unless the upstream's already went out
+        return bytes(out)
 
 
 # Blank lines set the marker off from the text around it, so a client that

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 import orjson
 
+from lore_gateway.routing import Family
+
 RECALL_TOOL_NAME = "recall"
 
 Scope = Literal["all", "session", "project", "knowledge"]
@@ -285,7 +287,7 @@ def parse_arguments(raw: Any) -> RecallArgs:
 
 # --- injection (B.8) ------------------------------------------------------------------
 
-Protocol = Literal["responses", "chat", "anthropic"]
+Protocol = Family  # the tool is defined per wire-format family (routing.Family)
 
 # Anthropic server tools carry a versioned ``type`` (web_search_20250305, ...); a
 # client tool has no type or type "custom".
@@ -312,7 +314,14 @@ def _is_callable_function(protocol: Protocol, tool: dict[str, Any]) -> bool:
 
 
 def should_inject(protocol: Protocol, body: dict[str, Any], *, codex_client: bool = False) -> bool:
-    """Whether the gateway adds its recall tool to this request (B.8).
+    """Whether the gateway adds its recall tool to this request (B.8); see
+    :func:`injection_refusal` for the rule."""
+    return injection_refusal(protocol, body, codex_client=codex_client) is None
+
+
+def injection_refusal(protocol: Protocol, body: dict[str, Any], *,
+                      codex_client: bool = False) -> str | None:
+    """Why the recall tool is *not* added to this request, or None when it is.
 
     Only when the client offers at least one callable function tool (a request with
     no tools is a plain completion, often an internal title or summary call), has no
@@ -325,15 +334,15 @@ def should_inject(protocol: Protocol, body: dict[str, Any], *, codex_client: boo
     """
     tools = body.get("tools")
     if not isinstance(tools, list):
-        return False
+        return "no client tool"
     tool_dicts = [t for t in tools if isinstance(t, dict)]
     if not any(_is_callable_function(protocol, t) for t in tool_dicts):
-        return False
+        return "no callable client tool"
     if any(_tool_name(protocol, t) == RECALL_TOOL_NAME for t in tool_dicts):
-        return False
-    return not (
-        protocol != "anthropic" and body.get("parallel_tool_calls") is True and not codex_client
-    )
+        return "the client has its own recall tool"
+    if protocol != "anthropic" and body.get("parallel_tool_calls") is True and not codex_client:
+        return "the client asked for parallel tool calls"
+    return None
 
 
 def inject(
@@ -343,16 +352,27 @@ def inject(
     disabled, or None when :func:`should_inject` says no."""
     if not should_inject(protocol, body, codex_client=codex_client):
         return None
+    return with_recall_tool(protocol, body)
+
+
+# The injected definitions, built once (a strict schema is a deep copy, most of
+# the cost of preparing a request). Shared by every upstream body: request
+# transforms never mutate a payload (recall/pipeline.py), so sharing is safe.
+_INJECTED: dict[str, dict[str, Any]] = {
+    "responses": responses_tool(),
+    "chat": chat_tool(),
+    "anthropic": anthropic_tool(),
+}
+
+
+def with_recall_tool(protocol: Protocol, body: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``body`` with the recall tool added and parallel tool use disabled
+    (for a body :func:`should_inject` accepted)."""
     out = dict(body)
-    tools = list(body["tools"])
-    if protocol == "responses":
-        tools.append(responses_tool())
-        out["parallel_tool_calls"] = False
-    elif protocol == "chat":
-        tools.append(chat_tool())
+    tools = [*body["tools"], _INJECTED[protocol]]
+    if protocol in ("responses", "chat"):
         out["parallel_tool_calls"] = False
     else:
-        tools.append(anthropic_tool())
         choice = body.get("tool_choice")
         if choice is None:
             out["tool_choice"] = {"type": "auto", "disable_parallel_tool_use": True}
@@ -366,3 +386,10 @@ def is_recall_call(name: Any) -> bool:
     """Whether a function call with this name is the gateway's recall. Only valid to
     ask for requests the gateway injected recall into."""
     return bool(name == RECALL_TOOL_NAME)
+
+
+def has_recall_tool(protocol: Protocol, body: dict[str, Any]) -> bool:
+    """Whether the body's tool list has a function tool named ``recall``."""
+    tools = body.get("tools")
+    return isinstance(tools, list) and any(
+        isinstance(t, dict) and _tool_name(protocol, t) == RECALL_TOOL_NAME for t in tools)

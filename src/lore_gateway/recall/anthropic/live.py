@@ -23,13 +23,13 @@ Two layers:
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from lore_gateway.protocols.common import ProtocolError
-from lore_gateway.recall.tool import RECALL_TOOL_NAME
+from lore_gateway.protocols.common import ProtocolError, TextBuffer
+from lore_gateway.recall.core.chain import RecallCall, StateLimitExceeded, event_object
+from lore_gateway.recall.core.tool import RECALL_TOOL_NAME
 from lore_gateway.sse import SSEEvent, encode_event
 
 # The accumulated message is bounded like the Responses path's retained state
@@ -47,28 +47,17 @@ _SUMMED_USAGE_FIELDS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class RecallCall:
-    """A hidden recall ``tool_use`` block, complete.
-
-    ``arguments`` is the input JSON text exactly as the model streamed it;
-    ``position`` is the block's index in the upstream message, which is where
-    the follow-up places the ``tool_use`` among the replayed blocks.
-    """
-
-    tool_use_id: str
-    arguments: str
-    position: int
+# The text-like delta types and the block field each one appends to.
+_TEXT_DELTA_FIELDS = {
+    "text_delta": "text",
+    "thinking_delta": "thinking",
+    "signature_delta": "signature",
+}
 
 
 def _loads(event: SSEEvent) -> dict[str, Any]:
-    try:
-        payload = orjson.loads(event.data)
-    except orjson.JSONDecodeError:
-        raise ProtocolError(f"malformed JSON in Anthropic event {event.name}") from None
-    if not isinstance(payload, dict):
-        raise ProtocolError(f"Anthropic payload type does not match {event.name}")
-    return payload
+    return event_object(event, malformed=f"malformed JSON in Anthropic event {event.name}",
+                        not_object=f"Anthropic payload type does not match {event.name}")
 
 
 def _index(payload: dict[str, Any], name: str) -> int:
@@ -76,6 +65,21 @@ def _index(payload: dict[str, Any], name: str) -> int:
     if not isinstance(index, int) or isinstance(index, bool) or index < 0:
         raise ProtocolError(f"invalid Anthropic content block index for {name}")
     return index
+
+
+_CUT_SHORT = ("max_tokens", "pause_turn", "model_context_window_exceeded")
+
+
+def content_usable(stop_reason: Any, content: list[dict[str, Any]]) -> bool:
+    """C.1 "usable continuation": some text or a tool call, and not cut short."""
+    if stop_reason in _CUT_SHORT:
+        return False
+    for block in content:
+        if block.get("type") == "tool_use":
+            return True
+        if block.get("type") == "text" and str(block.get("text", "")).strip():
+            return True
+    return False
 
 
 def sum_usage(rounds: list[dict[str, Any]]) -> dict[str, int]:
@@ -102,6 +106,9 @@ class AnthropicRound:
         self._state_bytes = 0
         self.message: dict[str, Any] = {}
         self.blocks: dict[int, dict[str, Any]] = {}
+        # Streamed text per (block, field), in the linear buffer: appending to a
+        # str per delta is quadratic on a long answer.
+        self._parts: dict[int, dict[str, TextBuffer]] = {}
         self._partial_json: dict[int, list[str]] = {}
         self._client_index: dict[int, int] = {}
         self._hidden: set[int] = set()
@@ -113,14 +120,27 @@ class AnthropicRound:
         self.held: list[SSEEvent] = []
         self.started = False
         self.stopped = False
+        self.after_terminal = 0  # upstream events discarded after message_stop
         self.error: dict[str, Any] | None = None
 
     @property
     def recall_seen(self) -> bool:
         return bool(self._hidden)
 
+    @property
+    def visible_tools(self) -> int:
+        return self.visible_tool_uses
+
+    def usable(self) -> bool:
+        """C.1 "usable continuation": some text or a tool call, and not cut short."""
+        return content_usable(self.stop_reason, self.content())
+
     def content(self) -> list[dict[str, Any]]:
         """The accumulated content blocks in upstream order, recall included."""
+        for index, fields in self._parts.items():
+            block = self.blocks[index]
+            for name, buffer in fields.items():
+                block[name] = buffer.value
         return [self.blocks[i] for i in sorted(self.blocks)]
 
     def feed(self, event: SSEEvent) -> bytes:
@@ -128,15 +148,17 @@ class AnthropicRound:
         if not event.has_data:
             return event.raw  # comments and keepalives pass through
         if self.stopped:
-            raise ProtocolError(f"Anthropic event {event.name} after message_stop")
-        self._state_bytes += len(event.raw)
-        if self._state_bytes > self._max_state_bytes:
-            raise ProtocolError("Anthropic retained state exceeded byte limit")
+            # The first terminal is authoritative (lore-spec D.4): what follows it
+            # is discarded, never relayed after a finished message.
+            self.after_terminal += 1
+            return b""
         name = event.name
         if name == "ping":
             return event.raw
         payload = _loads(event)
         kind = payload.get("type")
+        if kind != "content_block_delta":
+            self._retain(len(event.data))
         if kind != name and name != "message":
             raise ProtocolError(f"Anthropic payload type does not match {name}")
         if kind == "error":
@@ -161,6 +183,13 @@ class AnthropicRound:
             self.stopped = True
             return self._terminal(event)
         return event.raw  # unknown event types are forwarded untouched
+
+    def _retain(self, size: int) -> None:
+        """Charge what the round keeps (text, not SSE framing) against its bound."""
+        self._state_bytes += size
+        if self._state_bytes > self._max_state_bytes:
+            raise StateLimitExceeded(
+                f"Anthropic retained state exceeded byte limit ({self._max_state_bytes} bytes)")
 
     def close(self) -> None:
         """End of the upstream body: the message must have been stopped."""
@@ -204,15 +233,21 @@ class AnthropicRound:
             raise ProtocolError("Anthropic payload type does not match content_block_delta")
         block = self.blocks[index]
         dtype = delta.get("type")
-        if dtype == "text_delta":
-            block["text"] = block.get("text", "") + str(delta.get("text", ""))
-        elif dtype == "thinking_delta":
-            block["thinking"] = block.get("thinking", "") + str(delta.get("thinking", ""))
-        elif dtype == "signature_delta":
-            block["signature"] = block.get("signature", "") + str(delta.get("signature", ""))
+        field = _TEXT_DELTA_FIELDS.get(dtype) if isinstance(dtype, str) else None
+        if field is not None:
+            text = str(delta.get(field, ""))
+            self._retain(len(text))
+            fields = self._parts.setdefault(index, {})
+            buffer = fields.get(field)
+            if buffer is None:
+                buffer = fields[field] = TextBuffer(str(block.get(field, "")))
+            buffer.append(text)
         elif dtype == "input_json_delta":
-            self._partial_json.setdefault(index, []).append(str(delta.get("partial_json", "")))
+            text = str(delta.get("partial_json", ""))
+            self._retain(len(text))
+            self._partial_json.setdefault(index, []).append(text)
         elif dtype == "citations_delta":
+            self._retain(len(event.data))
             block.setdefault("citations", []).append(delta.get("citation"))
         if index in self._hidden:
             return b""

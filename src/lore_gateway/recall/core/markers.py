@@ -29,7 +29,7 @@ from lore_gateway.memory.sanitize import (
     SCOPE_LABELS,
     SEARCH_MARKER_RE,
 )
-from lore_gateway.recall.tool import RecallArgs
+from lore_gateway.recall.core.tool import RecallArgs
 
 
 def search_marker(query: str, scope: str = "all") -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from lore_gateway.recall.markers import context_id
+from lore_gateway.recall.core.markers import context_id
 
 # Text parts a client writes for a user. Tool results and images are not text.
 _TEXT_PARTS = ("text", "input_text")

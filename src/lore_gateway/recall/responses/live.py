@@ -1,7 +1,7 @@
 """Live recall interception on a Responses stream (lore-spec C.5), sans-IO.
 
 :class:`LiveInterceptor` is a state machine in the style of h11. The asyncio shell
-(:mod:`lore_gateway.recall.responses_handler`) feeds it upstream SSE events and
+(:mod:`lore_gateway.recall.responses.handler`) feeds it upstream SSE events and
 carries out the actions it returns:
 
 * :class:`Send` — bytes for the client;
@@ -22,6 +22,12 @@ the client gets one ``response.failed``.
 Every event, forwarded, deferred or hidden, is applied to the round's item state;
 :meth:`LiveInterceptor.turn_items` is the whole turn (recall calls and results
 included) for storage.
+
+Three layers, one object: :class:`~.emission.ClientEmission` (the client's
+numbering, deferral, spooling and synthetic frames), :class:`~.items.ItemTracking`
+(events applied to round items) and this class (lifecycle, rounds, the recall
+chain). The recall policy it shares with every other path (failure categories,
+what is recoverable) comes from :mod:`lore_gateway.recall.core.chain`.
 """
 
 from __future__ import annotations
@@ -38,33 +44,36 @@ from lore_gateway.protocols.usage import (
     usage_from_responses,
     usage_to_responses,
 )
-from lore_gateway.recall.budget import RecallChainBudget
-from lore_gateway.recall.responses_frames import failed_event, marker_events, marker_item
-from lore_gateway.recall.responses_recovery import FreshIds, repeated_delivery
-from lore_gateway.recall.responses_round import (
-    GATEWAY_FAILED_MESSAGE,
-    RATE_LIMITS,
-    RECALL_FAILED_MESSAGE,
-    TERMINALS,
-    Action,
-    Done,
+from lore_gateway.recall.core.budget import RecallChainBudget
+from lore_gateway.recall.core.chain import (
+    NOT_RECOVERABLE,
     FailureCategory,
-    FollowUp,
-    Limits,
-    RecallChainFailure,
-    Round,
-    RoundItem,
-    RunRecall,
-    Send,
+    RecallFailed,
 )
-from lore_gateway.recall.tool import (
+from lore_gateway.recall.core.tool import (
     RecallArgs,
     RecallArgumentError,
     RecallFrameError,
     decode_arguments,
     parse_arguments,
 )
-from lore_gateway.sse import SSEEvent, encode_event
+from lore_gateway.recall.responses.items import ItemTracking
+from lore_gateway.recall.responses.recovery import FreshIds, repeated_delivery
+from lore_gateway.recall.responses.round import (
+    GATEWAY_FAILED_MESSAGE,
+    RATE_LIMITS,
+    RECALL_FAILED_MESSAGE,
+    TERMINALS,
+    Action,
+    Done,
+    FollowUp,
+    Limits,
+    Round,
+    RoundItem,
+    RunRecall,
+    Send,
+)
+from lore_gateway.sse import SSEEvent
 
 __all__ = [
     "Action",
@@ -72,7 +81,7 @@ __all__ = [
     "FollowUp",
     "Limits",
     "LiveInterceptor",
-    "RecallChainFailure",
+    "RecallFailed",
     "RunRecall",
     "Send",
 ]
@@ -85,7 +94,7 @@ _TEXT_DELTAS = frozenset({
 })
 
 
-class LiveInterceptor:
+class LiveInterceptor(ItemTracking):
     """One streaming client request whose upstream got the recall tool."""
 
     def __init__(
@@ -95,9 +104,9 @@ class LiveInterceptor:
         codex: bool = False,
         limits: Limits | None = None,
     ) -> None:
+        super().__init__(limits or Limits())
         self._budget = budget
         self._codex = codex
-        self._limits = limits or Limits()
         self._round = Round(0)
         self._rounds: list[Round] = [self._round]
         self._state: Literal["streaming", "recall", "follow_up", "done"] = "streaming"
@@ -106,20 +115,9 @@ class LiveInterceptor:
         self._model: Any = None
         self._created_sent = False
         self._pre_created: list[bytes] = []
-        self._seq = 0
-        # Upstream sequence numbers and output indices are forwarded as sent until
-        # an event is hidden; from then on the client's are renumbered densely.
-        self._renumber = False
         # The principal had no recall and its terminal went out verbatim: whatever
         # the upstream sends after it is relayed raw, as plain passthrough would.
         self._relaying = False
-        self._public: dict[tuple[int, int], int] = {}
-        self._next_public = 0
-        self._visible: dict[int, dict[str, Any]] = {}
-        self._deferred: list[tuple[int, SSEEvent]] = []
-        self._deferred_bytes = 0
-        self._spool: list[bytes] = []
-        self._spool_bytes = 0
         self._stream_bytes = 0
         self._terminal_sent = False
         self._usage: Usage | None = None
@@ -143,6 +141,11 @@ class LiveInterceptor:
         the rest of the upstream body is plain passthrough."""
         return self._relaying
 
+    @property
+    def in_continuation(self) -> bool:
+        """Whether the stream being fed is a follow-up's (not the principal's)."""
+        return self._round.number > 0
+
     def feed(self, event: SSEEvent) -> list[Action]:
         """Apply one upstream event of the current round."""
         if self._relaying:
@@ -151,7 +154,7 @@ class LiveInterceptor:
             return []
         try:
             return self._feed(event)
-        except RecallChainFailure as exc:
+        except RecallFailed as exc:
             return self._fail(exc.category, str(exc))
         except ProtocolError as exc:
             return self._fail(
@@ -169,7 +172,7 @@ class LiveInterceptor:
             )
         try:
             return self._end_round()
-        except RecallChainFailure as exc:
+        except RecallFailed as exc:
             return self._fail(exc.category, str(exc))
 
     def _feed(self, event: SSEEvent) -> list[Action]:
@@ -213,41 +216,6 @@ class LiveInterceptor:
             return self._terminal(event, name, payload)
         return self._item_event(event, name, payload)
 
-    def _deltas_pass(self) -> bool:
-        """Whether a text delta may go out after a cheap check only.
-
-        Most of a stream is text deltas, and applying each one to the item state
-        is most of the cost of watching a stream for recall. A text delta cannot
-        reveal a recall, and its text repeats in the ``*.done`` events, which are
-        applied. So while the principal has hidden and held nothing (numbering is
-        still the upstream's), a delta is checked (valid JSON of its type) and
-        forwarded byte for byte.
-        """
-        return (
-            self._round.number == 0
-            and self._created_sent
-            and not self._renumber
-            and not self._deferred
-            and self._round.fresh_ids is None
-            and not self._round.open_hold()
-        )
-
-    def _pass_delta(self, event: SSEEvent) -> list[Action]:
-        name = event.name
-        try:
-            payload = orjson.loads(event.data)
-        except orjson.JSONDecodeError:
-            raise ProtocolError(f"malformed JSON in Responses event {name}") from None
-        if not isinstance(payload, dict):
-            raise ProtocolError(f"malformed JSON in Responses event {name}")
-        kind = payload.get("type")
-        if kind is not None and kind != name:
-            raise ProtocolError(f"Responses payload type does not match {name}")
-        seq = payload.get("sequence_number")
-        if isinstance(seq, int):
-            self._seq = seq + 1
-        return [Send(event.raw)]
-
     # --- lifecycle ----------------------------------------------------------------
 
     def _lifecycle(self, event: SSEEvent, name: str, payload: dict[str, Any]) -> list[Action]:
@@ -287,196 +255,7 @@ class LiveInterceptor:
 
     # --- items --------------------------------------------------------------------
 
-    def _locate(self, name: str, payload: dict[str, Any]) -> RoundItem:
-        rnd = self._round
-        index = payload.get("output_index")
-        item_id = payload.get("item_id")
-        if not isinstance(index, int):
-            if isinstance(item_id, str) and item_id in rnd.by_item_id:
-                index = rnd.by_item_id[item_id]
-            elif rnd.last_index >= 0:
-                index = rnd.last_index
-            else:
-                index = 0
-        if index < 0 or index >= 100_000:
-            raise ProtocolError(f"invalid Responses output_index for {name}")
-        item = rnd.items.get(index)
-        if item is None:
-            # Codex may send data events or a done without an added: an implicit item.
-            seed = payload.get("item") if isinstance(payload.get("item"), dict) else None
-            if seed is None:
-                implicit = "function_call" if "arguments" in name else "message"
-                seed = {"type": implicit, "id": item_id or ""}
-                if implicit == "message":
-                    seed["role"] = "assistant"
-                else:
-                    seed.update(call_id="", name="", arguments="")
-            item = self._add_item(index, seed)
-        return item
-
-    def _add_item(self, index: int, raw: dict[str, Any]) -> RoundItem:
-        rnd = self._round
-        if index in rnd.items:
-            raise ProtocolError(f"duplicate Responses output_item.added for index {index}")
-        kind = str(raw.get("type") or "")
-        item = RoundItem(index=index, raw=dict(raw), kind=kind)
-        item.classify(self._codex)
-        rnd.items[index] = item
-        rnd.last_index = max(rnd.last_index, index)
-        if isinstance(raw.get("id"), str) and raw["id"]:
-            rnd.by_item_id[raw["id"]] = index
-        self._retain(len(orjson.dumps(raw)))
-        return item
-
-    def _item_event(self, event: SSEEvent, name: str, payload: dict[str, Any]) -> list[Action]:
-        if name == "response.output_item.added":
-            raw = payload.get("item")
-            if not isinstance(raw, dict):
-                raise ProtocolError("malformed Responses event response.output_item.added")
-            index = payload.get("output_index")
-            if not isinstance(index, int):
-                index = self._round.last_index + 1
-            item = self._add_item(index, raw)
-        else:
-            item = self._locate(name, payload)
-            self._apply(item, name, payload)
-        if item.recall:
-            self._charge_deferred(len(event.raw))
-            self._renumber = True
-            return []
-        return self._emit_or_defer(event, name, payload, item)
-
-    def _apply(self, item: RoundItem, name: str, payload: dict[str, Any]) -> None:
-        if item.apply(name, payload, self._codex):
-            # The deferred events of this item were a recall after all.
-            self._drop_deferred_of(item.index)
-
-    def _drop_deferred_of(self, index: int) -> None:
-        kept: list[tuple[int, SSEEvent]] = []
-        for rnd, ev in self._deferred:
-            try:
-                payload = orjson.loads(ev.data)
-            except orjson.JSONDecodeError:
-                payload = None
-            if (
-                rnd == self._round.number
-                and isinstance(payload, dict)
-                and (payload.get("output_index") == index)
-            ):
-                self._charge_deferred(len(ev.raw))
-                self._renumber = True
-                continue
-            kept.append((rnd, ev))
-        self._deferred = kept
-
     # --- emission -----------------------------------------------------------------
-
-    def _emit_or_defer(
-        self, event: SSEEvent, name: str, payload: dict[str, Any], item: RoundItem | None = None
-    ) -> list[Action]:
-        if self._holding():
-            self._hold(event)
-            return []
-        # A Codex call whose name turned out visible releases what it held, in order.
-        held = [Send(b) for b in self._flush_deferred()] if self._deferred else []
-        return [*held, Send(self._reframe(event, name, payload))]
-
-    def _holding(self) -> bool:
-        """Continuations are spooled whole; a principal defers once a recall (or a
-        Codex call whose name is not yet known) has appeared."""
-        return self._round.number > 0 or self._round.open_hold()
-
-    def _hold(self, event: SSEEvent) -> None:
-        if self._round.number > 0:
-            self._retain(len(event.raw))
-        else:
-            self._charge_deferred(len(event.raw))
-        self._deferred.append((self._round.number, event))
-
-    def _visible_key(self, rnd: int, index: int) -> int:
-        key = (rnd, index)
-        public = self._public.get(key)
-        if public is None:
-            # Until something is hidden the client sees the upstream's own indices,
-            # gaps included; after that, visible items are numbered densely.
-            public = index if rnd == 0 and not self._renumber else self._next_public
-            self._public[key] = public
-            self._next_public = max(self._next_public, public + 1)
-        return public
-
-    def _pass_through(self, event: SSEEvent) -> list[Action]:
-        if self._holding():
-            self._hold(event)
-            return []
-        held = [Send(b) for b in self._flush_deferred()] if self._deferred else []
-        return [*held, Send(event.raw)]
-
-    def _reframe(
-        self, event: SSEEvent, name: str, payload: dict[str, Any], rnd: int | None = None
-    ) -> bytes:
-        """The event as the client must see it: contiguous sequence numbers, public
-        output indices, the principal's response id. Unchanged events keep their
-        exact bytes."""
-        changed = False
-        number = self._round.number if rnd is None else rnd
-        if "sequence_number" in payload:
-            seq = payload["sequence_number"]
-            if self._renumber or number > 0 or not isinstance(seq, int) or seq < self._seq:
-                if seq != self._seq:
-                    payload = {**payload, "sequence_number": self._seq}
-                    changed = True
-                self._seq += 1
-            else:
-                self._seq = seq + 1
-        index = payload.get("output_index")
-        if isinstance(index, int):
-            public = self._visible_key(number, index)
-            if public != index:
-                payload = {**payload, "output_index": public}
-                changed = True
-        response = payload.get("response")
-        if (
-            number > 0
-            and isinstance(response, dict)
-            and self.response_id
-            and response.get("id") != self.response_id
-        ):
-            payload = {**payload, "response": {**response, "id": self.response_id}}
-            changed = True
-        if not changed and event.event == name:
-            return event.raw
-        return encode_event(name, orjson.dumps(payload))
-
-    def _charge_deferred(self, size: int) -> None:
-        self._deferred_bytes += size
-        if self._deferred_bytes > self._limits.deferred_bytes:
-            raise ProtocolError("recall stream exceeded deferred event limit")
-
-    def _retain(self, size: int) -> None:
-        self._spool_bytes += size
-        if self._spool_bytes > self._limits.retained_bytes:
-            message = "Responses retained state exceeded byte limit"
-            if self._round.number > 0:
-                # The spooled continuation outgrew its bound: a resource limit, which
-                # a recovery request (spooled the same way) would only hit again.
-                raise RecallChainFailure("resource_limit", message)
-            raise ProtocolError(message)
-
-    def _flush_deferred(self) -> list[bytes]:
-        out: list[bytes] = []
-        for rnd, ev in self._deferred:
-            try:
-                payload = orjson.loads(ev.data) if ev.has_data else None
-            except orjson.JSONDecodeError:
-                payload = None
-            if not isinstance(payload, dict):
-                out.append(ev.raw)
-                continue
-            name = ev.event or str(payload.get("type") or ev.name)
-            out.append(self._reframe(ev, name, payload, rnd))
-        self._deferred.clear()
-        self._deferred_bytes = 0
-        return out
 
     # --- end of a round -----------------------------------------------------------
 
@@ -514,22 +293,22 @@ class LiveInterceptor:
         incomplete = rnd.terminal_name == "response.incomplete" or status == "incomplete"
         if recalls:
             if failed:
-                raise RecallChainFailure(
+                raise RecallFailed(
                     "follow_up_failed", "recall principal returned response.failed"
                 )
             if incomplete:
-                raise RecallChainFailure(
+                raise RecallFailed(
                     "follow_up_failed", "incomplete recall principal cannot execute recall"
                 )
             if len(recalls) > 1:
-                raise RecallChainFailure("parallel_recall", "more than one recall in one response")
+                raise RecallFailed("parallel_recall", "more than one recall in one response")
             if rnd.recovery:
-                raise RecallChainFailure("follow_up_failed", "upstream recovery output was unsafe")
+                raise RecallFailed("follow_up_failed", "upstream recovery output was unsafe")
             return self._start_recall(recalls[0])
         if failed:
-            raise RecallChainFailure("follow_up_failed", "recall continuation failed")
+            raise RecallFailed("follow_up_failed", "recall continuation failed")
         if not self._usable(rnd) and not incomplete:
-            raise RecallChainFailure(
+            raise RecallFailed(
                 "follow_up_missing_output", "recall continuation was not usable"
             )
         if rnd.recovery:
@@ -537,7 +316,7 @@ class LiveInterceptor:
                        for i in r.items.values() if not i.recall]
             repeat = repeated_delivery([i.snapshot() for i in rnd.items.values()], earlier)
             if repeat is not None:
-                raise RecallChainFailure("follow_up_failed", repeat)
+                raise RecallFailed("follow_up_failed", repeat)
         return self._deliver(rnd)
 
     def _usable(self, rnd: Round) -> bool:
@@ -557,24 +336,24 @@ class LiveInterceptor:
 
     def _start_recall(self, recall: RoundItem) -> list[Action]:
         if self._budget.final_round:
-            raise RecallChainFailure("depth_exhausted", "recall requested in the final round")
+            raise RecallFailed("depth_exhausted", "recall requested in the final round")
         arguments = recall.raw.get("arguments") or recall.arguments
         args: RecallArgs | None = None
         invalid: RecallArgumentError | None = None
         try:
             args = parse_arguments(decode_arguments(arguments))
         except RecallFrameError as exc:
-            raise RecallChainFailure("follow_up_protocol", str(exc)) from None
+            raise RecallFailed("follow_up_protocol", str(exc)) from None
         except RecallArgumentError as exc:
             invalid = exc
             if any(i.kind == "function_call" and not i.recall for i in self._round.items.values()):
-                raise RecallChainFailure(
+                raise RecallFailed(
                     "recall_execution", "invalid call alongside a visible tool"
                 ) from None
         if args is not None:
             refusal = self._budget.admit(args)
             if refusal is not None:
-                raise RecallChainFailure("depth_exhausted", f"recall budget exhausted: {refusal}")
+                raise RecallFailed("depth_exhausted", f"recall budget exhausted: {refusal}")
         self._state = "recall"
         self.pending = RunRecall(
             call_id=recall.call_id, arguments=str(arguments), args=args, invalid=invalid
@@ -639,16 +418,6 @@ class LiveInterceptor:
 
     # --- delivery -----------------------------------------------------------------
 
-    def _marker_item(self, anchor_id: str) -> list[bytes]:
-        public = self._next_public
-        self._next_public += 1
-        item = marker_item(self.response_id, public, anchor_id)
-        self._visible[public] = item
-        self._stored_outputs.append(item)
-        frames = marker_events(item, public, self._seq)
-        self._seq += len(frames)
-        return frames
-
     def _deliver(self, rnd: Round) -> list[Action]:
         frames = [*self._spool, *self._flush_deferred()]
         self._spool.clear()
@@ -665,31 +434,6 @@ class LiveInterceptor:
         )
         return [Send(self._rebuilt_terminal(rnd.terminal_name, rnd.terminal)), Done(ok=ok)]
 
-    def _rebuilt_terminal(self, name: str, payload: dict[str, Any]) -> bytes:
-        """The last round's terminal, carrying the principal's id and creation time,
-        every visible item in public order, and the usage of all rounds."""
-        response = dict(payload["response"])
-        response["id"] = self.response_id or response.get("id")
-        if self._created_at is not None:
-            response["created_at"] = self._created_at
-        response["output"] = self._visible_output()
-        if self._usage is not None:
-            response["usage"] = usage_to_responses(self._usage)
-        rebuilt = {**payload, "response": response}
-        if "sequence_number" in rebuilt:
-            rebuilt["sequence_number"] = self._seq
-            self._seq += 1
-        return encode_event(name, orjson.dumps(rebuilt))
-
-    def _visible_output(self) -> list[dict[str, Any]]:
-        out: dict[int, dict[str, Any]] = dict(self._visible)
-        for rnd in self._rounds:
-            for item in rnd.items.values():
-                key = (rnd.number, item.index)
-                if not item.recall and key in self._public:
-                    out[self._public[key]] = item.snapshot()
-        return [out[k] for k in sorted(out)]
-
     # --- failure ------------------------------------------------------------------
 
     def _fail(self, category: FailureCategory, message: str | None = None) -> list[Action]:
@@ -700,7 +444,7 @@ class LiveInterceptor:
             self.depth > 0
             and not self._recovered
             and self._state != "recall"
-            and category not in ("parallel_recall", "follow_up_usage_missing", "resource_limit")
+            and category not in NOT_RECOVERABLE
             and self._budget.can_recover()
         )
         if can_recover and self._extra_items:
@@ -719,17 +463,6 @@ class LiveInterceptor:
         recall_involved = self.depth > 0 or any(r.recalls() for r in self._rounds)
         text = RECALL_FAILED_MESSAGE if recall_involved else GATEWAY_FAILED_MESSAGE
         return [Send(self._failed_frame(text)), Done(ok=False, category=category)]
-
-    def _failed_frame(self, message: str) -> bytes:
-        frame = failed_event(
-            response_id=self.response_id,
-            created_at=self._created_at,
-            model=self._model,
-            message=message,
-            seq=self._seq,
-        )
-        self._seq += 1
-        return frame
 
     # --- results for the shell ----------------------------------------------------
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from lore_gateway.recall.markers import anchor_text
+from lore_gateway.recall.core.markers import anchor_text
 from lore_gateway.sse import encode_event
 
 

@@ -6,19 +6,25 @@ feeds the chain budget and diagnostics only; it is deliberately a separate field
 and never rendered, so nothing downstream can leak it to the client by accident.
 
 Searches and detail reads run off the event loop (``Memory.search`` /
-``Memory.detail`` use the memory's thread pool).
+``Memory.detail`` use the memory's search workers). A :class:`SearchGate` shared
+by every request bounds how many run or wait at once, and each is awaited with a
+timeout: under load a recall fails fast with a defined category
+(``recall_unavailable``: memory busy; ``recall_timeout``: memory too slow) and
+the model gets a short text saying so, instead of the answer stalling.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from lore_gateway.memory.records import Identity
-from lore_gateway.recall.budget import Coverage
-from lore_gateway.recall.tool import DEFAULT_DETAIL_LIMIT, RecallArgs
+from lore_gateway.recall.core.budget import Coverage
+from lore_gateway.recall.core.tool import DEFAULT_DETAIL_LIMIT, RecallArgs
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +36,23 @@ BATCH_BUDGET_CHARS = 32_000
 
 NO_RESULTS = "[No results found.]"
 EXECUTION_FAILED = "Recall search failed. The memory system encountered an error."
+UNAVAILABLE = ("Recall is unavailable right now: the memory system is busy. "
+               "Answer without it, or try again later.")
+TIMED_OUT = ("Recall timed out: the memory system did not answer in time. "
+             "Answer without it, or try again later.")
+
+# Searches running or waiting at once, over every request of the gateway. The
+# memory runs searches on a small pool; more in flight only queue there, adding
+# latency to every recall. 4 keeps the pool busy; 64 waiting is several seconds
+# of searches, after which failing fast beats queueing (issue 10 §3).
+MAX_RUNNING_SEARCHES = 4
+MAX_WAITING_SEARCHES = 64
+# One search or detail read, waited for at most this long (an idle search takes
+# 13–132 ms here; one that takes seconds is stuck behind something).
+DEFAULT_SEARCH_TIMEOUT_S = 10.0
+
+FailureKind = Literal["recall_unavailable", "recall_timeout", "recall_execution"]
+T = TypeVar("T")
 
 
 class RecallMemory(Protocol):
@@ -51,6 +74,52 @@ class RecallOutcome:
     text: str
     coverage: tuple[Coverage, ...]
     failed: bool = False
+    failure: FailureKind | None = None  # why it failed (a C.7-style category)
+
+
+class MemoryBusy(Exception):
+    """Too many recall searches are already running or waiting."""
+
+
+class SearchGate:
+    """Bounds the recall searches of one gateway: ``MAX_RUNNING_SEARCHES`` at once,
+    ``MAX_WAITING_SEARCHES`` queued, each awaited at most ``timeout`` seconds."""
+
+    def __init__(self, *, running: int = MAX_RUNNING_SEARCHES,
+                 waiting: int = MAX_WAITING_SEARCHES,
+                 timeout: float = DEFAULT_SEARCH_TIMEOUT_S) -> None:
+        self._slots = asyncio.Semaphore(running)
+        self._running = running
+        self._admitted = 0
+        self._capacity = running + waiting
+        self.timeout = timeout
+
+    @property
+    def in_flight(self) -> int:
+        """Searches running or waiting now."""
+        return self._admitted
+
+    async def run(self, work: Awaitable[T]) -> T:
+        """Await ``work`` in a slot; :class:`MemoryBusy` when the queue is full,
+        ``TimeoutError`` when waiting plus running took longer than ``timeout``."""
+        if self._admitted >= self._capacity:
+            _close(work)
+            raise MemoryBusy(f"{self._admitted} recall searches in flight")
+        self._admitted += 1
+        try:
+            async with asyncio.timeout(self.timeout):
+                async with self._slots:
+                    return await work
+        finally:
+            self._admitted -= 1
+            _close(work)
+
+
+def _close(work: Awaitable[Any]) -> None:
+    """Close a coroutine that was never awaited (no "never awaited" warning)."""
+    close = getattr(work, "close", None)
+    if close is not None and asyncio.iscoroutine(work):
+        close()
 
 
 def _revision(text: str) -> str:
@@ -79,13 +148,15 @@ def _search_coverage(result: Any) -> tuple[Coverage, ...]:
 class RecallExecutor:
     """Runs recalls for one client request (one identity)."""
 
-    def __init__(self, memory: RecallMemory, identity: Identity) -> None:
+    def __init__(self, memory: RecallMemory, identity: Identity,
+                 gate: SearchGate | None = None) -> None:
         self._memory = memory
         self._identity = identity
+        self._gate = gate or SearchGate()
 
     async def run(self, args: RecallArgs) -> RecallOutcome:
-        """Execute; a memory failure becomes the B.4 failure text, never an exception
-        (the model can still answer without memory)."""
+        """Execute; a memory failure becomes a failure text for the model, never an
+        exception (the model can still answer without memory)."""
         try:
             if args.ids is not None:
                 return await self._batch(args.ids)
@@ -94,21 +165,27 @@ class RecallExecutor:
                     args.id, args.detail_offset or 0, args.detail_limit or DEFAULT_DETAIL_LIMIT
                 )
             return await self._search(args.query or "", args.scope)
+        except MemoryBusy as exc:
+            log.warning("recall refused: %s", exc)
+            return RecallOutcome(UNAVAILABLE, (), failed=True, failure="recall_unavailable")
+        except TimeoutError:
+            log.warning("recall timed out after %.1f s", self._gate.timeout)
+            return RecallOutcome(TIMED_OUT, (), failed=True, failure="recall_timeout")
         except Exception as exc:
             log.warning("recall execution failed: %s", type(exc).__name__)
-            return RecallOutcome(text=EXECUTION_FAILED, coverage=(), failed=True)
+            return RecallOutcome(EXECUTION_FAILED, (), failed=True, failure="recall_execution")
 
     async def _search(self, query: str, scope: str) -> RecallOutcome:
-        result = await self._memory.search(
+        result = await self._gate.run(self._memory.search(
             query, identity=self._identity, scope=scope, limit=SEARCH_LIMIT
-        )
+        ))
         text = self._memory.render(result, SEARCH_BUDGET_CHARS)
         return RecallOutcome(text=text or NO_RESULTS, coverage=_search_coverage(result))
 
     async def _detail(self, ref: str, offset: int, limit: int) -> RecallOutcome:
-        text = await self._memory.detail(
+        text = await self._gate.run(self._memory.detail(
             ref, tenant=self._identity.tenant, offset=offset, limit=limit
-        )
+        ))
         found = not text.startswith(("No entry found", "Unknown source prefix"))
         coverage = (
             (Coverage(identity=ref, revision=_revision(text), kind="detail"),) if found else ()

@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from lore_gateway.recall.anchor_context import prefix_context_id
-from lore_gateway.recall.markers import parse_marker
+from lore_gateway.recall.core.anchor_context import prefix_context_id
+from lore_gateway.recall.core.markers import parse_marker
 
 
 class StoredPair(Protocol):

@@ -1,0 +1,168 @@
+"""The recall chain policy, once, as a sans-IO state machine (h11 style).
+
+Every protocol and both delivery modes drive the same :class:`ChainMachine`:
+the driver reads an upstream answer (a stream fed through the protocol's
+interceptor, or a JSON body), summarises it as a :class:`Round`, and asks the
+machine what to do next. The machine answers with one action:
+
+``RunRecall``  execute the round's single recall call
+``FollowUp``   send the follow-up (``recovery``: the final-round recovery request)
+``Deliver``    the client gets what it has (``mixed``: the model also called a
+               visible tool, so no follow-up; the recall replays next turn)
+``Fail``       the chain cannot deliver; ``category`` is the lore-spec C.7 code
+
+States and transitions (anything else is a bug in the driver and raises)::
+
+    AWAIT_ANSWER --round--> RECALLING --recall_ran--> AWAIT_ANSWER (FollowUp)
+                 |                                 `-> DONE (Deliver mixed)
+                 `--round--> DONE (Deliver | Fail) | AWAIT_ANSWER (FollowUp recovery)
+    AWAIT_ANSWER --follow_up_failed--> AWAIT_ANSWER (FollowUp recovery) | DONE (Fail)
+
+The policy (lore-spec C.1, C.3, C.7): more than one recall in a round is
+``parallel_recall``; a recall in the final round is ``depth_exhausted``; a
+continuation that failed, was cut short or is not usable gets one recovery
+request (the final-round instruction, so the model answers without recall) when
+the budget allows; a recovery answer that recalls again or is not usable fails.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from lore_gateway.recall.core.budget import RecallChainBudget
+from lore_gateway.recall.core.chain import NOT_RECOVERABLE, FailureCategory
+
+
+class ChainState(Enum):
+    AWAIT_ANSWER = "await_answer"
+    RECALLING = "recalling"
+    DONE = "done"
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """What the driver saw of one upstream answer.
+
+    ``complete``: it ended normally (False: failed, cancelled or cut short; then
+    ``reason`` says how). ``usable``: lore-spec C.1 "usable continuation" (some
+    text, a refusal or a visible tool call, and not cut short).
+    """
+
+    recalls: int
+    visible_tools: int
+    usable: bool
+    complete: bool = True
+    reason: str = ""
+    # Already relayed to the client (a live stream): it cannot be taken back, so
+    # it is never recovered; an unusable one is what the client has.
+    relayed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecall:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    recovery: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    mixed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    category: FailureCategory
+    reason: str
+
+
+ChainAction = RunRecall | FollowUp | Deliver | Fail
+
+
+class ChainProtocolError(RuntimeError):
+    """The driver called the machine in a state that does not allow it."""
+
+
+class ChainMachine:
+    """The recall chain of one client request."""
+
+    def __init__(self, budget: RecallChainBudget) -> None:
+        self._budget = budget
+        self.state = ChainState.AWAIT_ANSWER
+        self.depth = 0  # recalls that ran
+        self.recovering = False
+        self.recovered_from: tuple[FailureCategory, str] | None = None
+        self.failure: Fail | None = None
+        self.visible_tools = 0
+
+    def _expect(self, state: ChainState, event: str) -> None:
+        if self.state is not state:
+            raise ChainProtocolError(f"{event} in state {self.state.value}")
+
+    def round(self, answer: Round) -> ChainAction:
+        """An upstream answer (the principal, a continuation or the recovery) ended."""
+        self._expect(ChainState.AWAIT_ANSWER, "round")
+        if self.recovering:
+            if answer.recalls or not answer.usable or not answer.complete:
+                return self._fail("follow_up_failed", "upstream recovery output was unsafe")
+            return self._done(Deliver())
+        if not answer.complete:
+            if self.depth == 0 or answer.relayed:
+                return self._fail("follow_up_failed", answer.reason or "answer incomplete")
+            return self._recover_or_fail("follow_up_failed", answer.reason or "incomplete")
+        if answer.recalls > 1:
+            return self._fail("parallel_recall", "more than one recall call in one response")
+        if answer.recalls == 1:
+            if self.depth and self._budget.final_round:
+                if answer.relayed:
+                    return self._fail("depth_exhausted", "recall requested in the final round")
+                return self._recover_or_fail("depth_exhausted",
+                                             "recall requested in the final round")
+            self.visible_tools = answer.visible_tools
+            self.state = ChainState.RECALLING
+            return RunRecall()
+        if self.depth and not answer.usable and not answer.relayed:
+            return self._recover_or_fail("follow_up_failed", "recall continuation was not usable")
+        return self._done(Deliver())
+
+    def recall_ran(self) -> ChainAction:
+        """The round's recall ran (or was answered as an invalid call)."""
+        self._expect(ChainState.RECALLING, "recall_ran")
+        self.depth += 1
+        if self.visible_tools:
+            return self._done(Deliver(mixed=True))
+        self.state = ChainState.AWAIT_ANSWER
+        return FollowUp()
+
+    def follow_up_failed(self, category: FailureCategory, reason: str) -> ChainAction:
+        """A follow-up (or the recovery) could not be sent or read."""
+        self._expect(ChainState.AWAIT_ANSWER, "follow_up_failed")
+        if self.recovering:
+            return self._fail(category, reason)
+        return self._recover_or_fail(category, reason)
+
+    def fail(self, category: FailureCategory, reason: str) -> Fail:
+        """The driver hit a failure of its own (a refused recall, a broken frame)."""
+        return self._fail(category, reason)
+
+    def _recover_or_fail(self, category: FailureCategory, reason: str) -> ChainAction:
+        if (self.depth and not self.recovering and category not in NOT_RECOVERABLE
+                and self._budget.can_recover()):
+            self.recovering = True
+            self.recovered_from = (category, reason)
+            return FollowUp(recovery=True)
+        return self._fail(category, reason)
+
+    def _fail(self, category: FailureCategory, reason: str) -> Fail:
+        failure = Fail(category, reason)
+        self.failure = failure
+        self.state = ChainState.DONE
+        return failure
+
+    def _done(self, action: Deliver) -> Deliver:
+        self.state = ChainState.DONE
+        return action
