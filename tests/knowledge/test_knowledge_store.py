@@ -17,7 +17,7 @@ from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
 from lore_gateway.protocols.common import Message
 
-ME = Identity("t-me", "/work/app", "s1")
+ME = Identity("personal", "/work/app", "s1")
 
 
 @pytest.fixture
@@ -38,18 +38,19 @@ def store_turns(memory: Memory, count: int, identity: Identity = ME) -> None:
 
 def test_segments_become_logs_that_keep_their_sources_then_merge(memory: Memory) -> None:
     store_turns(memory, 6)
-    made = memory.write_job(lambda c: dstore.distill_extractive(c, "t-me", "s1", max_tokens=500))
+    made = memory.write_job(
+        lambda c: dstore.distill_extractive(c, "personal", "s1", max_tokens=500))
     assert len(made) >= 4
-    logs = memory.read(lambda c: dstore.active(c, "t-me", "s1", 0))
+    logs = memory.read(lambda c: dstore.active(c, "personal", "s1", 0))
     sources = [i for d in logs for i in d.source_ids]
     assert sources == sorted(sources) and len(sources) == 12
-    assert memory.read(lambda c: dstore.undistilled_tokens(c, "t-me", "s1")) == 0
-    merged = memory.write_job(lambda c: dstore.consolidate_extractive(c, "t-me", "s1", 3))
+    assert memory.read(lambda c: dstore.undistilled_tokens(c, "personal", "s1")) == 0
+    merged = memory.write_job(lambda c: dstore.consolidate_extractive(c, "personal", "s1", 3))
     assert merged is not None
-    (top,) = memory.read(lambda c: dstore.active(c, "t-me", "s1"))
+    (top,) = memory.read(lambda c: dstore.active(c, "personal", "s1"))
     assert top.generation == 1 and sorted(top.source_ids) == sorted(sources)
     assert "src/module_0.py" in top.text and "src/module_5.py" in top.text
-    stored = memory.session_messages("t-me", "s1")
+    stored = memory.session_messages("personal", "s1")
     assert [m.role for m in stored].count("observations") == len(made) + 1
 
 
@@ -62,27 +63,28 @@ def test_a_contradiction_updates_the_entry_and_projects_stay_apart(memory: Memor
                               '"short answers","content":"keep replies short",'
                               '"cross_project":true},{"op":"create","category":"nonsense",'
                               '"title":"x","content":"y"}]}\n```')
-    memory.write_job(lambda c: curator.apply_ops(c, "t-me", "/work/app", first, "s1"))
-    memory.write_job(lambda c: curator.apply_ops(c, "t-me", "/work/app", later, "s1"))
-    here = memory.read(lambda c: kstore.entries(c, "t-me", "/work/app"))
+    memory.write_job(lambda c: curator.apply_ops(c, "personal", "/work/app", first, "s1"))
+    memory.write_job(lambda c: curator.apply_ops(c, "personal", "/work/app", later, "s1"))
+    here = memory.read(lambda c: kstore.entries(c, "personal", "/work/app"))
     assert [(e.category, e.content) for e in here] == [
         ("decision", "mandarin, not tangerine"), ("preference", "keep replies short")]
-    elsewhere = memory.read(lambda c: kstore.entries(c, "t-me", "/work/other"))
+    elsewhere = memory.read(lambda c: kstore.entries(c, "personal", "/work/other"))
     assert [e.title for e in elsewhere] == ["short answers"]
     stranger = memory.read(lambda c: kstore.entries(c, "t-other", "/work/app"))
     assert stranger == []
     # An operation naming another project's entry does not touch it.
     other = memory.write_job(lambda c: kstore.upsert(
-        c, tenant="t-me", project="/work/other", category="gotcha", title="flaky port",
+        c, tenant="personal", project="/work/other", category="gotcha", title="flaky port",
         content="8080 is taken")[0])
     delete = curator.parse_ops(json.dumps({"ops": [{"op": "delete", "id": other.id}]}))
-    assert memory.write_job(lambda c: curator.apply_ops(c, "t-me", "/work/app", delete, "s")) == 0
+    assert memory.write_job(
+        lambda c: curator.apply_ops(c, "personal", "/work/app", delete, "s")) == 0
 
 
 def test_lore_distill_now_distills_every_session_without_a_model(
         memory: Memory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store_turns(memory, 2)
-    store_turns(memory, 2, Identity("t-me", "/work/app", "s2"))
+    store_turns(memory, 2, Identity("personal", "/work/app", "s2"))
     memory.close()
     from lore_gateway.cli.main import _register, app
 
@@ -100,15 +102,15 @@ def test_lore_distill_now_distills_every_session_without_a_model(
 
 def test_deleting_a_project_deletes_what_was_learned_from_it(memory: Memory) -> None:
     store_turns(memory, 2)
-    memory.write_job(lambda c: dstore.distill_extractive(c, "t-me", "s1"))
-    memory.write_job(lambda c: kstore.upsert(c, tenant="t-me", project="/work/app",
+    memory.write_job(lambda c: dstore.distill_extractive(c, "personal", "s1"))
+    memory.write_job(lambda c: kstore.upsert(c, tenant="personal", project="/work/app",
                                              category="decision", title="a b", content="c"))
-    memory.write_job(lambda c: kstore.upsert(c, tenant="t-me", project="/work/app",
+    memory.write_job(lambda c: kstore.upsert(c, tenant="personal", project="/work/app",
                                              category="preference", title="terse", content="yes",
                                              cross_project=True))
-    assert memory.delete("t-me", project="/work/app") > 0
+    assert memory.delete("personal", project="/work/app") > 0
     assert memory.read(lambda c: dstore.for_scope(c, None, include_archived=True)) == []
-    left = memory.read(lambda c: kstore.entries(c, "t-me", None))
+    left = memory.read(lambda c: kstore.entries(c, "personal", None))
     assert [e.title for e in left] == ["terse"]
 
 
@@ -118,13 +120,13 @@ def test_worker_status_reads_jobs_and_budget_from_the_database(memory: Memory,
     from lore_gateway.worker.status import describe, status_from_db
 
     now = __import__("time").time()
-    memory.write_job(lambda c: jobs.enqueue(c, "distill", "t-me", "/p", "s1", now))
-    memory.write_job(lambda c: jobs.charge(c, "t-me", now, 1_000, 500))
+    memory.write_job(lambda c: jobs.enqueue(c, "distill", "personal", "/p", "s1", now))
+    memory.write_job(lambda c: jobs.charge(c, "personal", now, 1_000, 500))
     memory.flush(10)
     settings = Settings(data_dir=tmp_path, worker_daily_tokens=10_000)
     facts = status_from_db(settings)
     assert facts["enabled"] is True and facts["jobs"]["queued"] == 1
-    assert facts["today"]["t-me"] == {"requests": 1, "tokens_in": 1_000, "tokens_out": 500,
+    assert facts["today"]["personal"] == {"requests": 1, "tokens_in": 1_000, "tokens_out": 500,
                                       "budget_left": 8_500}
     assert facts["models"]["anthropic"] == "claude-haiku-4-5"
     assert "10,000 tokens/day" in describe(settings)
@@ -140,9 +142,9 @@ def test_knowledge_cli_edits_deletes_and_exports(
     project = tmp_path / "repo"
     (project / "src").mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(project)], check=True)
-    store_turns(memory, 1, Identity("t-me", str(project / "src"), "s1"))
+    store_turns(memory, 1, Identity("personal", str(project / "src"), "s1"))
     entry = memory.write_job(lambda c: kstore.upsert(
-        c, tenant="t-me", project=str(project / "src"), category="gotcha",
+        c, tenant="personal", project=str(project / "src"), category="gotcha",
         title="flaky port", content="8080 is taken by the proxy")[0])
     memory.close()
     from lore_gateway.cli.main import _register, app
@@ -174,7 +176,7 @@ def test_knowledge_cli_edits_deletes_and_exports(
 
 def test_an_id_from_another_tenants_file_does_not_collide(memory: Memory) -> None:
     mine, _ = memory.write_job(lambda c: kstore.upsert(
-        c, tenant="t-me", project="/p", category="pattern", title="a thing", content="x"))
+        c, tenant="personal", project="/p", category="pattern", title="a thing", content="x"))
     theirs, created = memory.write_job(lambda c: kstore.upsert(
         c, tenant="t-other", project="/p", category="pattern", title="a thing", content="y",
         entry_id=mine.id))

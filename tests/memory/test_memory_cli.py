@@ -172,6 +172,6 @@ def test_import_of_a_file_that_is_no_transcript_is_a_one_line_error(data_dir: Pa
     (project / "stray.jsonl").write_text('{"x": 1}\n')
     code, out = lore("import", "claude-code", str(project))
     assert code == 0, out
-    assert "skipped 1 files that are not claude-code history files" in out
-    assert "Imported 1 files: 2 new turns" in out
+    assert "skipped 1 file that is not a claude-code history file" in out
+    assert "Imported 1 file: 2 new turns" in out
     assert "━" not in out

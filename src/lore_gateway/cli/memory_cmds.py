@@ -277,8 +277,11 @@ def _run_import(source: str, path: Path | None, tenant: str | None, key_env: str
                       else "pass a ~/.claude/projects/<project>/<session>.jsonl transcript "
                            "or a directory of them"))
     if stats.foreign:
-        typer.echo(f"lore: skipped {output.plural(len(stats.foreign), 'file')} that are not "
-                   f"{source} history files (first: {stats.foreign[0]})", err=True)
+        n = len(stats.foreign)
+        typer.echo(f"lore: skipped {output.plural(n, 'file')} that "
+                   f"{'is not a' if n == 1 else 'are not'} {source} history "
+                   f"{output.plural(n, 'file')[len(str(n)) + 1:]} (first: {stats.foreign[0]})",
+                   err=True)
     typer.echo(f"Imported {output.plural(stats.files, 'file')}: "
                f"{output.plural(stats.turns_new, 'new turn')}, "
                f"{stats.turns_already_stored} already stored ({stats.messages_read} messages "
