@@ -22,9 +22,9 @@ from lore_gateway.sse import SSEDecoder
 from lore_gateway.testing import FakeUpstream
 
 KEY = "sk-ant-acceptance-0123456789"
-FACT = "The staging database password rotates every Tuesday at 04:00 UTC."
-QUESTION = "when does the staging password rotate?"
-QUERY = "staging password rotation"
+FACT = "The orchid cache bucket keeps nightly artefacts for nine days."
+QUESTION = "how long does the orchid cache bucket keep artefacts?"
+QUERY = "orchid cache bucket"
 TOOLS: Any = [{"name": "read_file", "description": "Read a file.",
                "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]
 MARKER = f'📚 Searching all archives for "{QUERY}"…'

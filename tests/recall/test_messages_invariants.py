@@ -18,8 +18,8 @@ from responses_rig import private_coverage_marks, wait_stored
 from lore_gateway.testing import FakeUpstream
 
 KEY = "sk-messages-invariants-0123456789"
-FACT = "The staging database password rotates every Tuesday at 04:00 UTC."
-QUERY = "staging password rotation"
+FACT = "The quartz mirror syncs its package index every Monday at 02:00 UTC."
+QUERY = "quartz mirror sync"
 ANTHROPIC_TOOLS: Any = [{"name": "read_file", "description": "Read a file.",
                          "input_schema": {"type": "object", "properties": {}}}]
 CHAT_TOOLS: Any = [{"type": "function", "function": {
@@ -67,8 +67,8 @@ async def test_client_bytes_hold_no_recall_result_or_coverage(
                             seed_session)
     assert status == 200
     wait_stored(gateway, seed_session)
-    fake_upstream.script([f"recall:{QUERY}", "text:Done, the rotation is weekly"])
-    status, seen = await _post(http, gateway, protocol, "When does the password rotate?",
+    fake_upstream.script([f"recall:{QUERY}", "text:Done, the mirror syncs weekly"])
+    status, seen = await _post(http, gateway, protocol, "When does the quartz mirror sync?",
                                stream, f"priv-{protocol}-{stream}")
     assert status == 200
     follow_up = fake_upstream.model_requests[-1]
