@@ -7,6 +7,7 @@ Plain ASGI, no framework on the data plane: each request is routed once
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
@@ -25,9 +26,24 @@ log = logging.getLogger("lore.app")
 _HEALTH_BODY = orjson.dumps({"status": "ok", "version": __version__})
 
 
+def health_body(degraded: str | None) -> bytes:
+    """``/health``: ``ok``, or ``degraded`` with the reason memory is not working.
+
+    Still 200 when degraded: the gateway forwards traffic either way, and a
+    launcher probing it must not start a second one. ``lore status`` reads
+    ``memory`` and ``reason``.
+    """
+    if degraded is None:
+        return _HEALTH_BODY
+    return orjson.dumps({"status": "degraded", "version": __version__,
+                         "memory": "degraded", "reason": degraded})
+
+
 class GatewayApp:
-    def __init__(self, proxy: Proxy) -> None:
+    def __init__(self, proxy: Proxy,
+                 memory_degraded: Callable[[], str | None] = lambda: None) -> None:
         self.proxy = proxy
+        self._memory_degraded = memory_degraded
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -74,7 +90,8 @@ class GatewayApp:
             return
         client = ClientChannel(send)
         if kind is Kind.HEALTH:
-            await client.respond(200, _HEALTH_BODY, head=scope["method"] == "HEAD")
+            await client.respond(200, health_body(self._memory_degraded()),
+                                 head=scope["method"] == "HEAD")
         elif kind is Kind.METRICS:
             body, content_type = metrics.render()
             await client.respond(200, body, [(b"content-type", content_type.encode())])

@@ -112,7 +112,8 @@ class Gateway:
                          max_stored_chars=self.settings.store_max_message_bytes + 1)
         if self.memory is not None and self.settings.recall:
             self.recall = RecallService(self.memory, self.upstream)
-        app = GatewayApp(Proxy(self.settings, self.upstream, turns, self.recall))
+        app = GatewayApp(Proxy(self.settings, self.upstream, turns, self.recall),
+                         memory_degraded=self._memory_degraded)
         config = uvicorn.Config(
             app,
             lifespan="off",
@@ -130,6 +131,12 @@ class Gateway:
             if self._task.done():
                 self._task.result()
             await asyncio.sleep(0.005)
+
+    def _memory_degraded(self) -> str | None:
+        if self.memory is None:
+            return None
+        reason: str | None = getattr(self.memory, "degraded", None)
+        return reason
 
     def request_stop(self) -> None:
         """Begin a graceful shutdown (a signal handler may call this)."""

@@ -20,6 +20,7 @@ import apsw
 from lore_gateway.config import Settings
 from lore_gateway.memory import catalog, db, identity, schema
 from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.sanitize import storable
 from lore_gateway.memory.writer import TurnWriter
 from lore_gateway.protocols.common import Message
 
@@ -161,8 +162,10 @@ class Memory:
 
     def identify(self, protocol: str, headers: Mapping[str, str],
                  body: Mapping[str, Any]) -> Identity:
-        """Tenant, project and session of a request (``headers`` lower-cased)."""
-        return identity.identify(protocol, headers, body, salt=self.salt)
+        """Tenant, project and session of a request (``headers`` lower-cased), made
+        storable: a client-chosen session id may hold a lone surrogate or NUL."""
+        found = identity.identify(protocol, headers, body, salt=self.salt)
+        return Identity(storable(found.tenant), storable(found.project), storable(found.session))
 
     def begin_turn(self, ident: Identity, *, protocol: str, model: str | None,
                    inputs: Sequence[Message]) -> PendingTurn:
@@ -195,6 +198,16 @@ class Memory:
     @property
     def dropped_turns(self) -> int:
         return self._writer.dropped
+
+    @property
+    def degraded(self) -> str | None:
+        """Why memory is not fully working right now, or None when it is."""
+        if self._writer.degraded is not None:
+            return self._writer.degraded
+        worker = self._embedding_worker
+        if worker is not None and worker.degraded is not None:
+            return worker.degraded
+        return None
 
     @property
     def written_turns(self) -> int:
@@ -283,7 +296,7 @@ class Memory:
         """Write everything queued, stop the workers, close connections."""
         self._writer.close()
         if self._backfill is not None:
-            self._backfill.join(timeout=30)
+            self._backfill.join(timeout=5)
         if self._embedding_worker is not None:
             self._embedding_worker.close()
         self._search_pool.shutdown(wait=True)
