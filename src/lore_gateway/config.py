@@ -52,6 +52,18 @@ class Settings(BaseSettings):
     upstream_connect_timeout: float = 10.0
     upstream_read_timeout: float = 300.0
 
+    # Connection hygiene (http_protocol.py): seconds for a request's headers to
+    # arrive, longest silence mid-body, the largest header block, and the most
+    # connections open at once (beyond it: 503). Agents keep a few connections
+    # each; 1,000 is far above a workstation's need and far below the fd limit.
+    header_timeout: float = 30.0
+    body_timeout: float = 60.0
+    max_header_bytes: int = 64 * 1024
+    max_connections: int = 1000
+    # On SIGINT/SIGTERM: seconds open streams get to finish before they are
+    # ended with their protocol's error event.
+    shutdown_grace: float = 10.0
+
     # Agent binaries launched by `lore run` (a name looked up on PATH, or a path).
     codex_bin: str = "codex"
     claude_bin: str = "claude"

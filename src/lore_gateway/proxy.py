@@ -26,6 +26,7 @@ from lore_gateway.errors import GatewayError, error_body, invalid_request
 from lore_gateway.exchange import Exchange
 from lore_gateway.headers import client_response_headers, header_map, upstream_request_headers
 from lore_gateway.recall.service import Prepared, RecallService
+from lore_gateway.request_shape import check_request
 from lore_gateway.routing import Protocol, Route
 from lore_gateway.sse import encode_event
 from lore_gateway.turns import TurnCollector, TurnSink
@@ -98,7 +99,8 @@ class Proxy:
         limit = self.settings.max_request_bytes
         raw = await read_body(receive, limit=limit, content_length=hmap.get("content-length"))
         body = decode_body(raw, hmap.get("content-encoding"), limit=limit)
-        payload = await _parse_json(body)
+        assert route.protocol is not None
+        payload = await _parse_json(body, route.protocol)
         identity = self.turns.identify(route, hmap, payload)
         prepared: Prepared | None = None
         if self.recall is not None and identity is not None:
@@ -270,16 +272,22 @@ class Proxy:
             resp.close()
 
 
-async def _parse_json(body: bytes) -> dict[str, Any]:
+async def _parse_json(body: bytes, protocol: Protocol) -> dict[str, Any]:
+    """Parse and shape-check a model request (``request_shape``), off the loop
+    when it is big."""
+    if len(body) > _PARSE_OFF_LOOP_BYTES:
+        return await asyncio.to_thread(_parse_checked, body, protocol)
+    return _parse_checked(body, protocol)
+
+
+def _parse_checked(body: bytes, protocol: Protocol) -> dict[str, Any]:
     try:
-        if len(body) > _PARSE_OFF_LOOP_BYTES:
-            payload = await asyncio.to_thread(orjson.loads, body)
-        else:
-            payload = orjson.loads(body)
+        payload = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise invalid_request(f"Invalid JSON body: {exc}") from None
     if not isinstance(payload, dict):
         raise invalid_request("Invalid JSON body: expected a JSON object")
+    check_request(protocol, payload)
     return payload
 
 

@@ -19,6 +19,7 @@ import uvicorn
 
 from lore_gateway.app import GatewayApp
 from lore_gateway.config import Settings
+from lore_gateway.http_protocol import ConnectionLimits, protocol_class
 from lore_gateway.obs import metrics
 from lore_gateway.proxy import Proxy
 from lore_gateway.recall.service import RecallService
@@ -114,11 +115,17 @@ class Gateway:
             self.recall = RecallService(self.memory, self.upstream)
         app = GatewayApp(Proxy(self.settings, self.upstream, turns, self.recall),
                          memory_degraded=self._memory_degraded)
+        limits = ConnectionLimits(
+            header_timeout=self.settings.header_timeout,
+            body_timeout=self.settings.body_timeout,
+            max_header_bytes=self.settings.max_header_bytes,
+            max_connections=self.settings.max_connections,
+        )
         config = uvicorn.Config(
             app,
             lifespan="off",
             ws="none",
-            http="httptools",
+            http=protocol_class(limits),
             log_config=None,
             access_log=False,
             server_header=False,
