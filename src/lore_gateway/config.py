@@ -64,6 +64,12 @@ class Settings(BaseSettings):
     # ended with their protocol's error event.
     shutdown_grace: float = 10.0
 
+    # Recall searches run in their own process (memory/search_process.py) so they
+    # never wait on the relay for the GIL; off: in a thread of the gateway. A
+    # search that takes longer than the timeout fails the recall, not the turn.
+    search_process: bool = True
+    search_timeout: float = 10.0
+
     # Agent binaries launched by `lore run` (a name looked up on PATH, or a path).
     codex_bin: str = "codex"
     claude_bin: str = "claude"

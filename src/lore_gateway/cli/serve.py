@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 
 import typer
@@ -28,6 +29,8 @@ theirs. The defaults need no configuration.
   LORE_STORE                 store every turn in memory (true)
   LORE_RECALL                give the model the hidden recall tool (true)
   LORE_EMBEDDINGS            use the offline embedding model in search (true)
+  LORE_SHUTDOWN_GRACE        seconds open responses get on SIGINT/SIGTERM (10);
+                             a second signal exits at once
 
 More settings (limits, timeouts) are listed in the README.
 """
@@ -58,9 +61,28 @@ async def _serve(settings: Settings) -> None:
 
     gateway = Gateway(settings)
     await gateway.start()
+    if gateway.memory is not None and settings.recall:
+        gateway.memory.warm_search()
     loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_signal() -> None:
+        # The first signal drains (LORE_SHUTDOWN_GRACE), the second exits at once.
+        # Exiting mid-write cannot corrupt the database: SQLite's WAL rolls an
+        # unfinished commit back, like a crash; only the queued turns are lost.
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            typer.echo(f"lore-gateway stopping: open responses get "
+                       f"{settings.shutdown_grace:g} s (press Ctrl-C again to exit now)",
+                       err=True)
+            gateway.request_stop()
+            return
+        typer.echo("lore-gateway exiting now; turns still queued are not stored", err=True)
+        os._exit(130)
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, gateway.request_stop)
+        loop.add_signal_handler(sig, on_signal)
     url = gateway.url
     typer.echo(
         f"lore-gateway listening on {url} — Codex: lore run codex (or base_url {url}/v1); "
