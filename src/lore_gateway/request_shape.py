@@ -50,7 +50,15 @@ def check_request(protocol: Protocol, payload: dict[str, Any]) -> None:
     _check_depth(protocol, payload)
     _optional(protocol, payload, "model", str, "a string")
     _optional(protocol, payload, "stream", bool, "a boolean")
-    _list_of_objects(protocol, payload, "tools", required=False)
+    for pos, tool in enumerate(_list_of_objects(protocol, payload, "tools", required=False)):
+        _strings(protocol, f"tools[{pos}]", tool, ("type", "name"))
+        function = tool.get("function")
+        if function is not None:
+            if not isinstance(function, dict):
+                raise BadRequestShape(protocol, f"tools[{pos}].function",
+                                      f"Invalid type for 'tools[{pos}].function': expected an "
+                                      f"object, got {_type_name(function)}.")
+            _strings(protocol, f"tools[{pos}].function", function, ("name",))
     if protocol is Protocol.CHAT:
         _messages(protocol, payload, content_blocks=True)
     elif protocol is Protocol.ANTHROPIC:
@@ -65,6 +73,7 @@ def check_request(protocol: Protocol, payload: dict[str, Any]) -> None:
         if inp is not None and not isinstance(inp, str):
             items = _list_of_objects(protocol, payload, "input", required=False)
             for pos, item in enumerate(items):
+                _strings(protocol, f"input[{pos}]", item, ("type", "role", "call_id", "name"))
                 content = item.get("content")
                 if content is not None and not isinstance(content, str):
                     _blocks(protocol, f"input[{pos}].content", content)
@@ -129,6 +138,18 @@ def _blocks(protocol: Protocol, name: str, value: Any) -> None:
             raise BadRequestShape(protocol, f"{name}[{pos}]",
                                   f"Invalid type for '{name}[{pos}]': expected an object, "
                                   f"got {_type_name(block)}.")
+        _strings(protocol, f"{name}[{pos}]", block, ("type",))
+
+
+def _strings(protocol: Protocol, where: str, obj: dict[str, Any],
+             names: tuple[str, ...]) -> None:
+    """The discriminating fields handlers compare and hash must be strings."""
+    for name in names:
+        value = obj.get(name)
+        if value is not None and not isinstance(value, str):
+            raise BadRequestShape(protocol, f"{where}.{name}",
+                                  f"Invalid type for '{where}.{name}': expected a string, "
+                                  f"got {_type_name(value)}.")
 
 
 def _type_name(value: Any) -> str:

@@ -39,6 +39,7 @@ def _register() -> None:
     from lore_gateway.cli import (  # noqa: F401
         bench_gateway,
         bench_memory,
+        bench_reliability,
         doctor,
         logs,
         memory_cmds,
