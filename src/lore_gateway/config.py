@@ -68,6 +68,7 @@ class Settings(BaseSettings):
     # never wait on the relay for the GIL; off: in a thread of the gateway. A
     # search that takes longer than the timeout fails the recall, not the turn.
     search_process: bool = True
+    search_workers: int = 1
     search_timeout: float = 10.0
 
     # Agent binaries launched by `lore run` (a name looked up on PATH, or a path).

@@ -38,6 +38,9 @@ WRONG_TYPES = [
     ("/v1/responses", RESPONSES, "input", [3]),
     ("/v1/responses", RESPONSES, "tools", [1]),
     ("/backend-api/codex/responses", RESPONSES, "input", {"role": "user"}),
+    # Found by the fuzz suite: a list where the handlers hash a string.
+    ("/v1/responses", RESPONSES, "input", [{"role": "user", "type": []}]),
+    ("/v1/chat/completions", CHAT, "tools", [{"type": "function", "function": 3}]),
 ]
 
 
@@ -141,7 +144,7 @@ async def test_an_escaped_question_mark_is_forwarded_as_written(
     gateway: Any, http: aiohttp.ClientSession, fake_upstream: FakeUpstream,
 ) -> None:
     reply = await raw_request(gateway, (
-        "GET /v1/models/a%3Fb?x=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").encode())
+        b"GET /v1/models/a%3Fb?x=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
     assert reply.startswith(b"HTTP/1.1 ")
     (record,) = fake_upstream.requests
     assert record.path == "/v1/models/a%3Fb?x=1"

@@ -18,6 +18,7 @@ integrity check and the turns lost against the documented window
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -33,13 +34,18 @@ import apsw
 
 from lore_gateway.bench.overhead import _pct, _wait_http, free_port, rss_bytes
 
-RSS_SAMPLE_S = 5.0
+RSS_SAMPLE_S = 2.0
+# aiohttp closes idle pooled upstream connections after 15 s.
+FD_SETTLE_S = 20.0
 # A client that sees no byte for this long counts the request as an error.
 CLIENT_TIMEOUT_S = 60.0
+# Each client talks about its own topic (``topic<n>``), and recall asks for it,
+# as an agent recalls its own project's decisions: a search matches that
+# client's turns, not every stored row.
 TEXT_BODY = (b'{"model":"gpt-soak","stream":true,"input":[{"role":"user","content":'
-             b'"soak question %d from client %d"}]}')
+             b'"question %d about topic%d and its deployment"}]}')
 RECALL_BODY = (b'{"model":"gpt-soak","stream":true,"input":[{"role":"user","content":'
-               b'"what did we decide about soak topic %d (client %d)?"}],"tools":[{"type":'
+               b'"what did we decide (%d) about topic%d?"}],"tools":[{"type":'
                b'"function","name":"read_file","parameters":{"type":"object"}}]}')
 
 
@@ -104,7 +110,7 @@ async def _client(session: aiohttp.ClientSession, url: str, number: int, recall:
     headers = {"content-type": "application/json", "authorization": "Bearer sk-soak-not-a-key",
                "x-lore-session-id": f"soak-{number}"}
     if recall:
-        headers["x-fake-scenario"] = "recall:soak topic"
+        headers["x-fake-scenario"] = f"recall:topic{number} decision"
     n = 0
     while time.monotonic() < until and not stop.is_set():
         body = (RECALL_BODY if recall else TEXT_BODY) % (n, number)
@@ -115,7 +121,9 @@ async def _client(session: aiohttp.ClientSession, url: str, number: int, recall:
                 data = await resp.read()
             ok = resp.status == 200 and b"event: response.completed" in data
             if ok and recall:
-                ok = b"function_call" not in data  # the hidden call never reaches the client
+                # The hidden call never reaches the client, and the search answered
+                # (a failed search still ends in a complete, apologetic answer).
+                ok = b"function_call" not in data and b"Recall search failed" not in data
         except (aiohttp.ClientError, TimeoutError) as exc:
             if stop.is_set():
                 return  # killed on purpose: not the gateway's error
@@ -145,6 +153,7 @@ async def _load(servers: _Servers, *, clients: int, seconds: float, recall_share
     recall_clients = round(clients * recall_share)
     pid = servers.gateway.pid
     rss: list[tuple[float, float]] = []
+    queue_depths: list[int] = []
     stop = asyncio.Event()
     timeout = aiohttp.ClientTimeout(total=None, sock_read=CLIENT_TIMEOUT_S)
     connector = aiohttp.TCPConnector(limit=clients + 8)
@@ -163,6 +172,11 @@ async def _load(servers: _Servers, *, clients: int, seconds: float, recall_share
         async def sample() -> None:
             while time.monotonic() < until and not stop.is_set():
                 rss.append((round(time.monotonic() - started, 1), rss_bytes(pid)[0] / 1e6))
+                with contextlib.suppress(aiohttp.ClientError, ValueError):
+                    async with session.get(servers.url + "/metrics") as resp:
+                        for line in (await resp.text()).splitlines():
+                            if line.startswith("lore_storage_queue_depth "):
+                                queue_depths.append(int(float(line.split()[1])))
                 await asyncio.sleep(RSS_SAMPLE_S)
 
         async def killer() -> None:
@@ -177,10 +191,14 @@ async def _load(servers: _Servers, *, clients: int, seconds: float, recall_share
         await asyncio.gather(*tasks)
         for task in extra:
             task.cancel()
-    await asyncio.sleep(2.0)  # let keep-alive connections close
+    # Pooled keep-alive connections (to the client and the upstream) close on
+    # their own timers; a leak is what is still open once they had the time.
+    deadline = time.monotonic() + FD_SETTLE_S
+    while _fds(pid) > fds_before and time.monotonic() < deadline and kill_at is None:  # noqa: ASYNC110 (another process: nothing to await)
+        await asyncio.sleep(1.0)
     fds_after = _fds(pid)
     return {"kinds": kinds, "rss": rss, "fds_before": fds_before, "fds_after": fds_after,
-            "recall_clients": recall_clients}
+            "recall_clients": recall_clients, "queue_depths": queue_depths}
 
 
 def run(*, clients: int = 200, seconds: float = 60.0, recall_share: float = 0.5,
@@ -203,6 +221,7 @@ def run(*, clients: int = 200, seconds: float = 60.0, recall_share: float = 0.5,
                 "errors": sum(k.errors for k in kinds.values()),
                 "completed": completed,
                 "rss_mb": load["rss"],
+                "write_queue_max": max(load["queue_depths"], default=0),
             }
             rss = [mb for _, mb in load["rss"]]
             if len(rss) >= 4:

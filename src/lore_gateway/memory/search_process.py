@@ -32,9 +32,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Searches waiting or running at once. A recall waits for at most this many
-# searches ahead of it; beyond that, failing fast beats a minute-long queue.
-MAX_IN_FLIGHT = 64
+# Searches waiting or running at once. Each agent has at most one in flight, and
+# 256 is more agents than a workstation runs; beyond that, failing fast beats a
+# queue that outlasts the search timeout anyway.
+MAX_IN_FLIGHT = 256
 # Seconds one search may take, queueing included, before the recall goes on
 # without it. Idle searches take 13-132 ms.
 DEFAULT_TIMEOUT_S = 10.0
@@ -79,11 +80,12 @@ def _ping() -> int:
 
 
 class SearchProcess:
-    """A one-process pool that owns a ``Searcher``; ``search`` is awaited."""
+    """A pool of ``workers`` processes, each owning a ``Searcher``; ``search`` is awaited."""
 
-    def __init__(self, db_path: Path, *, embeddings: bool,
+    def __init__(self, db_path: Path, *, embeddings: bool, workers: int = 1,
                  timeout: float = DEFAULT_TIMEOUT_S, max_in_flight: int = MAX_IN_FLIGHT) -> None:
         self._db_path = db_path
+        self._workers = max(1, workers)
         self._embeddings = embeddings
         self.timeout = timeout
         self._max_in_flight = max_in_flight
@@ -101,14 +103,16 @@ class SearchProcess:
                 raise MemoryUnavailable("memory is closed")
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(
-                    max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                    max_workers=self._workers, mp_context=multiprocessing.get_context("spawn"),
                     initializer=_init,
                     initargs=(str(self._db_path), self._embeddings, os.getpid()))
             return self._pool
 
     def warm(self) -> None:
-        """Start the child now (it loads the model), so the first recall does not wait."""
-        self._executor().submit(_ping)
+        """Start the children now (they load the model), so the first recall does not wait."""
+        pool = self._executor()
+        for _ in range(self._workers):
+            pool.submit(_ping)
 
     async def search(self, query: str, *, tenant: str, project: str, session: str,
                      scope: str, limit: int) -> SearchResult:

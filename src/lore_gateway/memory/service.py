@@ -267,6 +267,7 @@ class Memory:
 
             self._searches = SearchProcess(self.settings.db_path,
                                            embeddings=self.embedder is not None,
+                                           workers=self.settings.search_workers,
                                            timeout=self.settings.search_timeout)
         return self._searches
 
