@@ -13,7 +13,13 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from lore_gateway.testing.fuzz import ClientCase, FuzzRig, UpstreamCase, client_cases, upstream_cases
+from lore_gateway.testing.fuzz import (
+    ClientCase,
+    FuzzRig,
+    UpstreamCase,
+    client_cases,
+    upstream_cases,
+)
 
 # Cases per target; together over the 10k of the acceptance (LORE_FUZZ_SCALE scales).
 SCALE = float(os.environ.get("LORE_FUZZ_SCALE", "1"))

@@ -135,3 +135,15 @@ def test_health_reports_degraded_memory_with_the_reason(make_gateway: Any) -> No
     assert body["status"] == "degraded"
     assert body["memory"] == "degraded"
     assert "cannot open the database" in body["reason"]
+
+
+def test_the_data_dir_is_created_owner_only(tmp_path: Any) -> None:
+    from lore_gateway.obs.logging import configure_logging, log_file_path
+
+    data = tmp_path / "fresh" / "lore"
+    configure_logging("warning", "text", log_file_path(data))
+    try:
+        assert data.stat().st_mode & 0o777 == 0o700
+        assert (data / "logs").stat().st_mode & 0o777 == 0o700
+    finally:
+        configure_logging("warning", "text", None)

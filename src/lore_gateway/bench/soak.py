@@ -249,6 +249,9 @@ def run(*, clients: int = 200, seconds: float = 60.0, recall_share: float = 0.5,
                 stored, integrity = _stored(db_path)
                 result.update(stored=stored, integrity=integrity,
                               lost_turns=max(0, completed - stored))
+            log = (Path(tmp) / "soak-gateway.log").read_text(errors="replace").splitlines()
+            result["log_errors"] = sum("[error" in line for line in log)
+            result["database_locked"] = sum("locked" in line for line in log)
         finally:
             servers.close()
     return result

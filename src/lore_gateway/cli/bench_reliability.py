@@ -48,7 +48,8 @@ def soak(
         typer.echo(f"RSS growth over the second half: {result['rss_growth_after_half']:.1%}")
     if "fd_leak" in result:
         typer.echo(f"open fds after the load minus before: {result['fd_leak']}")
-    typer.echo(f"largest write queue seen: {result['write_queue_max']} turns")
+    typer.echo(f"largest write queue seen: {result['write_queue_max']} turns; gateway log: "
+               f"{result['log_errors']} errors, {result['database_locked']} 'locked'")
     typer.echo(f"turns completed {result['completed']}, stored {result['stored']}, "
                f"lost {result['lost_turns']}; integrity {result['integrity']}")
     typer.echo(f"SIGTERM exit {result['shutdown_s']} s (exit code {result['exit_code']}, "

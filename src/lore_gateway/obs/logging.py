@@ -29,6 +29,7 @@ import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
 from lore_gateway.headers import is_credential
+from lore_gateway.memory.db import private_dir
 from lore_gateway.memory.sanitize import REDACTED, redact_credentials, storable
 
 SESSION_TAG_CHARS = 16
@@ -147,7 +148,8 @@ def configure_logging(level: str = "info", fmt: str = "text", log_file: Path | N
     stderr.setFormatter(_formatter(fmt, colors=fmt == "text" and sys.stderr.isatty()))
     handlers.append(stderr)
     if log_file is not None:
-        log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(log_file.parent.parent)  # the data dir, when created here first
+        private_dir(log_file.parent)
         file_handler = logging.handlers.RotatingFileHandler(
             log_file, maxBytes=LOG_FILE_MAX_BYTES, backupCount=LOG_FILE_BACKUPS,
             encoding="utf-8",
