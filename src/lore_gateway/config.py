@@ -64,11 +64,13 @@ class Settings(BaseSettings):
     # ended with their protocol's error event.
     shutdown_grace: float = 10.0
 
-    # Recall searches run in their own process (memory/search_process.py) so they
-    # never wait on the relay for the GIL; off: in a thread of the gateway. A
-    # search that takes longer than the timeout fails the recall, not the turn.
+    # Recall searches run in their own processes (memory/search_process.py) so
+    # they never wait on the relay for the GIL; off: in a thread of the gateway.
+    # Two workers: one search can run while another waits for the CPU (measured
+    # in docs/reliability.md). A search that takes longer than the timeout fails
+    # the recall, not the turn.
     search_process: bool = True
-    search_workers: int = 1
+    search_workers: int = 2
     search_timeout: float = 10.0
 
     # Agent binaries launched by `lore run` (a name looked up on PATH, or a path).
