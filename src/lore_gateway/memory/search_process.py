@@ -158,9 +158,10 @@ class SearchProcess:
         try:
             loop = asyncio.get_running_loop()
             pool = self._executor()
-            future = loop.run_in_executor(pool, _search, query, tenant, project, session,
-                                          scope, limit)
             try:
+                # submit() itself raises BrokenProcessPool once the pool noticed a death.
+                future = loop.run_in_executor(pool, _search, query, tenant, project, session,
+                                              scope, limit)
                 return await asyncio.wait_for(future, self.timeout)
             except TimeoutError:
                 self.timeouts += 1
