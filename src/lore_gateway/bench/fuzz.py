@@ -10,7 +10,6 @@ from typing import Any
 
 
 def run(*, client_cases: int, upstream_cases: int, seed: int | None = None) -> dict[str, Any]:
-    from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as hseed
 
     from lore_gateway.testing.fuzz import FuzzRig
@@ -30,20 +29,13 @@ def run(*, client_cases: int, upstream_cases: int, seed: int | None = None) -> d
             before = rig.tally.cases
             started = time.perf_counter()
 
-            @settings(max_examples=count, database=None, deadline=None,
-                      suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
-            @given(strategy)
-            def target(example: Any, check: Any = check, name: str = name) -> None:
-                problems = check(example)
-                if problems:
-                    failures.append({"target": name, "case": repr(example)[:2000],
-                                     "problems": problems[:5]})
-                    raise AssertionError(problems)
-
+            target = _campaign(strategy, count, check, name, failures)
             if seed is not None:
                 target = hseed(seed)(target)
-            with contextlib.suppress(AssertionError):
-                target()  # a failure is recorded above, the shrunk case last
+            # A failing case is recorded in ``failures`` (the shrunk one last);
+            # hypothesis re-raises it, as an ExceptionGroup when it was flaky.
+            with contextlib.suppress(AssertionError, ExceptionGroup):
+                target()
             figures[name] = {"cases": rig.tally.cases - before,
                              "seconds": round(time.perf_counter() - started, 1)}
     finally:
@@ -51,3 +43,21 @@ def run(*, client_cases: int, upstream_cases: int, seed: int | None = None) -> d
     return {"targets": figures, "aborted": rig.tally.aborted,
             "statuses": dict(sorted(rig.tally.by_status.items())),
             "failures": failures[-3:], "failed": bool(failures)}
+
+
+def _campaign(strategy: Any, count: int, check: Any, name: str,
+              failures: list[dict[str, Any]]) -> Any:
+    """One hypothesis test over ``strategy``: ``check`` each case, record failures."""
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=count, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
+    @given(strategy)
+    def target(example: Any) -> None:
+        problems = check(example)
+        if problems:
+            failures.append({"target": name, "case": repr(example)[:2000],
+                             "problems": problems[:5]})
+            raise AssertionError(problems)
+
+    return target
