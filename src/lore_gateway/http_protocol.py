@@ -130,10 +130,14 @@ class _LimitedProtocol(HttpToolsProtocol):
 
     def _count_head(self, data: bytes) -> bool:
         """Add this read to the header block; False when it is over the limit."""
-        buf = self._tail + data
-        end = buf.find(_HEAD_END)
-        self._head_bytes += (len(data) if end < 0 else max(0, end + 4 - len(self._tail)))
-        self._tail = buf[-3:]
+        end = data.find(_HEAD_END)
+        if end >= 0:
+            used = end + 4
+        else:  # a terminator split across two reads: only the seam is joined
+            seam = (self._tail + data[:3]).find(_HEAD_END)
+            used = seam + 4 - len(self._tail) if seam >= 0 else len(data)
+        self._head_bytes += used
+        self._tail = data[-3:]
         if self._head_bytes <= self._limits.max_header_bytes:
             return True
         log.warning("request refused: header block over %d bytes", self._limits.max_header_bytes)

@@ -370,7 +370,7 @@ def _parse_checked(body: bytes, protocol: Protocol) -> dict[str, Any]:
         raise invalid_request(f"Invalid JSON body: {exc}") from None
     if not isinstance(payload, dict):
         raise invalid_request("Invalid JSON body: expected a JSON object")
-    check_request(protocol, payload)
+    check_request(protocol, payload, body)
     return payload
 
 

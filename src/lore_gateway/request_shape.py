@@ -45,9 +45,13 @@ class BadRequestShape(GatewayError):
                                        "param": self.param, "code": "invalid_type"}})
 
 
-def check_request(protocol: Protocol, payload: dict[str, Any]) -> None:
-    """Raise ``BadRequestShape`` when ``payload`` cannot be handled as ``protocol``."""
-    _check_depth(protocol, payload)
+def check_request(protocol: Protocol, payload: dict[str, Any], body: bytes = b"") -> None:
+    """Raise ``BadRequestShape`` when ``payload`` (parsed from ``body``) cannot be
+    handled as ``protocol``."""
+    # A body with fewer brackets than the limit cannot nest deeper than it; the
+    # count is C-speed, the re-encoding is not.
+    if not body or body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH:
+        _check_depth(protocol, payload)
     _optional(protocol, payload, "model", str, "a string")
     _optional(protocol, payload, "stream", bool, "a boolean")
     for pos, tool in enumerate(_list_of_objects(protocol, payload, "tools", required=False)):
