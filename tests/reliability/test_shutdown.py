@@ -126,6 +126,12 @@ def test_a_second_signal_exits_at_once_and_the_database_is_intact(
     client = openai.OpenAI(base_url=served.url + "/v1", api_key=OPENAI_KEY, max_retries=0,
                            default_headers={"x-lore-session-id": "before"})
     client.responses.create(model="gpt-x", input="stored before the signals")
+    # Committed before the signals: a second signal loses only what is still queued.
+    deadline = time.monotonic() + 30
+    while not (served.data_dir / "lore.db").exists() or ("before", 1) not in turns(
+            served.data_dir):
+        assert time.monotonic() < deadline, "the first turn was never committed"
+        time.sleep(0.05)
     got: list[bytes] = []
     started = threading.Event()
     stalled_stream(served, fake_upstream, got, started)
