@@ -6,7 +6,9 @@ Plain ASGI, no framework on the data plane: each request is routed once
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
@@ -26,11 +28,26 @@ log = logging.getLogger("lore.app")
 _HEALTH_BODY = orjson.dumps({"status": "ok", "version": __version__})
 
 
+def health_body(degraded: str | None) -> bytes:
+    """``/health``: ``ok``, or ``degraded`` with the reason memory is not working.
+
+    Still 200 when degraded: the gateway forwards traffic either way, and a
+    launcher probing it must not start a second one. ``lore status`` reads
+    ``memory`` and ``reason``.
+    """
+    if degraded is None:
+        return _HEALTH_BODY
+    return orjson.dumps({"status": "degraded", "version": __version__,
+                         "memory": "degraded", "reason": degraded})
+
+
 class GatewayApp:
-    def __init__(self, proxy: Proxy) -> None:
+    def __init__(self, proxy: Proxy,
+                 memory_degraded: Callable[[], str | None] = lambda: None) -> None:
         self.proxy = proxy
         self.live = status_route.Live(memory=proxy.turns.memory,
                                       recall_active=proxy.recall is not None)
+        self._memory_degraded = memory_degraded
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -54,8 +71,19 @@ class GatewayApp:
                 anthropic_version = True
             elif lower == b"upgrade" and value.lower() == b"websocket":
                 upgrade = True
+        problem = path_problem(path, scope.get("raw_path") or b"")
+        if problem is not None:
+            await ClientChannel(send).respond(400, error_body("invalid_request_error", problem))
+            metrics.record_request("rejected", 400, "", None, None)
+            return
         query = scope.get("query_string", b"").decode("latin-1")
         route = match(method, path, query, anthropic_version=anthropic_version, upgrade=upgrade)
+        if route is not None and route.kind is Kind.PASSTHROUGH:
+            # Forward the path as the client wrote it: the decoded form would turn
+            # an escaped '?' or '#' into a query or fragment upstream.
+            raw = (scope.get("raw_path") or path.encode()).decode("latin-1")
+            route = dataclasses.replace(
+                route, upstream_path=raw + (f"?{query}" if query else ""))
         if route is None:
             await ClientChannel(send).respond(
                 404, error_body("not_found", f"No route for {method} {path}")
@@ -81,7 +109,8 @@ class GatewayApp:
             return
         client = ClientChannel(send)
         if kind is Kind.HEALTH:
-            await client.respond(200, _HEALTH_BODY, head=scope["method"] == "HEAD")
+            await client.respond(200, health_body(self._memory_degraded()),
+                                 head=scope["method"] == "HEAD")
         elif kind is Kind.METRICS:
             body, content_type = metrics.render()
             await client.respond(200, body, [(b"content-type", content_type.encode())])
@@ -97,6 +126,31 @@ class GatewayApp:
                 [(b"content-type", b"application/json"), (b"connection", b"close")],
             )
         metrics.record_request(kind.value, client.status, "", None, None)
+
+
+# Encoded forms that would let a decoded path differ from the one checked: a
+# slash or backslash inside a segment, and '%' itself (double encoding).
+_ENCODED_SEPARATORS = (b"%2f", b"%5c", b"%25", b"%00")
+
+
+def path_problem(path: str, raw_path: bytes) -> str | None:
+    """Why ``path`` must not be forwarded, or None when it may.
+
+    Pass-through routes append the client's path to the upstream's base URL
+    with the client's credentials, so ``/v1/../../etc/passwd`` (as is, or as
+    ``%2e%2e``) would leave ``/v1/`` upstream. Dot segments, encoded separators,
+    backslashes and control characters are refused on every route.
+    """
+    segments = path.split("/")
+    if any(seg in (".", "..") for seg in segments):
+        return (f"Invalid path {path[:200]!r}: '.' and '..' segments are not allowed; "
+                "send the normalised path.")
+    if "\\" in path or any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+        return "Invalid path: backslashes and control characters are not allowed."
+    lowered = raw_path.lower()
+    if any(code in lowered for code in _ENCODED_SEPARATORS):
+        return "Invalid path: encoded '/', '\\', '%' or NUL are not allowed in the path."
+    return None
 
 
 def _ms(seconds: float | None) -> str:

@@ -79,6 +79,27 @@ class Settings(BaseSettings):
     upstream_connect_timeout: float = 10.0
     upstream_read_timeout: float = 300.0
 
+    # Connection hygiene (http_protocol.py): seconds for a request's headers to
+    # arrive, longest silence mid-body, the largest header block, and the most
+    # connections open at once (beyond it: 503). Agents keep a few connections
+    # each; 1,000 is far above a workstation's need and far below the fd limit.
+    header_timeout: float = 30.0
+    body_timeout: float = 60.0
+    max_header_bytes: int = 64 * 1024
+    max_connections: int = 1000
+    # On SIGINT/SIGTERM: seconds open streams get to finish before they are
+    # ended with their protocol's error event.
+    shutdown_grace: float = 10.0
+
+    # Recall searches run in their own processes (memory/search_process.py) so
+    # they never wait on the relay for the GIL; off: in a thread of the gateway.
+    # Two workers: one search can run while another waits for the CPU (measured
+    # in docs/reliability.md). A search that takes longer than the timeout fails
+    # the recall, not the turn.
+    search_process: bool = True
+    search_workers: int = 2
+    search_timeout: float = 10.0
+
     # Agent binaries launched by `lore run` (a name looked up on PATH, or a path).
     codex_bin: str = "codex"
     claude_bin: str = "claude"
@@ -99,9 +120,6 @@ class Settings(BaseSettings):
     recall_stream_max_bytes: int = 64 * MiB
     recall_retained_max_bytes: int = 16 * MiB
     recall_deferred_max_bytes: int = 1 * MiB
-    # Seconds one recall search (or detail read) may take, queueing included; past
-    # it the model is told recall timed out and answers without it.
-    recall_search_timeout: float = 10.0
 
     # Background worker (docs/knowledge.md): model calls made for the user after a
     # response ended, with the session's own upstream and credential.

@@ -36,25 +36,43 @@ _REQUEST_DROP = _HOP_BY_HOP | {b"host", b"content-length", b"content-encoding", 
 # chunking) and arrives decoded from the upstream client.
 _RESPONSE_DROP = _HOP_BY_HOP | {b"content-length", b"content-encoding"}
 
-CREDENTIAL_HEADERS = frozenset(
+# The one list of names whose value is a credential, whatever it looks like (an
+# account id is a plain UUID, so only its name gives it away): header names, and
+# the keys a log field or a config/JSON object may carry them under. Logging
+# redacts by it (``obs.logging``); compared lower-case, with '_' read as '-'.
+CREDENTIAL_NAMES = frozenset(
     {
         "authorization",
         "proxy-authorization",
         "x-api-key",
         "api-key",
+        "apikey",
         "chatgpt-account-id",
+        "account-id",
         "openai-organization",
         "openai-project",
         "cookie",
         "set-cookie",
         "x-lore-key",
+        "token",
+        "access-token",
+        "refresh-token",
+        "id-token",
+        "password",
+        "secret",
+        "openai-api-key",
+        "anthropic-api-key",
+        "anthropic-auth-token",
+        "credential",
+        "credentials",
     }
 )
 
 
 def is_credential(name: str) -> bool:
-    """True for headers that carry or identify a credential (never logged or stored)."""
-    return name.lower() in CREDENTIAL_HEADERS
+    """True for header names and keys that carry or identify a credential (never
+    logged or stored)."""
+    return name.lower().replace("_", "-") in CREDENTIAL_NAMES
 
 
 def upstream_request_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:

@@ -26,13 +26,17 @@ from lore_gateway.config import Settings
 from lore_gateway.errors import GatewayError, error_body, invalid_request
 from lore_gateway.exchange import Exchange
 from lore_gateway.headers import client_response_headers, header_map, upstream_request_headers
+from lore_gateway.memory.sanitize import redact_credentials, storable
+from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.recall.service import Prepared, RecallService
+from lore_gateway.request_shape import check_request
 from lore_gateway.routing import Protocol, Route
 from lore_gateway.sse import encode_event
 from lore_gateway.turns import TurnCollector, TurnSink
 from lore_gateway.upstream import (
     UpstreamBroken,
     UpstreamClient,
+    UpstreamDisconnected,
     UpstreamResponse,
     UpstreamUnavailable,
 )
@@ -59,6 +63,34 @@ class RequestTiming:
         return total - self.upstream_wait if self.ttfb is not None else None
 
 
+class _SentTail:
+    """ASGI ``send`` that remembers how the last body bytes ended, so an error
+    event written after a cut (shutdown, a failure) starts on an event boundary."""
+
+    __slots__ = ("_send", "at_boundary", "ended", "sse")
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.at_boundary = True
+        self.ended = False
+        self.sse = False
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.sse = any(n.lower() == b"content-type" and b"event-stream" in v.lower()
+                           for n, v in message.get("headers", ()))
+        body = message.get("body")
+        if body:
+            self.at_boundary = body.endswith((b"\n\n", b"\r\r", b"\r\n\r\n"))
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.ended = True
+        await self._send(message)
+
+
+SHUTDOWN_MESSAGE = ("The gateway is shutting down and ended this response; "
+                    "retry the request once it is back")
+
+
 class Proxy:
     def __init__(self, settings: Settings, upstream: UpstreamClient, turns: TurnSink,
                  recall: RecallService | None = None) -> None:
@@ -69,12 +101,34 @@ class Proxy:
         # Called once the client has the whole (2xx) response: background work
         # (docs/knowledge.md) starts there and never earlier.
         self.on_response_ended: Callable[[Exchange], None] | None = None
+        # Relays in flight, so that shutdown can end them once the grace is over.
+        self._relays: set[asyncio.Task[None]] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._ending = False
+
+    @property
+    def active(self) -> int:
+        return len(self._relays)
+
+    async def wait_idle(self) -> None:
+        """Until no relay is in flight."""
+        await self._idle.wait()
+
+    def end_streams(self) -> int:
+        """End every relay in flight with its protocol's error event (shutdown,
+        after the grace period); the number ended."""
+        self._ending = True
+        for relay in list(self._relays):
+            relay.cancel(SHUTDOWN_MESSAGE)
+        return len(self._relays)
 
     # -- model routes -------------------------------------------------------------
 
     async def handle_model(self, scope: dict[str, Any], receive: Receive, send: Send,
                            route: Route) -> RequestTiming:
-        client = ClientChannel(send)
+        tail = _SentTail(send)
+        client = ClientChannel(tail)
         timing = RequestTiming()
         try:
             exchange = await self._read_exchange(scope, receive, route)
@@ -85,13 +139,24 @@ class Proxy:
             timing.status = exc.status
             return timing
         pending = self.turns.begin(exchange)
+        relay = asyncio.ensure_future(self._forward(exchange, client, tail, timing, pending))
+        self._relays.add(relay)
+        self._idle.clear()
         ended = False
         try:
-            await watch(receive, self._forward(exchange, client, timing, pending))
+            await watch(receive, _awaiting(relay))
             ended = True
         except ClientGone:
             log.info("client disconnected; upstream request cancelled")
+        except asyncio.CancelledError:
+            if not self._ending or _cancelling():
+                raise
+            if not await _end_with_error(client, tail, exchange.protocol, SHUTDOWN_MESSAGE, 503):
+                raise
         finally:
+            self._relays.discard(relay)
+            if not self._relays:
+                self._idle.set()
             # A no-op when the turn was already completed (PendingTurn ends once).
             self.turns.abandoned(pending)
         timing.status = client.status
@@ -106,7 +171,8 @@ class Proxy:
         limit = self.settings.max_request_bytes
         raw = await read_body(receive, limit=limit, content_length=hmap.get("content-length"))
         body = decode_body(raw, hmap.get("content-encoding"), limit=limit)
-        payload = await _parse_json(body)
+        assert route.protocol is not None
+        payload = await _parse_json(body, route.protocol)
         identity = self.turns.identify(route, hmap, payload)
         prepared: Prepared | None = None
         if self.recall is not None and identity is not None:
@@ -130,8 +196,8 @@ class Proxy:
             recall=prepared is not None and prepared.inject,
         )
 
-    async def _forward(self, exchange: Exchange, client: ClientChannel, timing: RequestTiming,
-                       pending: Any) -> None:
+    async def _forward(self, exchange: Exchange, client: ClientChannel, tail: _SentTail,
+                       timing: RequestTiming, pending: Any) -> None:
         sent = perf_counter()
         try:
             resp = await self.upstream.send(
@@ -144,26 +210,44 @@ class Proxy:
         timing.upstream_wait += timing.ttfb
         collector = self.turns.collector(exchange, pending)
         try:
-            if resp.status >= 300:
-                await self._relay_error(resp, client)
-            elif exchange.recall:
-                assert self.recall is not None and collector is not None
-                assert exchange.upstream_payload is not None
-                outcome = await self.recall.respond(
-                    exchange, resp, client, exchange.upstream_payload, collector)
-                self.turns.finish(pending, outcome.outputs, complete=outcome.complete)
-            elif exchange.client_stream or not exchange.upstream_stream:
-                if await self._relay(exchange, resp, client, collector, timing):
-                    self.turns.completed(pending, collector)
-                else:
-                    self.turns.abandoned(pending, collector)
-            elif await self._answer_json_from_stream(resp, client, collector, timing):
-                self.turns.completed(pending, collector)
+            await self._deliver(exchange, resp, client, timing, pending, collector)
+        except UpstreamBroken as exc:
+            self.turns.abandoned(pending, collector)
+            if not await _end_with_error(client, tail, exchange.protocol,
+                                         f"{BROKEN_STREAM_MESSAGE} ({exc})", 502):
+                raise
+        except (ProtocolError, ValueError) as exc:
+            # A handler that reads the upstream's events met one it cannot read:
+            # the client learns which, not just that something failed.
+            self.turns.abandoned(pending, collector)
+            log.warning("upstream protocol violation: %s", exc)
+            if not await _end_with_error(client, tail, exchange.protocol,
+                                         f"The upstream broke the protocol: {exc}", 502):
+                raise
         except BaseException:
             self.turns.abandoned(pending, collector)
             raise
         finally:
             resp.close()
+
+    async def _deliver(self, exchange: Exchange, resp: UpstreamResponse, client: ClientChannel,
+                       timing: RequestTiming, pending: Any,
+                       collector: TurnCollector | None) -> None:
+        if resp.status >= 300:
+            await self._relay_error(resp, client)
+        elif exchange.recall:
+            assert self.recall is not None and collector is not None
+            assert exchange.upstream_payload is not None
+            outcome = await self.recall.respond(
+                exchange, resp, client, exchange.upstream_payload, collector)
+            self.turns.finish(pending, outcome.outputs, complete=outcome.complete)
+        elif exchange.client_stream or not exchange.upstream_stream:
+            if await self._relay(exchange, resp, client, collector, timing):
+                self.turns.completed(pending, collector)
+            else:
+                self.turns.abandoned(pending, collector)
+        elif await self._answer_json_from_stream(resp, client, collector, timing):
+            self.turns.completed(pending, collector)
 
     async def _relay(self, exchange: Exchange, resp: UpstreamResponse, client: ClientChannel,
                      collector: TurnCollector | None, timing: RequestTiming) -> bool:
@@ -192,7 +276,8 @@ class Proxy:
                 _feed(collector, unfed)
                 frame = None
                 if "event-stream" in resp.content_type and tail.endswith((b"\n\n", b"\r\r")):
-                    frame = broken_stream_event(exchange.protocol, collector)
+                    frame = broken_stream_event(
+                        exchange.protocol, collector, f"{BROKEN_STREAM_MESSAGE} ({exc})")
                 if frame is None:
                     raise
                 await client.end(frame)
@@ -278,16 +363,22 @@ class Proxy:
             resp.close()
 
 
-async def _parse_json(body: bytes) -> dict[str, Any]:
+async def _parse_json(body: bytes, protocol: Protocol) -> dict[str, Any]:
+    """Parse and shape-check a model request (``request_shape``), off the loop
+    when it is big."""
+    if len(body) > _PARSE_OFF_LOOP_BYTES:
+        return await asyncio.to_thread(_parse_checked, body, protocol)
+    return _parse_checked(body, protocol)
+
+
+def _parse_checked(body: bytes, protocol: Protocol) -> dict[str, Any]:
     try:
-        if len(body) > _PARSE_OFF_LOOP_BYTES:
-            payload = await asyncio.to_thread(orjson.loads, body)
-        else:
-            payload = orjson.loads(body)
+        payload = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise invalid_request(f"Invalid JSON body: {exc}") from None
     if not isinstance(payload, dict):
         raise invalid_request("Invalid JSON body: expected a JSON object")
+    check_request(protocol, payload, body)
     return payload
 
 
@@ -320,6 +411,11 @@ def _upstream_rules(route: Route, payload: dict[str, Any],
 
 
 def _unreachable(exchange: Exchange, exc: Exception) -> bytes:
+    if isinstance(exc, UpstreamDisconnected):
+        return error_body(
+            "api_error",
+            f"The upstream {exchange.upstream_url} closed the connection before answering "
+            f"({exc}); retry the request.")
     return error_body(
         "api_error",
         f"Could not reach the upstream {exchange.upstream_url}: {exc}. "
@@ -332,16 +428,50 @@ def _unreachable(exchange: Exchange, exc: Exception) -> bytes:
 BROKEN_STREAM_MESSAGE = "Gateway request failed: the upstream connection broke mid-response"
 
 
-def broken_stream_event(protocol: Protocol, collector: TurnCollector | None) -> bytes:
-    """The error event a client of ``protocol`` understands, ending a broken stream."""
+def broken_stream_event(protocol: Protocol, collector: TurnCollector | None,
+                        message: str = BROKEN_STREAM_MESSAGE) -> bytes:
+    """The error event a client of ``protocol`` understands, ending a broken stream.
+
+    ``message`` says why; it never quotes a header, so it never holds a credential
+    (``redact_credentials`` runs over it anyway, as a last line of defence)."""
+    message = redact_credentials(storable(message))
     if protocol is Protocol.ANTHROPIC:
         return encode_event("error", orjson.dumps({"type": "error", "error": {
-            "type": "api_error", "message": BROKEN_STREAM_MESSAGE}}))
+            "type": "api_error", "message": message}}))
     if protocol is Protocol.CHAT:
         # Chat streams are data-only; the openai SDK raises on an "error" object.
         return b"data: " + orjson.dumps({"error": {
-            "type": "server_error", "message": BROKEN_STREAM_MESSAGE}}) + b"\n\n"
+            "type": "server_error", "message": message}}) + b"\n\n"
     response_id = (collector.response_id() if collector is not None else None) or "resp_error"
     return encode_event("response.failed", orjson.dumps({"type": "response.failed", "response": {
         "id": response_id, "object": "response", "status": "failed", "output": [],
-        "usage": None, "error": {"code": "server_error", "message": BROKEN_STREAM_MESSAGE}}}))
+        "usage": None, "error": {"code": "server_error", "message": message}}}))
+
+
+async def _awaiting(relay: asyncio.Task[None]) -> None:
+    await relay
+
+
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+async def _end_with_error(client: ClientChannel, tail: _SentTail, protocol: Protocol,
+                          message: str, status: int) -> bool:
+    """End the response with ``message``: an error body when nothing was sent yet,
+    the protocol's error event when a stream stopped on an event boundary.
+
+    False when neither fits (a JSON body or an event cut halfway): the caller
+    aborts the connection, so the client sees a truncated response rather than a
+    complete-looking one."""
+    if tail.ended:
+        return True
+    if not client.started:
+        await client.respond(status, error_body("api_error", redact_credentials(message)))
+        return True
+    if not tail.sse or not tail.at_boundary:
+        return False
+    with contextlib.suppress(Exception):
+        await client.end(broken_stream_event(protocol, None, message))
+    return True

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +20,7 @@ import uvicorn
 
 from lore_gateway.app import GatewayApp
 from lore_gateway.config import Settings
+from lore_gateway.http_protocol import ConnectionLimits, protocol_class
 from lore_gateway.obs import metrics
 from lore_gateway.proxy import Proxy
 from lore_gateway.recall.service import RecallService
@@ -90,6 +92,8 @@ class Gateway:
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
         self._sock: socket.socket | None = None
+        self._grace: asyncio.Task[None] | None = None
+        self.proxy: Proxy | None = None
         self.port = settings.port
 
     @property
@@ -114,20 +118,29 @@ class Gateway:
                          max_stored_chars=self.settings.store_max_message_bytes + 1)
         if self.memory is not None and self.settings.recall:
             self.recall = RecallService(self.memory, self.upstream)
-        proxy = Proxy(self.settings, self.upstream, turns, self.recall)
+        self.proxy = Proxy(self.settings, self.upstream, turns, self.recall)
         self.background = await Background.attach(self.settings, self.memory, self.upstream,
-                                                  proxy, self.recall)
-        app = GatewayApp(proxy)
+                                                  self.proxy, self.recall)
+        app = GatewayApp(self.proxy, memory_degraded=self._memory_degraded)
+        limits = ConnectionLimits(
+            header_timeout=self.settings.header_timeout,
+            body_timeout=self.settings.body_timeout,
+            max_header_bytes=self.settings.max_header_bytes,
+            max_connections=self.settings.max_connections,
+        )
         config = uvicorn.Config(
             app,
             lifespan="off",
             ws="none",
-            http="httptools",
+            http=protocol_class(limits),
             log_config=None,
             access_log=False,
             server_header=False,
             date_header=False,
             timeout_keep_alive=75,
+            # A backstop only: _end_after_grace ends the streams at the grace, and
+            # their handlers return at once.
+            timeout_graceful_shutdown=math.ceil(self.settings.shutdown_grace) + 1,
         )
         self._server = _Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[self._sock]))
@@ -136,10 +149,30 @@ class Gateway:
                 self._task.result()
             await asyncio.sleep(0.005)
 
+    def _memory_degraded(self) -> str | None:
+        if self.memory is None:
+            return None
+        reason: str | None = getattr(self.memory, "degraded", None)
+        return reason
+
     def request_stop(self) -> None:
-        """Begin a graceful shutdown (a signal handler may call this)."""
+        """Begin a graceful shutdown (a signal handler may call this): stop
+        accepting, let open responses run for ``shutdown_grace`` seconds, then end
+        them with their protocol's error event."""
         if self._server is not None:
             self._server.should_exit = True
+        if self._grace is None and self.proxy is not None:
+            self._grace = asyncio.get_running_loop().create_task(self._end_after_grace())
+
+    async def _end_after_grace(self) -> None:
+        assert self.proxy is not None
+        if self.proxy.active:
+            log.info("waiting up to %.0f s for %d open responses (LORE_SHUTDOWN_GRACE)",
+                     self.settings.shutdown_grace, self.proxy.active)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.proxy.wait_idle(), self.settings.shutdown_grace)
+        if self.proxy.active:
+            log.warning("shutdown grace over: ending %d open responses", self.proxy.end_streams())
 
     async def wait(self) -> None:
         """Until the server stops (a signal, or ``stop()``)."""
@@ -147,10 +180,11 @@ class Gateway:
         await self._task
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
+        self.request_stop()
         if self._task is not None:
             await self._task
+        if self._grace is not None:
+            self._grace.cancel()
         if self.background is not None:
             await self.background.stop()
         await self.upstream.close()

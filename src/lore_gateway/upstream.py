@@ -22,6 +22,10 @@ class UpstreamUnavailable(Exception):
     """The upstream could not be reached, or the connection failed before a response."""
 
 
+class UpstreamDisconnected(UpstreamUnavailable):
+    """The upstream accepted the connection, then closed it before any response."""
+
+
 class UpstreamBroken(Exception):
     """The upstream connection failed while the response body was being read."""
 
@@ -102,6 +106,8 @@ class UpstreamClient:
             resp = await self._session.request(
                 method, url, headers=headers, data=body, allow_redirects=False
             )
+        except aiohttp.ServerDisconnectedError as exc:
+            raise UpstreamDisconnected(_describe(exc)) from exc
         except _READ_ERRORS as exc:
             raise UpstreamUnavailable(_describe(exc)) from exc
         return UpstreamResponse(

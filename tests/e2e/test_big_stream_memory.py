@@ -53,12 +53,12 @@ def test_50_mib_stream_grows_gateway_rss_by_less_than_20_mib(
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         received, started = 0, time.monotonic()
-        tail = b""
         headers = {"x-fake-scenario": f"big-stream:{STREAM_MIB}"}
         try:
             with client.stream("POST", url + "/v1/responses", json=body,
                                headers=headers) as response:
                 assert response.status_code == 200
+                tail = b""
                 for chunk in response.iter_raw():
                     received += len(chunk)
                     # The terminal event can straddle the last two chunks.

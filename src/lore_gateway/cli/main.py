@@ -49,6 +49,7 @@ def _register() -> None:
         bench_gateway,
         bench_import,
         bench_memory,
+        bench_reliability,
         config_cmd,
         doctor,
         embed_cmd,

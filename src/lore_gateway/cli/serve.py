@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 
 import typer
@@ -35,6 +36,8 @@ variables, then --host and --port. The defaults need no configuration;
   LORE_WORKER_DAILY_TOKENS   worker tokens per tenant per UTC day (200000)
   LORE_KNOWLEDGE             give sessions their project's knowledge (true)
   LORE_EXPORT                write .lore.md in git work trees (true)
+  LORE_SHUTDOWN_GRACE        seconds open responses get on SIGINT/SIGTERM (10);
+                             a second signal exits at once
 
 More settings (limits, timeouts, worker models) are listed in the README.
 """
@@ -73,9 +76,28 @@ async def _serve(settings: Settings) -> None:
 
     gateway = Gateway(settings)
     await gateway.start()
+    if gateway.memory is not None and settings.recall:
+        gateway.memory.warm_search()
     loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_signal() -> None:
+        # The first signal drains (LORE_SHUTDOWN_GRACE), the second exits at once.
+        # Exiting mid-write cannot corrupt the database: SQLite's WAL rolls an
+        # unfinished commit back, like a crash; only the queued turns are lost.
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            typer.echo(f"lore-gateway stopping: open responses get "
+                       f"{settings.shutdown_grace:g} s (press Ctrl-C again to exit now)",
+                       err=True)
+            gateway.request_stop()
+            return
+        typer.echo("lore-gateway exiting now; turns still queued are not stored", err=True)
+        os._exit(130)
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, gateway.request_stop)
+        loop.add_signal_handler(sig, on_signal)
     typer.echo("\n".join(await asyncio.to_thread(_banner, settings, gateway.url)), err=True)
     try:
         await gateway.wait()

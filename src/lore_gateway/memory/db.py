@@ -34,7 +34,7 @@ def connect(path: Path, *, readonly: bool = False) -> apsw.Connection:
         flags = apsw.SQLITE_OPEN_READONLY
     else:
         flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(path.parent)
         _create_private(path)
     conn = apsw.Connection(str(path), flags=flags)
     conn.set_busy_timeout(BUSY_TIMEOUT_MS)
@@ -50,6 +50,18 @@ def connect(path: Path, *, readonly: bool = False) -> apsw.Connection:
 def conn_factory(path: Path, *, readonly: bool = False) -> ConnFactory:
     """A zero-argument opener, for threads that need their own connection."""
     return partial(connect, path, readonly=readonly)
+
+
+def private_dir(path: Path) -> None:
+    """Create ``path`` owner-only (0700): it holds conversation text and logs.
+
+    ``mkdir(parents=True, mode=...)`` applies the mode to the last component only,
+    so a data dir created as the parent of ``logs/`` came out 0755; the missing
+    parents above ``path`` keep the default mode, ``path`` itself does not.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
 
 
 def _create_private(path: Path) -> None:

@@ -12,6 +12,12 @@ where search picks them up.
 The interface is the in-process ``EmbeddingWorker``'s: ``submit``, ``backfill``,
 ``flush``, ``close``. The queue is bounded; what does not fit is dropped, counted
 and left for ``backfill``.
+
+A child that dies is restarted (up to ``MAX_RESTARTS`` times, then search stays
+BM25-only and ``degraded`` says so), and the restarted child is given the
+backlog again by ``backfill``. ``close`` never waits for the backlog: whatever
+is not embedded is found again by the next start's backfill, so shutdown takes
+the same time with 10 or 10,000 messages waiting.
 """
 
 from __future__ import annotations
@@ -38,36 +44,53 @@ PARENT_CHECK_SECONDS = 1.0
 # step, and a stop request waits at most one step.
 STEP_MESSAGES = 16
 _STOP = None
+# Restarts of a child that died (a crash, the OOM killer) before giving up; a
+# message that kills the model every time must not turn into a restart loop.
+MAX_RESTARTS = 5
+# Attempts at writing one batch of vectors while another process holds the lock.
+WRITE_ATTEMPTS = 3
 
 
 class EmbeddingProcess:
     """One child process that embeds committed messages and stores their vectors."""
 
     def __init__(self, db_path: Path, *, max_pending: int = MAX_PENDING_BATCHES) -> None:
-        ctx = multiprocessing.get_context("spawn")  # never fork a threaded process
-        self._jobs: multiprocessing.Queue[list[int] | None] = ctx.Queue(maxsize=max_pending)
-        self._acks: multiprocessing.Queue[int] = ctx.Queue()
+        self._ctx = multiprocessing.get_context("spawn")  # never fork a threaded process
+        self._max_pending = max_pending
         # Set by close(): the child stops before its next batch, without working
         # through its backlog first (unembedded rows are picked up by backfill).
-        self._stop = ctx.Event()
+        self._stop = self._ctx.Event()
         self._idle = threading.Condition()
         self._pending = 0
         self.submitted = 0  # message ids handed in (progress bars: progress / submitted)
         self.embedded = 0
         # Messages embedded so far, counted by the child after every step.
-        self._progress = ctx.Value("q", 0)
+        self._progress = self._ctx.Value("q", 0)
         self.dropped = 0
+        self.restarts = 0
+        self.degraded: str | None = None
+        self._closing = False
         self._db_path = db_path
-        self._process: SpawnProcess = ctx.Process(
+        self._spawn()
+        self._reader = threading.Thread(target=self._read_acks, name="lore-embed-acks",
+                                        daemon=True)
+        self._reader.start()
+
+    def _spawn(self) -> None:
+        """A fresh child with fresh queues (a dead child may leave them half-written)."""
+        self._jobs: multiprocessing.Queue[list[int] | None] = self._ctx.Queue(
+            maxsize=self._max_pending)
+        self._acks: multiprocessing.Queue[int] = self._ctx.Queue()
+        # Never let interpreter exit wait for the feeder thread to push a backlog
+        # into a pipe nobody reads any more (it would block SIGTERM for minutes).
+        self._jobs.cancel_join_thread()
+        self._process: SpawnProcess = self._ctx.Process(
             target=_child_main,
-            args=(str(db_path), self._jobs, self._acks, self._stop, os.getpid(),
+            args=(str(self._db_path), self._jobs, self._acks, self._stop, os.getpid(),
                   self._progress),
             name="lore-embed", daemon=True,
         )
         self._process.start()
-        self._reader = threading.Thread(target=self._read_acks, name="lore-embed-acks",
-                                        daemon=True)
-        self._reader.start()
 
     def submit(self, message_ids: list[int]) -> None:
         """Queue ids for embedding; never blocks (drops and counts when full)."""
@@ -110,16 +133,48 @@ class EmbeddingProcess:
     def alive(self) -> bool:
         return self._process.is_alive()
 
-    def close(self) -> None:
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the child after its current batch; the backlog waits for backfill."""
+        self._closing = True
         self._stop.set()
         with contextlib.suppress(queue.Full, ValueError, OSError):
             self._jobs.put_nowait(_STOP)
-        self._process.join(timeout=10)
+        self._process.join(timeout=timeout)
         if self._process.is_alive():
             self._process.kill()
             self._process.join(timeout=5)
         self._acks.put(-1)
         self._reader.join(timeout=5)
+        self._jobs.close()
+        with self._idle:
+            self._idle.notify_all()
+
+    def _restart(self) -> None:
+        """The child died without being stopped: start another and give it the backlog."""
+        code = self._process.exitcode
+        if self.restarts >= MAX_RESTARTS:
+            if self.degraded is None:
+                self.degraded = (f"the embedding process died {self.restarts + 1} times "
+                                 f"(last exit code {code}); search uses BM25 only")
+                log.error("memory: %s", self.degraded)
+            with self._idle:
+                self._pending = 0
+                self._idle.notify_all()
+            return
+        self.restarts += 1
+        log.error("memory: the embedding process died (exit code %s); restarting it", code)
+        with self._idle:
+            self._pending = 0  # what the dead child held is found again by backfill
+            self._idle.notify_all()
+        self._spawn()
+        threading.Thread(target=self._backfill_quietly, name="lore-embed-backfill",
+                         daemon=True).start()
+
+    def _backfill_quietly(self) -> None:
+        try:
+            self.backfill()
+        except Exception:
+            log.exception("memory: re-queueing messages after an embedder restart failed")
 
     def _ack(self, embedded: int) -> None:
         with self._idle:
@@ -133,6 +188,8 @@ class EmbeddingProcess:
                 count = self._acks.get(timeout=1.0)
             except queue.Empty:
                 if not self._process.is_alive():
+                    if not self._closing and self.degraded is None:
+                        self._restart()
                     with self._idle:
                         self._idle.notify_all()  # flush() must not wait on a dead child
                 continue
@@ -143,6 +200,22 @@ class EmbeddingProcess:
             self._ack(count)
 
 
+def _store_with_retry(conn: Any, embedder: Any, ids: list[int]) -> int:
+    """``embed_and_store``, retried when the gateway's writer holds the lock longer
+    than the busy timeout (a big import batch), instead of losing the batch."""
+    import apsw
+
+    from lore_gateway.memory.vectors import embed_and_store
+
+    for attempt in range(WRITE_ATTEMPTS):
+        try:
+            return embed_and_store(conn, embedder, ids)
+        except apsw.BusyError:
+            if attempt == WRITE_ATTEMPTS - 1:
+                raise
+    return 0
+
+
 def _child_main(db_path: str, jobs: Any, acks: Any, stop: Any, parent: int,
                 progress: Any) -> None:
     """The child: lowest priority, one embedder, one connection, one batch at a time."""
@@ -150,7 +223,6 @@ def _child_main(db_path: str, jobs: Any, acks: Any, stop: Any, parent: int,
         os.nice(BACKGROUND_NICE)
     from lore_gateway.memory import db
     from lore_gateway.memory.embed import BACKGROUND_THREADS, load_embedder
-    from lore_gateway.memory.vectors import embed_and_store
 
     embedder = load_embedder(threads=BACKGROUND_THREADS)
     conn = db.connect(Path(db_path))
@@ -170,7 +242,8 @@ def _child_main(db_path: str, jobs: Any, acks: Any, stop: Any, parent: int,
                     for start in range(0, len(ids), STEP_MESSAGES):
                         if stop.is_set() or os.getppid() != parent:
                             return
-                        step = embed_and_store(conn, embedder, ids[start:start + STEP_MESSAGES])
+                        step = _store_with_retry(conn, embedder,
+                                                 ids[start:start + STEP_MESSAGES])
                         done += step
                         with progress.get_lock():
                             progress.value += step

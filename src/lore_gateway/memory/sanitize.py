@@ -7,6 +7,11 @@ recall code that emits and parses them uses the very same definitions.
 
 Credential redaction is a second line of defence: headers are never stored, but a
 user may paste a key into a prompt or a tool may print one.
+
+``storable`` is the one boundary for text that SQLite and UTF-8 log files cannot
+take: lone surrogates (a JSON ``"\\ud800"`` decoded by a lenient parser) and NUL.
+Every string of a turn goes through it once, on the writer thread, and every log
+field goes through it in the log processor.
 """
 
 from __future__ import annotations
@@ -42,6 +47,22 @@ def strip_recall_traces(text: str) -> str:
     stripped = DETAIL_MARKER_RE.sub("", stripped)
     stripped = re.sub(r"[ \t]+\n", "\n", stripped)
     return re.sub(r"\n{3,}", "\n\n", stripped).strip()
+
+
+# --- storable text ----------------------------------------------------------------
+
+REPLACEMENT_CHAR = "\ufffd"
+# Any surrogate code point in a Python str is a lone one (valid pairs decode to a
+# single astral character), so the class needs no pairing logic.
+_UNSTORABLE_RE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(text: str) -> str:
+    """``text`` with lone surrogates and NUL replaced by U+FFFD, so that it encodes
+    as UTF-8 (SQLite, log files) and is not cut short at a NUL by C code."""
+    if text.isascii() and "\x00" not in text:
+        return text
+    return _UNSTORABLE_RE.sub(REPLACEMENT_CHAR, text)
 
 
 # --- credentials ---------------------------------------------------------------------

@@ -19,8 +19,10 @@ import apsw
 
 from lore_gateway.config import Settings
 from lore_gateway.memory import catalog, db, identity, schema
+from lore_gateway.memory.errors import MemoryUnavailable, SearchTimeout
 from lore_gateway.memory.keys import KeyRing
 from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.sanitize import storable
 from lore_gateway.memory.writer import TurnWriter
 from lore_gateway.protocols.common import Message
 
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from lore_gateway.memory.embed import Embedder
     from lore_gateway.memory.embed_process import EmbeddingProcess
     from lore_gateway.memory.search import Searcher, SearchResult
+    from lore_gateway.memory.search_process import SearchProcess
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +107,8 @@ class Memory:
         # memory search can take from the proxy on a small machine.
         self._search_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lore-search")
         self._searcher: Searcher | None = None
+        self._searches: SearchProcess | None = None
+        self._closed = False
         self._reader: apsw.Connection | None = None
         self._reader_lock = threading.Lock()
         self._backfill: threading.Thread | None = None
@@ -171,11 +176,13 @@ class Memory:
 
     def identify(self, protocol: str, headers: Mapping[str, str],
                  body: Mapping[str, Any]) -> Identity:
-        """Tenant, project and session of a request (``headers`` lower-cased).
+        """Tenant, project and session of a request (``headers`` lower-cased), made
+        storable: a client-chosen session id may hold a lone surrogate or NUL.
 
         Raises ``GatewayError`` (401) in team mode when the request has no valid key.
         """
-        return identity.identify(protocol, headers, body, tenancy=self.tenancy)
+        found = identity.identify(protocol, headers, body, tenancy=self.tenancy)
+        return Identity(storable(found.tenant), storable(found.project), storable(found.session))
 
     def begin_turn(self, ident: Identity, *, protocol: str, model: str | None,
                    inputs: Sequence[Message], side_channel: bool = False) -> PendingTurn:
@@ -223,6 +230,16 @@ class Memory:
         return self._writer.dropped
 
     @property
+    def degraded(self) -> str | None:
+        """Why memory is not fully working right now, or None when it is."""
+        if self._writer.degraded is not None:
+            return self._writer.degraded
+        worker = self._embedding_worker
+        if worker is not None and worker.degraded is not None:
+            return worker.degraded
+        return None
+
+    @property
     def written_turns(self) -> int:
         """Turns written by this process (imports report new vs. already stored)."""
         return self._writer.written
@@ -245,11 +262,46 @@ class Memory:
 
     async def search(self, query: str, *, identity: Identity, scope: str = "all",
                      limit: int = 10) -> SearchResult:
+        """A search for the event loop: in the search process when it is on (the
+        gateway), else on the search thread. Raises ``MemoryUnavailable`` (or its
+        ``SearchTimeout``) when memory cannot answer in time."""
+        if scope not in SCOPES:
+            raise ValueError(f"unknown scope {scope!r}; use one of {', '.join(SCOPES)}")
+        searcher = self._search_process()
+        if searcher is not None:
+            return await searcher.search(query, tenant=identity.tenant,
+                                         project=identity.project, session=identity.session,
+                                         scope=scope, limit=limit)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
+        future = loop.run_in_executor(
             self._search_pool,
             lambda: self.search_sync(query, identity=identity, scope=scope, limit=limit),
         )
+        try:
+            return await asyncio.wait_for(future, self.settings.search_timeout)
+        except TimeoutError:
+            raise SearchTimeout(
+                f"memory search took longer than {self.settings.search_timeout:g} s") from None
+
+    def _search_process(self) -> SearchProcess | None:
+        if not self.settings.search_process:
+            return None
+        if self._closed:
+            raise MemoryUnavailable("memory is closed")
+        if self._searches is None:
+            from lore_gateway.memory.search_process import SearchProcess
+
+            self._searches = SearchProcess(self.settings.db_path,
+                                           embeddings=self.embedder is not None,
+                                           workers=self.settings.search_workers,
+                                           timeout=self.settings.search_timeout)
+        return self._searches
+
+    def warm_search(self) -> None:
+        """Start the search process now, so the first recall does not wait for it."""
+        searcher = self._search_process()
+        if searcher is not None:
+            searcher.warm()
 
     def render(self, result: SearchResult, budget_chars: int = 12_000) -> str:
         from lore_gateway.memory.render import render
@@ -325,13 +377,16 @@ class Memory:
 
     def close(self) -> None:
         """Write everything queued, stop the workers, close connections."""
+        self._closed = True
         self._writer.close()
         if self._keyring is not None:
             self._keyring.close()
         if self._backfill is not None:
-            self._backfill.join(timeout=30)
+            self._backfill.join(timeout=5)
         if self._embedding_worker is not None:
-            self._embedding_worker.close()
+            self._embedding_worker.close(timeout=3.0)
+        if self._searches is not None:
+            self._searches.close()
         self._search_pool.shutdown(wait=True)
         with self._reader_lock:
             if self._reader is not None:

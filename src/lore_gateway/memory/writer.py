@@ -8,10 +8,17 @@ write hundreds of thousands of turns without one fsync-bound commit each.
 
 Deletions and other maintenance run on the same thread as *jobs*, so there is
 never a second writer inside this process to contend with.
+
+The writer cannot die silently. A turn that cannot be written is logged (never
+its content) and skipped; anything that escapes a batch makes the thread's own
+supervisor loop reconnect and go on after a short back-off, and ``degraded``
+says why while it does, for ``/health``. ``submit`` restarts a thread that is
+gone although nobody closed it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import queue
@@ -26,8 +33,8 @@ import apsw
 import orjson
 
 from lore_gateway.memory.db import ConnFactory
-from lore_gateway.memory.records import TurnRecord
-from lore_gateway.memory.sanitize import clean_for_storage
+from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.sanitize import clean_for_storage, storable
 from lore_gateway.obs import metrics
 
 log = logging.getLogger(__name__)
@@ -45,6 +52,9 @@ CHARS_PER_TOKEN = 3
 # rather than one per dropped turn, which would flood the log exactly when the
 # machine is already struggling.
 DROP_WARNING_INTERVAL_S = 10.0
+# Back-off of the supervisor loop after an unexpected error: long enough not to
+# spin on a broken disk, short enough that memory is back within seconds.
+RESTART_BACKOFF_S = (0.1, 0.5, 2.0, 5.0)
 # The roles of a turn's client-side input; the assistant's output is everything else.
 INPUT_ROLES = ("user", "tool")
 
@@ -86,14 +96,23 @@ class TurnWriter:
         self.dropped = 0
         self.failed = 0
         self.skipped = 0
+        self.restarts = 0
+        self.last_error: str | None = None
+        # Why memory is not being written right now (None: healthy).
+        self.degraded: str | None = None
+        self._closing = False
         self._last_drop_warning = -DROP_WARNING_INTERVAL_S
-        self._thread = threading.Thread(target=self._run, name="lore-memory-writer", daemon=True)
+        self._thread = self._start_thread()
+
+    def _start_thread(self) -> threading.Thread:
+        thread = threading.Thread(target=self._run, name="lore-memory-writer", daemon=True)
         self._started = threading.Event()
         self._start_error: BaseException | None = None
-        self._thread.start()
+        thread.start()
         self._started.wait()
         if self._start_error is not None:
             raise self._start_error
+        return thread
 
     # --- caller side ---------------------------------------------------------------
 
@@ -143,16 +162,18 @@ class TurnWriter:
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Write what is queued, then stop the thread."""
+        self._closing = True
         if not self._thread.is_alive():
             return
-        self._queue.put(_STOP)
+        with contextlib.suppress(queue.Full):
+            self._queue.put(_STOP, timeout=timeout)
         self._thread.join(timeout)
         if self._thread.is_alive():
             log.warning("memory writer did not finish within %.0f s; %d turns still queued",
                         timeout or 0, self._queue.qsize())
 
     def _put(self, item: object) -> bool:
-        if not self._thread.is_alive():
+        if not self._thread.is_alive() and not self._restart():
             log.warning("memory writer is closed; turn not stored")
             self.dropped += 1
             return False
@@ -172,9 +193,28 @@ class TurnWriter:
             return False
         return True
 
+    def _restart(self) -> bool:
+        """Start a new thread when the old one is gone and nobody closed the writer."""
+        with self._progress:
+            if self._closing:
+                return False
+            if self._thread.is_alive():
+                return True
+            log.error("memory writer thread had stopped; restarting it")
+            self.restarts += 1
+            try:
+                self._thread = self._start_thread()
+            except Exception as exc:
+                self.degraded = f"memory writer cannot open the database: {_brief(exc)}"
+                log.error("memory: %s", self.degraded)
+                return False
+            return True
+
     # --- writer thread -------------------------------------------------------------
 
     def _run(self) -> None:
+        """The supervisor loop: serve the queue, and after an unexpected error
+        reconnect (with back-off) and serve it again, until stopped."""
         try:
             conn = self._connect()
         except BaseException as exc:
@@ -182,36 +222,61 @@ class TurnWriter:
             self._started.set()
             return
         self._started.set()
-        try:
-            while True:
-                item = self._queue.get()
-                if item is _STOP:
-                    return
-                if isinstance(item, _Job):
-                    self._run_job(conn, item)
-                    continue
-                batch = [item]
-                stop_after = False
-                pending_job: _Job[Any] | None = None
-                while len(batch) < MAX_TURNS_PER_COMMIT:
-                    try:
-                        nxt = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if nxt is _STOP:
-                        stop_after = True
-                        break
-                    if isinstance(nxt, _Job):
-                        pending_job = nxt
-                        break
-                    batch.append(nxt)
-                self._write_batch(conn, batch)
-                if pending_job is not None:
-                    self._run_job(conn, pending_job)
-                if stop_after:
-                    return
-        finally:
-            conn.close()
+        failures = 0
+        while True:
+            try:
+                self._serve(conn)
+                conn.close()
+                return
+            except Exception as exc:
+                self.last_error = _brief(exc)
+                self.degraded = f"memory writer failed and is restarting: {self.last_error}"
+                self.restarts += 1
+                log.exception("memory: the writer failed; restarting it")
+            delay = RESTART_BACKOFF_S[min(failures, len(RESTART_BACKOFF_S) - 1)]
+            failures += 1
+            time.sleep(delay)
+            try:
+                conn.close()
+            except Exception:
+                log.debug("memory: closing the failed writer connection raised", exc_info=True)
+            try:
+                conn = self._connect()
+            except Exception as exc:
+                self.degraded = f"memory writer cannot open the database: {_brief(exc)}"
+                log.error("memory: %s", self.degraded)
+                continue
+            self.degraded = None
+            failures = 0
+
+    def _serve(self, conn: apsw.Connection) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            if isinstance(item, _Job):
+                self._run_job(conn, item)
+                continue
+            batch = [item]
+            stop_after = False
+            pending_job: _Job[Any] | None = None
+            while len(batch) < MAX_TURNS_PER_COMMIT:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop_after = True
+                    break
+                if isinstance(nxt, _Job):
+                    pending_job = nxt
+                    break
+                batch.append(nxt)
+            self._write_batch(conn, batch)
+            if pending_job is not None:
+                self._run_job(conn, pending_job)
+            if stop_after:
+                return
 
     def _done(self, count: int) -> None:
         with self._progress:
@@ -230,16 +295,18 @@ class TurnWriter:
         message_ids: list[int] = []
         try:
             written_before = self.written
-            conn.execute("BEGIN IMMEDIATE")
+            _begin_immediate(conn)
             for item in batch:
                 assert isinstance(item, TurnRecord)
                 try:
                     with conn:  # a savepoint: one turn is all or nothing
                         ids = write_turn(conn, item, self._max_message_bytes)
-                except apsw.Error:
+                except Exception as exc:
+                    # Whatever is wrong with this turn must not cost the others:
+                    # skip it, say why (never its content), and go on.
                     self.failed += 1
-                    log.exception("memory: could not store a turn of session %s",
-                                  item.identity.session[:16])
+                    log.error("memory: could not store a turn of session %s (%s); skipped",
+                              storable(item.identity.session[:16]), _brief(exc))
                     continue
                 if ids is None:
                     self.skipped += 1
@@ -248,9 +315,10 @@ class TurnWriter:
                     message_ids.extend(ids)
             conn.execute("COMMIT")
             metrics.record_stored_turns(self.written - written_before)
-        except apsw.Error:
+        except apsw.Error as exc:
             self.failed += len(batch)
-            log.exception("memory: a commit of %d turns failed; they are not stored", len(batch))
+            log.error("memory: a commit of %d turns failed (%s); they are not stored",
+                      len(batch), _brief(exc))
             if not conn.getautocommit():
                 conn.execute("ROLLBACK")
             message_ids = []
@@ -263,12 +331,63 @@ class TurnWriter:
                 log.exception("memory: the post-commit hook failed")
 
 
+# Attempts at the write lock before a batch fails. Each waits up to the busy
+# timeout; only another process (the embedder, a CLI) can hold the lock.
+BEGIN_ATTEMPTS = 3
+
+
+def _begin_immediate(conn: apsw.Connection) -> None:
+    for attempt in range(BEGIN_ATTEMPTS):
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        except apsw.BusyError:
+            if attempt == BEGIN_ATTEMPTS - 1:
+                raise
+            log.warning("memory: the database was locked by another process; retrying")
+
+
+def _brief(exc: BaseException) -> str:
+    """An exception's type and message, for a log line (no traceback, no content)."""
+    text = storable(str(exc))[:200]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _storable_meta(value: Any) -> Any:
+    if isinstance(value, str):
+        return storable(value)
+    if isinstance(value, dict):
+        return {storable(str(k)): _storable_meta(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_storable_meta(v) for v in value]
+    return value
+
+
+def storable_turn(turn: TurnRecord) -> TurnRecord:
+    """The turn with every string made storable (``sanitize.storable``): the one
+    place where client text is fixed up for SQLite, applied on the writer thread."""
+    ident = turn.identity
+    return TurnRecord(
+        identity=Identity(storable(ident.tenant), storable(ident.project),
+                          storable(ident.session)),
+        protocol=storable(turn.protocol),
+        model=storable(turn.model) if turn.model is not None else None,
+        messages=tuple(type(m)(role=m.role, text=storable(m.text)) for m in turn.messages),
+        created_at=turn.created_at,
+        complete=turn.complete,
+        dedup_key=storable(turn.dedup_key) if turn.dedup_key is not None else None,
+        metas=(tuple(_storable_meta(m) for m in turn.metas)
+               if turn.metas is not None else None),
+    )
+
+
 def write_turn(conn: apsw.Connection, turn: TurnRecord, max_message_bytes: int) -> list[int] | None:
     """Insert one turn; the new message ids, or ``None`` when nothing was written.
 
     Nothing is written when every message is empty after cleaning, or when the
     turn's ``dedup_key`` is already stored (an import seen before).
     """
+    turn = storable_turn(turn)
     ident = turn.identity
     metas = turn.metas if turn.metas is not None else (None,) * len(turn.messages)
     rows: list[tuple[str, str, bool, dict[str, Any] | None]] = []

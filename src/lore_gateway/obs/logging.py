@@ -28,34 +28,27 @@ from typing import Any
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
-from lore_gateway.headers import CREDENTIAL_HEADERS
-from lore_gateway.memory.sanitize import REDACTED, redact_credentials
+from lore_gateway.headers import is_credential
+from lore_gateway.memory.db import private_dir
+from lore_gateway.memory.sanitize import REDACTED, redact_credentials, storable
 
 SESSION_TAG_CHARS = 16
 # The log file is for `lore logs`, not an archive: 10 MiB x (1 + 3 rotated files).
 LOG_FILE_MAX_BYTES = 10 * 1024 * 1024
 LOG_FILE_BACKUPS = 3
 
-# Keys whose value is a credential whatever it looks like (an account id is a
-# plain UUID, so only its key gives it away). Compared lower-case, '_' as '-'.
-# Every credential header is one (the one list in headers.py), plus the names
-# credentials go by in settings, tokens and JSON.
-CREDENTIAL_KEYS = CREDENTIAL_HEADERS | frozenset({
-    "apikey", "account-id", "token", "access-token", "refresh-token", "id-token",
-    "password", "secret", "openai-api-key", "anthropic-api-key", "anthropic-auth-token",
-    "credential", "credentials",
-})
-
 _HANDLER_MARK = "_lore_handler"
 
 
 def _is_credential_key(key: str) -> bool:
-    return key.lower().replace("_", "-") in CREDENTIAL_KEYS
+    return is_credential(key)
 
 
 def _scrub(value: Any, depth: int = 0) -> Any:
     if isinstance(value, str):
-        return redact_credentials(value)
+        # storable: a client-chosen id with a lone surrogate must not make the
+        # UTF-8 log file raise on every line that carries it.
+        return storable(redact_credentials(value))
     if depth >= 4:
         return value
     if isinstance(value, dict):
@@ -155,7 +148,8 @@ def configure_logging(level: str = "info", fmt: str = "text", log_file: Path | N
     stderr.setFormatter(_formatter(fmt, colors=fmt == "text" and sys.stderr.isatty()))
     handlers.append(stderr)
     if log_file is not None:
-        log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(log_file.parent.parent)  # the data dir, when created here first
+        private_dir(log_file.parent)
         file_handler = logging.handlers.RotatingFileHandler(
             log_file, maxBytes=LOG_FILE_MAX_BYTES, backupCount=LOG_FILE_BACKUPS,
             encoding="utf-8",

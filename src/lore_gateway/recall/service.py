@@ -89,7 +89,7 @@ class RecallService:
         self.replay = AnchorReplay(anchors)
         self.limits = _live_limits(memory.settings)
         # Shared by every request: bounds the recall searches of the whole gateway.
-        self.gate = SearchGate(timeout=memory.settings.recall_search_timeout)
+        self.gate = SearchGate(timeout=memory.settings.search_timeout)
         # The knowledge slot's IO half (knowledge/service.py), set by worker/wiring.py.
         self.knowledge: KnowledgeService | None = None
 

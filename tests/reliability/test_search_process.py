@@ -1,0 +1,79 @@
+"""Recall searches run in their own process, bounded and with a timeout (issue 10 point 3)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from lore_gateway.config import Settings
+from lore_gateway.memory.errors import MemoryUnavailable, SearchTimeout
+from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.search_process import SearchProcess
+from lore_gateway.memory.service import Memory
+from lore_gateway.protocols.common import Message
+
+IDENT = Identity("tenant-a", "proj", "sess")
+
+
+@pytest.fixture(scope="module")
+def memory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
+    data = tmp_path_factory.mktemp("search-process")
+    mem = Memory.open(Settings(data_dir=data, embeddings=False), embedder=None)
+    for i, text in enumerate(["the quokka migration runs at night", "lunch was pasta",
+                              "quokka tests are flaky on tuesdays"]):
+        mem.submit_turn(TurnRecord(identity=IDENT, protocol="chat", model=None,
+                                   created_at=time.time() + i,
+                                   messages=(Message("user", text),)), wait=True)
+    mem.flush(timeout=10)
+    yield mem
+    mem.close()
+
+
+async def test_a_search_in_the_process_finds_what_the_in_process_search_finds(
+    memory: Memory,
+) -> None:
+    here = memory.search_sync("quokka", identity=IDENT, scope="all")
+    there = await memory.search("quokka", identity=IDENT, scope="all")
+    assert [h.ref for h in there.hits] == [h.ref for h in here.hits]
+    assert all("quokka" in h.content for h in there.hits[:2])
+    (pid,) = memory._searches._pool._processes.keys()  # type: ignore[union-attr]
+    assert pid != os.getpid()
+
+
+async def test_a_search_over_its_timeout_raises_search_timeout(memory: Memory) -> None:
+    slow = SearchProcess(memory.settings.db_path, embeddings=False, timeout=1e-9)
+    try:
+        with pytest.raises(SearchTimeout, match="longer than"):
+            await slow.search("quokka", tenant=IDENT.tenant, project=IDENT.project,
+                              session=IDENT.session, scope="all", limit=5)
+    finally:
+        slow.close()
+
+
+async def test_searches_beyond_the_bound_fail_fast(memory: Memory) -> None:
+    full = SearchProcess(memory.settings.db_path, embeddings=False, max_in_flight=0)
+    with pytest.raises(MemoryUnavailable, match="overloaded"):
+        await full.search("quokka", tenant=IDENT.tenant, project=IDENT.project,
+                          session=IDENT.session, scope="all", limit=5)
+    full.close()
+
+
+async def test_a_dead_search_process_is_replaced(memory: Memory) -> None:
+    searches = SearchProcess(memory.settings.db_path, embeddings=False)
+    try:
+        args = {"tenant": IDENT.tenant, "project": IDENT.project, "session": IDENT.session,
+                "scope": "all", "limit": 5}
+        assert (await searches.search("quokka", **args)).hits
+        (pid,) = searches._pool._processes.keys()  # type: ignore[union-attr]
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(MemoryUnavailable):
+            for _ in range(50):  # the pool notices the death on its next use
+                await searches.search("quokka", **args)
+        assert (await searches.search("quokka", **args)).hits
+        assert searches.restarts == 1
+    finally:
+        searches.close()
