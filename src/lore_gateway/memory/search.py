@@ -37,6 +37,7 @@ from lore_gateway.memory.query import (
     MatchPlan,
     ParsedQuery,
     TermCost,
+    intent_phrases,
     parse_query,
     phrase,
     plan_match,
@@ -63,6 +64,11 @@ VECTOR_FLOOR_RANK = 50
 # PREV/NEXT_WEIGHT × a small score cannot move anything into the top results.
 NEIGHBOUR_SOURCES = 40
 MAX_LIMIT = 100
+# Candidates checked for the question's intent (``query.intent_phrases``) and the
+# factor a match gets: enough to lift the message that made an edit above the ones
+# that merely discuss the same code, not enough to lift an unrelated edit.
+INTENT_CANDIDATES = 100
+INTENT_BOOST = 1.0
 # Cost bounds of one BM25 query (docs/search.md, "Latency"): rows whose IDF walk a
 # search may pay for, estimated in-scope matches FTS5 may score, and the count
 # above which a term is a stop word for this store. FTS5 counts a row in ~30 ns
@@ -156,6 +162,7 @@ class Searcher:
                 scores[next_id] = scores.get(next_id, 0.0) + PREV_WEIGHT * s
             if prev_id is not None:
                 scores[prev_id] = scores.get(prev_id, 0.0) + NEXT_WEIGHT * s
+        _boost_intent(conn, scores, intent_phrases(query))
         ranked = sorted(scores.items(), key=lambda kv: (-kv[1], -kv[0]))
         hits = _load_hits(conn, ranked[:limit], tenant)
         return SearchResult(query=query, scope=scope, hits=hits, total=len(ranked),
@@ -268,6 +275,19 @@ class _Match:
             f"SELECT rowid, -rank FROM {table} WHERE {table} MATCH ?"
             f" AND rank MATCH 'bm25(1.0, 0.0)' AND rowid >= ?"
             f" ORDER BY rank LIMIT {BM25_CANDIDATES}", (expression, floor))]
+
+
+def _boost_intent(conn: apsw.Connection, scores: dict[int, float],
+                  phrases: tuple[str, ...]) -> None:
+    """Multiply the best candidates that show the asked-about action by 1 + INTENT_BOOST."""
+    if not phrases or not scores:
+        return
+    best = sorted(scores, key=lambda mid: -scores[mid])[:INTENT_CANDIDATES]
+    marks = ",".join("?" * len(best))
+    expression = "{content}: (" + " OR ".join(phrases) + ")"
+    for row in conn.execute(f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
+                            f" AND rowid IN ({marks})", (expression, *best)):
+        scores[int(row[0])] *= 1.0 + INTENT_BOOST
 
 
 def _neighbours(conn: apsw.Connection, own: dict[int, float],
