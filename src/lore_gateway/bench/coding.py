@@ -105,6 +105,10 @@ class CodingReport:
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for system, keys in self.tallies.items():
+            for subset in SUBSETS:  # present even when the data has none of a subset
+                golds = keys.setdefault(subset, {})
+                golds.setdefault("exact", Tally())
+                golds.setdefault("tol2", Tally())
             out[system] = {key: {gold: t.figures() for gold, t in golds.items()}
                            for key, golds in sorted(keys.items())}
         out["median_query_ms"] = (round(statistics.median(self.latencies_ms), 2)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import re
 import time
+from typing import TYPE_CHECKING
 
-from lore_gateway.memory.search import Hit, SearchResult
+if TYPE_CHECKING:
+    from lore_gateway.memory.search import Hit, SearchResult
 
 DEFAULT_BUDGET_CHARS = 12_000
 # lore-spec B.4: at most 15 results; drop those under 0.15 of the best, keep ≥ 3.
@@ -24,6 +26,23 @@ MAX_RESULT_CHARS = 1200
 RAW_SOURCE_WEIGHT = 0.8
 TIERS = (("Strong Matches", 0.6, 3.0), ("Supporting", 0.3, 1.5), ("Peripheral", 0.0, 0.7))
 NO_RESULTS = "No results found for this query."
+HEADER = "## Recall Results"
+RECALL_CALL_PREFIX = "[tool_call:recall] "
+
+_TOOL_RESULT = re.compile(r"\[tool:[^\]\n]*\] ")
+
+
+def is_recall_traffic(content: str) -> bool:
+    """A stored recall call, or a recall result a client sent back as a tool result.
+
+    Search never returns these (schema v5 indexes them as empty text; this check
+    catches a neighbour or an older vector). Keep in step with
+    ``schema._RECALL_TRAFFIC``.
+    """
+    if content.startswith(RECALL_CALL_PREFIX):
+        return True
+    match = _TOOL_RESULT.match(content)
+    return match is not None and content.startswith((HEADER, NO_RESULTS), match.end())
 
 _SPACE = re.compile(r"\s+")
 
@@ -59,7 +78,7 @@ def render(result: SearchResult, budget_chars: int = DEFAULT_BUDGET_CHARS,
     total = max(result.total, len(result.hits))
     scores = [h.score for h in shown]
     header = [
-        "## Recall Results",
+        HEADER,
         f"Found {total} results, showing top {len(shown)} "
         f"(score range: {min(scores):.2f}–{max(scores):.2f}).",
     ]

@@ -263,7 +263,8 @@ BEGIN
     """ + _V5_INDEX_ROW.format(m="new") + """
 END;
 INSERT INTO messages_fts(rowid, content, scope)
-    SELECT m.id, """ + _V5_CONTENT.format(c="m.content") + """, """ + _SCOPE_TOKENS.format(m="m") + """
+    SELECT m.id, """ + _V5_CONTENT.format(c="m.content") + """,
+        """ + _SCOPE_TOKENS.format(m="m") + """
     FROM messages m;
 INSERT INTO context_fts(rowid, content, scope)
     SELECT m.id, """ + _V5_PREVIOUS.format(m="m") + """, """ + _SCOPE_TOKENS.format(m="m") + """
