@@ -187,8 +187,8 @@ class Searcher:
         ranked = sorted(scores.items(), key=lambda kv: (-kv[1], -kv[0]))
         # A few spare candidates: rows of another tenant or recall traffic are skipped.
         hits = _load_hits(conn, ranked[:limit + SPARE_HITS], tenant)[:limit]
-        confidence = max((_confidence(conn, match, cosines, int(h.ref[2:]))
-                          for h in hits[:CONFIDENCE_HITS]), default=0.0)
+        confidence = _confidence(conn, match, cosines,
+                                 [int(h.ref[2:]) for h in hits[:CONFIDENCE_HITS]])
         if confidence < NOTHING_FOUND:
             hits = []
         top = max(hits[0].score, 1e-9) if hits else 1.0
@@ -281,20 +281,20 @@ class _Match:
     weights: tuple[tuple[str, float], ...] = ()
     missing: float = 0.0
 
-    def coverage(self, conn: apsw.Connection, mid: int) -> float:
-        """Share of the query's information found in message ``mid`` or its context."""
+    def coverage(self, conn: apsw.Connection, mids: list[int]) -> dict[int, float]:
+        """Share of the query's information found in each message or its context."""
         total = sum(w for _, w in self.weights) + self.missing
-        if total <= 0:
-            return 0.0
-        found = 0.0
+        found = dict.fromkeys(mids, 0.0)
+        if total <= 0 or not mids:
+            return found
+        marks = ",".join("?" * len(mids))
         for phrase_, weight in self.weights:
-            expression = f"{{content}}: {phrase_}"
-            for table in ("messages_fts", "context_fts"):
-                if conn.execute(f"SELECT 1 FROM {table} WHERE {table} MATCH ? AND rowid = ?",
-                                (expression, mid)).fetchone() is not None:
-                    found += weight
-                    break
-        return found / total
+            # context_fts holds the message itself and the one before it.
+            for row in conn.execute(
+                    f"SELECT rowid FROM context_fts WHERE context_fts MATCH ?"
+                    f" AND rowid IN ({marks})", (f"{{content}}: {phrase_}", *mids)):
+                found[int(row[0])] += weight
+        return {mid: f / total for mid, f in found.items()}
 
     def rank(self, conn: apsw.Connection, table: str) -> dict[int, float]:
         """BM25 of the best in-scope matches, each divided by the best (1.0 is the top)."""
@@ -345,14 +345,18 @@ def _information(df: int, rows: int) -> float:
 
 
 def _confidence(conn: apsw.Connection, match: _Match | None, cosines: dict[int, float],
-                mid: int) -> float:
-    """How clearly message ``mid`` answers the query, in [0, 1], comparable across
-    queries: its lexical coverage or its cosine rescaled, whichever is higher."""
-    lexical = match.coverage(conn, mid) if match is not None else 0.0
-    cosine = cosines.get(mid)
-    semantic = 0.0 if cosine is None else min(1.0, max(0.0, (cosine - COSINE_UNRELATED)
-                                                       / (COSINE_SAME - COSINE_UNRELATED)))
-    return max(lexical, semantic)
+                mids: list[int]) -> float:
+    """How clearly the best of ``mids`` answers the query, in [0, 1], comparable
+    across queries: a message's lexical coverage or its cosine rescaled, whichever
+    is higher."""
+    lexical = match.coverage(conn, mids) if match is not None else {}
+    best = 0.0
+    for mid in mids:
+        cosine = cosines.get(mid)
+        semantic = 0.0 if cosine is None else min(1.0, max(0.0, (cosine - COSINE_UNRELATED)
+                                                           / (COSINE_SAME - COSINE_UNRELATED)))
+        best = max(best, lexical.get(mid, 0.0), semantic)
+    return best
 
 
 def _boost_intent(conn: apsw.Connection, scores: dict[int, float],
