@@ -63,7 +63,7 @@ yourself yourselves also just will would like likely kind sort thing things get 
 # mark such messages, and search lifts candidates that hold one.
 EDIT_WORDS = frozenset("""
 edit edited editing edits modify modified modifying change changed changing patch
-patched patching rewrite rewrote rewritten wrote
+patched patching rewrite rewrote rewritten wrote create created
 """.split())
 EDIT_PHRASES = ('"sed -i"', '"perl -i"', '"tool_call:edit"', '"tool_call:multiedit"',
                 '"tool_call:write"', '"apply_patch"', '"update file"', '"old_string"',
