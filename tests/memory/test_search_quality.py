@@ -195,3 +195,21 @@ def test_bench_coding_cli_json_on_a_sample(tmp_path: Path) -> None:
     assert set(figures["baseline"]["all"]) == {"exact", "tol2"}
     assert figures["messages"] == 3
     assert "±2" in out.output and "baseline" in out.output
+
+
+def test_recall_traffic_gets_no_vector(tmp_path: Path) -> None:
+    from lore_gateway.memory.embed import load_embedder
+    from lore_gateway.memory.vectors import embed_and_store
+
+    embedder = load_embedder()
+    if embedder is None:
+        pytest.skip("embedding model not installed")
+    conn = db.connect(tmp_path / "lore.db")
+    schema.migrate(conn)
+    with conn:
+        write_turn(conn, _turn(("assistant", '[tool_call:recall] {"query": "deploy key"}'),
+                               ("assistant", "The deploy key rotates weekly.")), 1 << 20)
+    ids = [int(r[0]) for r in conn.execute("SELECT id FROM messages ORDER BY id")]
+    assert embed_and_store(conn, embedder, ids) == 1
+    assert [int(r[0]) for r in conn.execute("SELECT message_id FROM embeddings")] == ids[1:]
+    conn.close()
