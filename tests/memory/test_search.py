@@ -161,7 +161,7 @@ def test_large_store_plans_rank_rare_terms_and_fall_back_to_recency(
     # Only common terms: the newest rows that contain all of them (neighbour and
     # context signals reorder them a little, but nothing old comes back).
     hits = memory.search_sync("deploy note", identity=ALICE, scope="project", limit=3).hits
-    assert {h.content for h in hits} <= {f"deploy note {i}" for i in range(26, 30)}
+    assert hits and {h.content for h in hits} <= {f"deploy note {i}" for i in range(26, 30)}
 
 
 def test_another_tenants_rows_do_not_crowd_out_this_tenants_in_scope_all(

@@ -236,10 +236,10 @@ class Searcher:
                 missing += _information(1, store_rows)
         plan = plan_match(costs, scope_fraction=fraction, max_df=MAX_TERM_ROWS,
                           max_counted=MAX_COUNTED_ROWS, max_scored=MAX_SCORED_ROWS)
-        # Every word FTS5 can check for one row cheaply counts towards confidence;
-        # words in more than MAX_TERM_ROWS rows are stop words of this store.
-        weights = tuple((c.phrase, _information(c.df, store_rows)) for c in costs
-                        if 0 < c.df <= MAX_TERM_ROWS)
+        # Every stored word counts towards confidence, by its information: the
+        # store's stop words (more than MAX_TERM_ROWS rows) weigh little but still
+        # let a query of common words find its newest matches.
+        weights = tuple((c.phrase, _information(c.df, store_rows)) for c in costs if c.df > 0)
         if plan.empty and not weights and missing == 0.0:
             return None
         return _Match(plan, tenant, token, scoped=scope != "all", weights=weights,
