@@ -72,6 +72,8 @@ def test_locomo_cli_json_on_sample(tmp_path: Path) -> None:
     assert set(figures["categories"]) == {"1", "2", "3", "4", "5"}
     # The question without valid evidence is skipped: 5 scored, 4 of them in 1–4.
     assert figures["all"]["n"] == 5 and figures["cats_1_4"]["n"] == 4
+    # The held-out rule puts a conversation wholly on one side.
+    assert sorted((figures["tuning_1_4"]["n"], figures["held_out_1_4"]["n"])) == [0, 4]
     # Single-hop: the greyhound's name is in D1:1 and is ranked first.
     assert figures["categories"]["4"] == {"recall@5": 1.0, "recall@10": 1.0, "mrr": 1.0, "n": 1}
     # The caption is part of the stored text, so the photo question finds D1:3.

@@ -54,3 +54,19 @@ def test_budget_truncates_long_content_and_says_so() -> None:
     assert text.endswith("Use recall with id parameter to see full content of truncated "
                          "results.*")
     assert "(t:0)" in text  # the id survives truncation
+
+
+def test_a_cut_result_shows_the_part_with_the_query_words() -> None:
+    """A detail deep in a 40 KB tool output is what the model gets to see."""
+    output = "ok line\n" * 4_000 + "FAILED tests/test_spin.py::test_wobble - ZeroDivisionError" \
+        + "\nok line" * 1_000
+    hit = _hit(1, 0.9, output)
+    text = render(SearchResult(query="which test failed with ZeroDivisionError?", scope="all",
+                               hits=[hit], total=1), budget_chars=2_000, now=NOW)
+    line = next(x for x in text.splitlines() if x.startswith("- ("))
+    assert "test_wobble - ZeroDivisionError" in line
+    assert line.startswith("- (assistant, 2h ago) …") and line.endswith("… (t:1)")
+    # Without the words in it, the head is shown, as before.
+    head = render(SearchResult(query="unrelated words", scope="all", hits=[hit], total=1),
+                  budget_chars=2_000, now=NOW)
+    assert "- (assistant, 2h ago) ok line ok line" in head

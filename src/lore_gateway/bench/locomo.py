@@ -12,6 +12,10 @@ Scoring follows shared/data/SOURCES.md: evidence ids are cleaned (split on
 do not exist are dropped, questions left without evidence are skipped);
 recall@k is the fraction of evidence turns in the top k, MRR is 1/rank of the
 first evidence turn.
+
+Held-out part: categories 1–4 are also reported separately for the conversations
+the fixed rule ``bench.coding.held_out`` sets aside (``conv-41`` of the
+development half), which were not looked at while tuning the ranking.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from lore_gateway.bench.coding import held_out
 from lore_gateway.config import Settings
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message, Role
@@ -95,6 +100,9 @@ class LocomoReport:
     categories: dict[int, Tally] = field(default_factory=dict)
     cats_1_4: Tally = field(default_factory=Tally)
     all: Tally = field(default_factory=Tally)
+    # Categories 1–4 split by the fixed held-out rule (``coding.held_out``, by sample id).
+    tuning_1_4: Tally = field(default_factory=Tally)
+    held_out_1_4: Tally = field(default_factory=Tally)
     latencies_ms: list[float] = field(default_factory=list)
     messages: int = 0
     ingest_s: float = 0.0
@@ -104,6 +112,8 @@ class LocomoReport:
         return {
             "cats_1_4": self.cats_1_4.figures(),
             "all": self.all.figures(),
+            "tuning_1_4": self.tuning_1_4.figures(),
+            "held_out_1_4": self.held_out_1_4.figures(),
             "categories": {str(c): t.figures() for c, t in sorted(self.categories.items())},
             "median_query_ms": round(statistics.median(self.latencies_ms), 2)
             if self.latencies_ms else None,
@@ -236,7 +246,7 @@ def run(data: Path | None = None, *, embeddings: bool = True,
                                                 limit=10)
                     report.latencies_ms.append((time.perf_counter() - t0) * 1000)
                     ranked = [str((h.meta or {}).get("dia_id")) for h in result.hits]
-                    _score(report, q, ranked)
+                    _score(report, q, ranked, holdout=held_out(conv.sample_id))
                     asked += 1
                     if progress is not None and asked % 25 == 0:
                         progress("questions", asked, total_q)
@@ -272,7 +282,7 @@ def _flush(memory: Any, settings: Settings, progress: Progress | None) -> None:
             conn.close()
 
 
-def _score(report: LocomoReport, q: Question, ranked: list[str]) -> None:
+def _score(report: LocomoReport, q: Question, ranked: list[str], *, holdout: bool) -> None:
     evidence = set(q.evidence)
     r5 = len(evidence & set(ranked[:5])) / len(evidence)
     r10 = len(evidence & set(ranked[:10])) / len(evidence)
@@ -280,4 +290,5 @@ def _score(report: LocomoReport, q: Question, ranked: list[str]) -> None:
     report.categories.setdefault(q.category, Tally()).add(r5, r10, rr)
     if 1 <= q.category <= 4:
         report.cats_1_4.add(r5, r10, rr)
+        (report.held_out_1_4 if holdout else report.tuning_1_4).add(r5, r10, rr)
     report.all.add(r5, r10, rr)

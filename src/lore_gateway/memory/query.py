@@ -30,6 +30,12 @@ MIN_TERM_CHARS = 2
 PREFIX_MIN_CHARS = 4
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
+# An identifier: word characters joined by ``_ . / : -`` (snake_case, dotted names,
+# paths, ``file.py:123``). Matched as one FTS5 phrase, so ``get_child_arguments``
+# finds those three tokens adjacent, not each of them anywhere.
+_IDENTIFIER = re.compile(r"\w+(?:[./:\-]+\w+)+|\w*_\w+", re.UNICODE)
+# Identifiers of more parts than this are pasted text, not a name.
+MAX_IDENTIFIER_PARTS = 8
 
 # English function words plus question words: they carry no topic. Kept short on
 # purpose; content-bearing words ("first", "last", "before") stay, because temporal
@@ -48,6 +54,26 @@ we're we've were weren't what what's when when's where where's which while who w
 whom why why's with won't would wouldn't you you'd you'll you're you've your yours
 yourself yourselves also just will would like likely kind sort thing things get got
 """.split())
+
+
+# What an agent's transcript shows when it did the thing a question asks about. A
+# question about an edit ("which file did the agent change …") is answered by the
+# message that wrote the file, which rarely repeats the question's words; these
+# phrases (shell edits, the Claude Code / Codex edit tools and their arguments)
+# mark such messages, and search lifts candidates that hold one.
+EDIT_WORDS = frozenset("""
+edit edited editing edits modify modified modifying change changed changing patch
+patched patching rewrite rewrote rewritten wrote create created
+""".split())
+EDIT_PHRASES = ('"sed -i"', '"perl -i"', '"tool_call:edit"', '"tool_call:multiedit"',
+                '"tool_call:write"', '"apply_patch"', '"update file"', '"old_string"',
+                '"writelines"', '"write_text"', '"str_replace"')
+
+
+def intent_phrases(text: str) -> tuple[str, ...]:
+    """FTS5 phrases that mark a message as doing what ``text`` asks about (may be empty)."""
+    words = set(tokenize(text))
+    return EDIT_PHRASES if words & EDIT_WORDS else ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +97,8 @@ def phrase(term: str, *, prefix: bool) -> str:
 
 
 def prefix_eligible(term: str) -> bool:
-    return len(term) >= PREFIX_MIN_CHARS
+    """Plain words of ≥ 4 characters; identifiers are matched exactly."""
+    return len(term) >= PREFIX_MIN_CHARS and _WORD.fullmatch(term) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,9 +188,24 @@ def tokenize(text: str) -> list[str]:
     return out
 
 
+def identifiers(text: str) -> list[str]:
+    """Identifier-shaped words of ``text`` (``snake_case``, ``a.b.c``, paths), lower-cased."""
+    out = []
+    for match in _IDENTIFIER.finditer(text.lower()):
+        parts = [p for p in re.split(r"[\W_]+", match.group(0)) if p]
+        if 2 <= len(parts) <= MAX_IDENTIFIER_PARTS:
+            out.append(match.group(0).strip("_"))
+    return out
+
+
 def parse_query(text: str) -> ParsedQuery:
-    """Content terms of ``text``, in first-seen order, de-duplicated and capped."""
-    seen: dict[str, None] = {}
+    """Content terms of ``text``, in first-seen order, de-duplicated and capped.
+
+    Identifiers come first, each as one term (an FTS5 phrase of its parts), then
+    every word on its own: the phrase rewards the exact name, the words still
+    match prose that spells it differently.
+    """
+    seen: dict[str, None] = dict.fromkeys(identifiers(text)[:MAX_TERMS // 2])
     for word in tokenize(text):
         if len(word) < MIN_TERM_CHARS or word in STOP_WORDS or word in seen:
             continue

@@ -1,17 +1,23 @@
 """Search results as the text of a ``recall`` tool result (lore-spec B.4).
 
-The model reads this, so it is compact and stable: tiers by normalised score,
-one line per message with its role, age and ``t:<id>`` reference, each line cut to
-a per-result budget that favours strong matches, and the whole block kept within
-``budget_chars``. Truncated lines keep their id so the model can fetch the rest.
+The model reads this, so it is compact and stable: tiers by score, one line per
+message with its role, age and ``t:<id>`` reference, each line cut to a per-result
+budget that favours strong matches (showing the part that holds the query's words,
+so a detail deep in a long tool output is visible), and the whole block kept
+within ``budget_chars``. Truncated lines keep their id so the model can fetch the
+rest.
 """
 
 from __future__ import annotations
 
 import re
 import time
+from typing import TYPE_CHECKING
 
-from lore_gateway.memory.search import Hit, SearchResult
+from lore_gateway.memory.query import parse_query
+
+if TYPE_CHECKING:
+    from lore_gateway.memory.search import Hit, SearchResult
 
 DEFAULT_BUDGET_CHARS = 12_000
 # lore-spec B.4: at most 15 results; drop those under 0.15 of the best, keep ≥ 3.
@@ -24,6 +30,27 @@ MAX_RESULT_CHARS = 1200
 RAW_SOURCE_WEIGHT = 0.8
 TIERS = (("Strong Matches", 0.6, 3.0), ("Supporting", 0.3, 1.5), ("Peripheral", 0.0, 0.7))
 NO_RESULTS = "No results found for this query."
+# A cut result shows the part holding the query's words; shorter words are too
+# common to place the window, and a few occurrences of each are enough to find it.
+EXCERPT_MIN_TERM = 3
+EXCERPT_OCCURRENCES = 20
+HEADER = "## Recall Results"
+RECALL_CALL_PREFIX = "[tool_call:recall] "
+
+_TOOL_RESULT = re.compile(r"\[tool:[^\]\n]*\] ")
+
+
+def is_recall_traffic(content: str) -> bool:
+    """A stored recall call, or a recall result a client sent back as a tool result.
+
+    Search never returns these (schema v5 indexes them as empty text; this check
+    catches a neighbour or an older vector). Keep in step with
+    ``schema._RECALL_TRAFFIC``.
+    """
+    if content.startswith(RECALL_CALL_PREFIX):
+        return True
+    match = _TOOL_RESULT.match(content)
+    return match is not None and content.startswith((HEADER, NO_RESULTS), match.end())
 
 _SPACE = re.compile(r"\s+")
 
@@ -35,6 +62,41 @@ def age(created_at: float, now: float) -> str:
     if seconds < 86400:
         return f"{int(seconds // 3600)}h ago"
     return f"{int(seconds // 86400)}d ago"
+
+
+def _excerpt_terms(query: str) -> list[str]:
+    return [t for t in parse_query(query).terms if len(t) >= EXCERPT_MIN_TERM]
+
+
+def excerpt(text: str, terms: list[str], cap: int) -> str:
+    """At most ``cap`` characters of ``text``: its head, or, when the query's words
+    first appear further in (a detail deep in a long tool output), the window
+    around them that holds the most distinct query words, marked with "…"."""
+    lowered = text.lower()
+    starts: list[tuple[int, str]] = []
+    for term in terms:
+        at, found = 0, 0
+        while found < EXCERPT_OCCURRENCES and (at := lowered.find(term, at)) >= 0:
+            starts.append((at, term))
+            at += len(term)
+            found += 1
+    head = text[:cap - 1].rstrip() + "…"
+    if not starts:
+        return head
+    starts.sort()
+
+    def words_in(lo: int) -> int:
+        return len({t for at, t in starts if lo <= at and at + len(t) <= lo + cap - 2})
+
+    best_lo = 0
+    best = words_in(0)
+    for at, _ in starts:
+        lo = max(0, min(at - cap // 4, len(text) - (cap - 2)))
+        if (n := words_in(lo)) > best:
+            best, best_lo = n, lo
+    if best_lo == 0:
+        return head
+    return "…" + text[best_lo:best_lo + cap - 2].strip() + "…"
 
 
 def _tier(score: float) -> tuple[str, float]:
@@ -56,10 +118,11 @@ def render(result: SearchResult, budget_chars: int = DEFAULT_BUDGET_CHARS,
         return NO_RESULTS
     now = time.time() if now is None else now
     shown = _select(result.hits)
+    terms = _excerpt_terms(result.query)
     total = max(result.total, len(result.hits))
     scores = [h.score for h in shown]
     header = [
-        "## Recall Results",
+        HEADER,
         f"Found {total} results, showing top {len(shown)} "
         f"(score range: {min(scores):.2f}–{max(scores):.2f}).",
     ]
@@ -79,7 +142,7 @@ def render(result: SearchResult, budget_chars: int = DEFAULT_BUDGET_CHARS,
         text = _SPACE.sub(" ", hit.content).strip()
         cut = len(text) > cap
         if cut:
-            text = text[:cap - 1].rstrip() + "…"
+            text = excerpt(text, terms, cap)
             truncated_any = True
         lines = []
         if tier != current_tier:

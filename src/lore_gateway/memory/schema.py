@@ -325,6 +325,64 @@ UPDATE OR REPLACE worker_jobs SET tenant = 'personal' WHERE tenant != 'personal'
 DELETE FROM worker_usage WHERE tenant != 'personal';
 """
 
+# v7 (search quality): two changes to what the search indexes hold, then a rebuild.
+# - The context of a message is its predecessor's head *and tail* (1,000 characters
+#   each) when that is longer than 2,000 characters: an agent's command sits at the
+#   end of its reply, right before the output it produced, so a tool output is now
+#   indexed together with the call that made it.
+# - The recall tool's own traffic (its calls, and results a client sent back) is
+#   indexed as empty text, so search never returns earlier recalls as hits.
+_RECALL_TRAFFIC = """({c} GLOB '[[]tool_call:recall] *'
+        OR {c} GLOB '[[]tool:*] ## Recall Results*'
+        OR {c} GLOB '[[]tool:*] No results found for this query.*')"""
+_V7_CONTENT = "CASE WHEN " + _RECALL_TRAFFIC + " THEN '' ELSE {c} END"
+_V7_PREVIOUS = """CASE WHEN """ + _RECALL_TRAFFIC.format(c="{m}.content") + """ THEN ''
+        ELSE coalesce((SELECT CASE WHEN """ + _RECALL_TRAFFIC.format(c="p.content") + """ THEN ''
+            WHEN length(p.content) <= 2000 THEN p.content
+            ELSE substr(p.content, 1, 1000) || char(10) || substr(p.content, -1000) END
+        FROM messages p
+        WHERE p.tenant = {m}.tenant AND p.session = {m}.session AND p.id < {m}.id
+        ORDER BY p.id DESC LIMIT 1), '') || char(10) || {m}.content END"""
+_V7_INDEX_ROW = """INSERT INTO messages_fts(rowid, content, scope)
+        VALUES ({m}.id, """ + _V7_CONTENT.format(c="{m}.content") + """, """ + _SCOPE_TOKENS + """);
+    INSERT INTO context_fts(rowid, content, scope)
+        VALUES ({m}.id, """ + _V7_PREVIOUS + """, """ + _SCOPE_TOKENS + """);"""
+_V7 = """
+DROP TRIGGER search_index_ai;
+DROP TRIGGER search_index_ad;
+DROP TRIGGER search_index_au;
+DROP TABLE messages_fts;
+DROP TABLE context_fts;
+CREATE VIRTUAL TABLE messages_fts USING fts5(
+    content, scope, content='', contentless_delete=1, tokenize='porter unicode61'
+);
+CREATE VIRTUAL TABLE context_fts USING fts5(
+    content, scope, content='', contentless_delete=1, tokenize='porter unicode61'
+);
+CREATE TRIGGER search_index_ai AFTER INSERT ON messages BEGIN
+    """ + _CLAIM_SCOPES.format(m="new") + """;
+    """ + _V7_INDEX_ROW.format(m="new") + """
+END;
+CREATE TRIGGER search_index_ad AFTER DELETE ON messages BEGIN
+    DELETE FROM messages_fts WHERE rowid = old.id;
+    DELETE FROM context_fts WHERE rowid = old.id;
+END;
+CREATE TRIGGER search_index_au AFTER UPDATE OF content, tenant, project, session ON messages
+BEGIN
+    DELETE FROM messages_fts WHERE rowid = old.id;
+    DELETE FROM context_fts WHERE rowid = old.id;
+    """ + _CLAIM_SCOPES.format(m="new") + """;
+    """ + _V7_INDEX_ROW.format(m="new") + """
+END;
+INSERT INTO messages_fts(rowid, content, scope)
+    SELECT m.id, """ + _V7_CONTENT.format(c="m.content") + """,
+        """ + _SCOPE_TOKENS.format(m="m") + """
+    FROM messages m;
+INSERT INTO context_fts(rowid, content, scope)
+    SELECT m.id, """ + _V7_PREVIOUS.format(m="m") + """, """ + _SCOPE_TOKENS.format(m="m") + """
+    FROM messages m;
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "turns, messages + FTS5, embeddings, sessions, kv", _V1),
     Migration(2, "context_fts: each message with its predecessor, for search", _V2),
@@ -333,6 +391,7 @@ MIGRATIONS: list[Migration] = [
     Migration(5, "knowledge: worker jobs and usage, distillations, knowledge entries",
               _V5_KNOWLEDGE),
     Migration(6, "personal tenant: gateway keys; credential tenants merged", _V6_TENANCY),
+    Migration(7, "search: call + output context, recall traffic unindexed", _V7),
 ]
 
 

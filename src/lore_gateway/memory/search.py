@@ -23,9 +23,10 @@ to BM25 alone (docs/search.md has the figures).
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import apsw
@@ -37,11 +38,13 @@ from lore_gateway.memory.query import (
     MatchPlan,
     ParsedQuery,
     TermCost,
+    intent_phrases,
     parse_query,
     phrase,
     plan_match,
     prefix_eligible,
 )
+from lore_gateway.memory.render import is_recall_traffic
 from lore_gateway.memory.termstats import TermStats
 from lore_gateway.memory.vectors import VectorIndex
 
@@ -63,6 +66,25 @@ VECTOR_FLOOR_RANK = 50
 # PREV/NEXT_WEIGHT × a small score cannot move anything into the top results.
 NEIGHBOUR_SOURCES = 40
 MAX_LIMIT = 100
+# Candidates loaded beyond ``limit`` so skipped rows (recall traffic) leave no gap.
+SPARE_HITS = 10
+# Candidates checked for the question's intent (``query.intent_phrases``) and the
+# factor a match gets: enough to lift the message that made an edit above the ones
+# that merely discuss the same code, not enough to lift an unrelated edit.
+INTENT_CANDIDATES = 100
+INTENT_BOOST = 1.0
+# Honest scores (docs/search.md, "Scores"): a hit's score is its rank score relative
+# to the best, times the query's confidence, the best of its top CONFIDENCE_HITS
+# hits' own confidence: the share of the query's information (IDF-weighted terms)
+# the message or its context holds, or how clearly its vector is similar. Below
+# NOTHING_FOUND the query matched nothing in particular and no hit is returned;
+# hits under MIN_SCORE are dropped.
+CONFIDENCE_HITS = 5
+NOTHING_FOUND = 0.15
+MIN_SCORE = 0.02
+# MiniLM cosine that counts as "not similar at all" and as "clearly the same topic".
+COSINE_UNRELATED = 0.25
+COSINE_SAME = 0.70
 # Cost bounds of one BM25 query (docs/search.md, "Latency"): rows whose IDF walk a
 # search may pay for, estimated in-scope matches FTS5 may score, and the count
 # above which a term is a stop word for this store. FTS5 counts a row in ~30 ns
@@ -79,7 +101,12 @@ Scope = str
 
 @dataclass(frozen=True, slots=True)
 class Hit:
-    """One stored message found by a search. ``score`` is in (0, 1], 1 for the best."""
+    """One stored message found by a search.
+
+    ``score`` is in (0, 1] and comparable across queries: 1.0 means every word of
+    the query (weighted by rarity) is in the message or the one before it, or its
+    meaning is clearly the same; the best hit of a vague match scores low.
+    """
 
     ref: str
     score: float
@@ -140,7 +167,7 @@ class Searcher:
         if match is not None:
             own = match.rank(conn, "messages_fts")
             ctx = match.rank(conn, "context_fts")
-        vec = self._vector_scores(conn, query, tenant, project, session, scope)
+        vec, cosines = self._vector_scores(conn, query, tenant, project, session, scope)
         prev_next = _neighbours(conn, own, NEIGHBOUR_SOURCES)
 
         scores: dict[int, float] = {}
@@ -156,10 +183,20 @@ class Searcher:
                 scores[next_id] = scores.get(next_id, 0.0) + PREV_WEIGHT * s
             if prev_id is not None:
                 scores[prev_id] = scores.get(prev_id, 0.0) + NEXT_WEIGHT * s
+        _boost_intent(conn, scores, intent_phrases(query))
         ranked = sorted(scores.items(), key=lambda kv: (-kv[1], -kv[0]))
-        hits = _load_hits(conn, ranked[:limit], tenant)
-        return SearchResult(query=query, scope=scope, hits=hits, total=len(ranked),
-                            _candidates=tuple(mid for mid, _ in ranked[:limit]))
+        # A few spare candidates: rows of another tenant or recall traffic are skipped.
+        hits = _load_hits(conn, ranked[:limit + SPARE_HITS], tenant)[:limit]
+        confidence = _confidence(conn, match, cosines,
+                                 [int(h.ref[2:]) for h in hits[:CONFIDENCE_HITS]])
+        if confidence < NOTHING_FOUND:
+            hits = []
+        top = max(hits[0].score, 1e-9) if hits else 1.0
+        hits = [replace(h, score=round(confidence * h.score / top, 4)) for h in hits]
+        hits = [h for h in hits if h.score >= MIN_SCORE]
+        return SearchResult(query=query, scope=scope, hits=hits,
+                            total=len(ranked) if hits else 0,
+                            _candidates=tuple(int(h.ref[2:]) for h in hits))
 
     def _match(self, conn: apsw.Connection, parsed: ParsedQuery, scope: Scope, tenant: str,
                project: str, session: str) -> _Match | None:
@@ -182,6 +219,7 @@ class Searcher:
                                         store_rows=store_rows)
             fraction = in_scope / max(store_rows, 1)
         costs = []
+        missing = 0.0  # information of query words stored nowhere (for confidence)
         for term in parsed.terms:
             exact = phrase(term, prefix=False)
             df = self._stats.rows(conn, f"{{content}}: {exact}", cap=MAX_TERM_ROWS,
@@ -193,16 +231,25 @@ class Searcher:
                 if wide_df <= MAX_TERM_ROWS:
                     exact, df = wide, wide_df
             costs.append(TermCost(exact, df))
+            if df == 0:
+                # Counted as a word seen once: that it is rare is all we know.
+                missing += _information(1, store_rows)
         plan = plan_match(costs, scope_fraction=fraction, max_df=MAX_TERM_ROWS,
                           max_counted=MAX_COUNTED_ROWS, max_scored=MAX_SCORED_ROWS)
-        if plan.empty:
+        # Every stored word counts towards confidence, by its information: the
+        # store's stop words (more than MAX_TERM_ROWS rows) weigh little but still
+        # let a query of common words find its newest matches.
+        weights = tuple((c.phrase, _information(c.df, store_rows)) for c in costs if c.df > 0)
+        if plan.empty and not weights and missing == 0.0:
             return None
-        return _Match(plan, tenant, token, scoped=scope != "all")
+        return _Match(plan, tenant, token, scoped=scope != "all", weights=weights,
+                      missing=missing)
 
     def _vector_scores(self, conn: apsw.Connection, query: str, tenant: str, project: str,
-                       session: str, scope: Scope) -> dict[int, float]:
+                       session: str, scope: Scope) -> tuple[dict[int, float], dict[int, float]]:
+        """(normalised margin over the floor, raw cosine) of the nearest messages."""
         if self._embedder is None or self._vectors is None or not query.strip():
-            return {}
+            return {}, {}
         qvec = self._embedder.embed([query])[0]
         with self._vector_lock:
             sims = self._vectors.search(
@@ -211,14 +258,14 @@ class Searcher:
                 session=session if scope == "session" else None,
                 k=VECTOR_CANDIDATES)
         if not sims:
-            return {}
+            return {}, {}
         ordered = sorted(sims.values(), reverse=True)
         floor = ordered[min(VECTOR_FLOOR_RANK, len(ordered)) - 1] if len(ordered) > 1 else 0.0
         margins = {mid: s - floor for mid, s in sims.items() if s > floor}
         top = max(margins.values(), default=0.0)
         if top <= 0:
-            return {}
-        return {mid: m / top for mid, m in margins.items()}
+            return {}, sims
+        return {mid: m / top for mid, m in margins.items()}, sims
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,9 +276,30 @@ class _Match:
     tenant: str
     token: str
     scoped: bool
+    # (phrase, information) of every checkable query word, and the information of
+    # the words stored nowhere: the denominator of a hit's lexical confidence.
+    weights: tuple[tuple[str, float], ...] = ()
+    missing: float = 0.0
+
+    def coverage(self, conn: apsw.Connection, mids: list[int]) -> dict[int, float]:
+        """Share of the query's information found in each message or its context."""
+        total = sum(w for _, w in self.weights) + self.missing
+        found = dict.fromkeys(mids, 0.0)
+        if total <= 0 or not mids:
+            return found
+        marks = ",".join("?" * len(mids))
+        for phrase_, weight in self.weights:
+            # context_fts holds the message itself and the one before it.
+            for row in conn.execute(
+                    f"SELECT rowid FROM context_fts WHERE context_fts MATCH ?"
+                    f" AND rowid IN ({marks})", (f"{{content}}: {phrase_}", *mids)):
+                found[int(row[0])] += weight
+        return {mid: f / total for mid, f in found.items()}
 
     def rank(self, conn: apsw.Connection, table: str) -> dict[int, float]:
         """BM25 of the best in-scope matches, each divided by the best (1.0 is the top)."""
+        if self.plan.empty:
+            return {}
         rows = self._ranked(conn, table, scoped=self.scoped)
         if not self.scoped and rows:
             marks = ",".join("?" * len(rows))
@@ -270,6 +338,40 @@ class _Match:
             f" ORDER BY rank LIMIT {BM25_CANDIDATES}", (expression, floor))]
 
 
+def _information(df: int, rows: int) -> float:
+    """How much a query word says: a smoothed IDF, positive even on a tiny store
+    (FTS5's own IDF is zero for a word in half the rows of a two-row store)."""
+    return math.log(1.0 + (rows + 1) / (df + 0.5))
+
+
+def _confidence(conn: apsw.Connection, match: _Match | None, cosines: dict[int, float],
+                mids: list[int]) -> float:
+    """How clearly the best of ``mids`` answers the query, in [0, 1], comparable
+    across queries: a message's lexical coverage or its cosine rescaled, whichever
+    is higher."""
+    lexical = match.coverage(conn, mids) if match is not None else {}
+    best = 0.0
+    for mid in mids:
+        cosine = cosines.get(mid)
+        semantic = 0.0 if cosine is None else min(1.0, max(0.0, (cosine - COSINE_UNRELATED)
+                                                           / (COSINE_SAME - COSINE_UNRELATED)))
+        best = max(best, lexical.get(mid, 0.0), semantic)
+    return best
+
+
+def _boost_intent(conn: apsw.Connection, scores: dict[int, float],
+                  phrases: tuple[str, ...]) -> None:
+    """Multiply the best candidates that show the asked-about action by 1 + INTENT_BOOST."""
+    if not phrases or not scores:
+        return
+    best = sorted(scores, key=lambda mid: -scores[mid])[:INTENT_CANDIDATES]
+    marks = ",".join("?" * len(best))
+    expression = "{content}: (" + " OR ".join(phrases) + ")"
+    for row in conn.execute(f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
+                            f" AND rowid IN ({marks})", (expression, *best)):
+        scores[int(row[0])] *= 1.0 + INTENT_BOOST
+
+
 def _neighbours(conn: apsw.Connection, own: dict[int, float],
                 count: int) -> dict[int, tuple[int | None, int | None]]:
     """(previous, next) message id in the same session for the ``count`` best hits."""
@@ -304,6 +406,8 @@ def _load_hits(conn: apsw.Connection, ranked: list[tuple[int, float]], tenant: s
     for mid, score in ranked:
         row = rows.get(mid)
         if row is None:  # deleted since it was indexed, or another tenant's
+            continue
+        if is_recall_traffic(str(row[2])):  # lifted as a neighbour, or an old vector
             continue
         meta = orjson.loads(str(row[6])) if row[6] else None
         hits.append(Hit(ref=f"t:{mid}", score=float(np.clip(score / top, 0.0, 1.0)),

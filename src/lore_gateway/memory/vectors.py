@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lore_gateway.memory.embed import Embedder, FloatArray, as_blob
+from lore_gateway.memory.render import is_recall_traffic
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +78,10 @@ def embed_and_store(conn: apsw.Connection, embedder: Embedder, ids: list[int]) -
     for start in range(0, len(ids), EMBED_BATCH):
         batch = ids[start:start + EMBED_BATCH]
         marks = ",".join("?" * len(batch))
+        # The recall tool's own traffic is never a hit, so it gets no vector either.
         rows = [(int(r[0]), str(r[1])) for r in conn.execute(
             f"SELECT id, substr(content, 1, {EMBED_CHARS}) FROM messages WHERE id IN ({marks})",
-            batch)]
+            batch) if not is_recall_traffic(str(r[1]))]
         if not rows:
             continue
         vectors = embedder.embed([text for _, text in rows])
