@@ -127,6 +127,28 @@ class Settings(BaseSettings):
         if not value.strip():
             raise ValueError("must be an address such as 127.0.0.1")
         return value.strip()
+    # Background worker (docs/knowledge.md): model calls made for the user after a
+    # response ended, with the session's own upstream and credential.
+    worker: bool = True
+    # The cheaper model of each provider; "session" uses the session's own model.
+    worker_model_anthropic: str = "claude-haiku-4-5"
+    worker_model_openai: str = "gpt-5-mini"
+    worker_model_chatgpt: str = "gpt-5.1-codex-mini"
+    # Worker tokens (in + out) per tenant per UTC day; 0 allows none.
+    worker_daily_tokens: int = 200_000
+    worker_timeout: float = 120.0
+    worker_max_attempts: int = 3
+    worker_retry_base_s: float = 30.0
+    # Distillation: a session's undistilled tokens that start a segment, the idle
+    # time after which a smaller rest is distilled, and how many first-level logs
+    # of a session are merged into one.
+    distill_segment_tokens: int = 16_384
+    distill_idle_s: float = 60.0
+    distill_consolidate_after: int = 8
+    # Long-term knowledge in the prompt, its budget, and the .lore.md export.
+    knowledge: bool = True
+    knowledge_block_tokens: int = 2_000
+    export: bool = True
 
     @field_validator("upstream_openai", "upstream_chatgpt", "upstream_anthropic")
     @classmethod

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
@@ -65,6 +66,9 @@ class Proxy:
         self.upstream = upstream
         self.turns = turns
         self.recall = recall
+        # Called once the client has the whole (2xx) response: background work
+        # (docs/knowledge.md) starts there and never earlier.
+        self.on_response_ended: Callable[[Exchange], None] | None = None
 
     # -- model routes -------------------------------------------------------------
 
@@ -81,14 +85,18 @@ class Proxy:
             timing.status = exc.status
             return timing
         pending = self.turns.begin(exchange)
+        ended = False
         try:
             await watch(receive, self._forward(exchange, client, timing, pending))
+            ended = True
         except ClientGone:
             log.info("client disconnected; upstream request cancelled")
         finally:
             # A no-op when the turn was already completed (PendingTurn ends once).
             self.turns.abandoned(pending)
         timing.status = client.status
+        if ended and self.on_response_ended is not None and 200 <= client.status < 300:
+            self.on_response_ended(exchange)
         return timing
 
     async def _read_exchange(self, scope: dict[str, Any], receive: Receive,

@@ -24,6 +24,7 @@ from lore_gateway.proxy import Proxy
 from lore_gateway.recall.service import RecallService
 from lore_gateway.turns import TurnSink
 from lore_gateway.upstream import UpstreamBroken, UpstreamClient
+from lore_gateway.worker.wiring import Background
 
 log = logging.getLogger("lore.server")
 
@@ -85,6 +86,7 @@ class Gateway:
         self.memory: Any = None
         self.upstream = UpstreamClient(settings)
         self.recall: RecallService | None = None
+        self.background: Background | None = None
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
         self._sock: socket.socket | None = None
@@ -112,7 +114,10 @@ class Gateway:
                          max_stored_chars=self.settings.store_max_message_bytes + 1)
         if self.memory is not None and self.settings.recall:
             self.recall = RecallService(self.memory, self.upstream)
-        app = GatewayApp(Proxy(self.settings, self.upstream, turns, self.recall))
+        proxy = Proxy(self.settings, self.upstream, turns, self.recall)
+        self.background = await Background.attach(self.settings, self.memory, self.upstream,
+                                                  proxy, self.recall)
+        app = GatewayApp(proxy)
         config = uvicorn.Config(
             app,
             lifespan="off",
@@ -146,6 +151,8 @@ class Gateway:
             self._server.should_exit = True
         if self._task is not None:
             await self._task
+        if self.background is not None:
+            await self.background.stop()
         await self.upstream.close()
         metrics.set_queue_depth_source(None)
         if self.recall is not None:

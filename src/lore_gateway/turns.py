@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from lore_gateway.exchange import Exchange
+from lore_gateway.knowledge.sidechannel import is_coding_turn
 from lore_gateway.obs import metrics
 from lore_gateway.obs.logging import bind_session
 from lore_gateway.protocols.common import Message
@@ -216,9 +217,12 @@ class TurnSink:
         except Exception:
             log.exception("could not read the turn's input messages")
             inputs = []
+        family = {"anthropic": "anthropic", "chat": "chat"}.get(exchange.protocol.value,
+                                                                "responses")
         return self.memory.begin_turn(
             exchange.identity, protocol=exchange.protocol.value, model=exchange.model,
             inputs=inputs,
+            side_channel=not is_coding_turn(family, exchange.payload, exchange.header_map),
         )
 
     @staticmethod

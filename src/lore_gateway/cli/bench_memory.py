@@ -72,3 +72,73 @@ def search(
         title="search latency (limit 10)")
     if as_json:
         typer.echo(json.dumps(figures))
+
+
+@bench_app.command("distill")
+def distill_bench(
+    data: Annotated[Path | None, typer.Option(
+        "--data", help="coding_eval.json [default: ../shared/data/coding-sessions/"
+                       "coding_eval.json].")] = None,
+    worker: str = typer.Option(None, "--worker", help="Also run the worker arm: anthropic, "
+                               "responses or chat (needs --key-env; sends real requests)."),
+    key_env: str = typer.Option(None, "--key-env", metavar="VAR",
+                                help="Environment variable holding the provider key."),
+    worker_url: str = typer.Option(None, "--worker-url", help="Endpoint for --worker "
+                                   "(default: the provider's public API)."),
+    worker_model: str = typer.Option(None, "--worker-model", help="Model for --worker "
+                                     "(default: LORE_WORKER_MODEL_*)."),
+    sessions: int = typer.Option(0, "--sessions", min=0, help="Only the first N sessions."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object as the last line."),
+) -> None:
+    """Distillation on the coding sessions: compression, worker share, gold answers kept."""
+    import os
+
+    from lore_gateway.bench import distill as bench
+    from lore_gateway.config import Settings
+
+    try:
+        path = bench.resolve_data_path(data)
+    except FileNotFoundError as exc:
+        _err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+    arms: list[tuple[str, bench.Distiller]] = [("extractive", bench.extractive_distiller)]
+    if worker is not None:
+        key = os.environ.get(key_env or "", "").strip()
+        if worker not in bench.WORKER_URLS or not key:
+            _err.print("[red]--worker needs anthropic, responses or chat, and --key-env naming "
+                       "a set environment variable[/red]")
+            raise typer.Exit(2)
+        settings = Settings()
+        model = worker_model or (settings.worker_model_anthropic if worker == "anthropic"
+                                 else settings.worker_model_openai)
+        arms.append((f"worker {model}", bench.worker_distiller(
+            worker, worker_url or bench.WORKER_URLS[worker], model, key)))
+    results = [bench.run(path, distiller, limit=sessions).as_dict(name)
+               for name, distiller in arms]
+    for figures in results:
+        _distill_table(path, figures)
+    if as_json:
+        typer.echo(json.dumps(results[0] if len(results) == 1 else {"arms": results}))
+
+
+def _distill_table(path: Path, figures: dict[str, Any]) -> None:
+    table = Table(title=f"Distillation ({path.name}: {figures['sessions']} sessions, "
+                        f"{figures['segments']} segments, {figures['method']})")
+    for column in ("figure", "value"):
+        table.add_column(column)
+    table.add_row("compression (raw / distilled tokens)", f"{figures['compression']}×")
+    table.add_row("R = distilled / √N, median (share ≥ 1)",
+                  f"{figures['r_median']} ({figures['r_at_least_1']:.0%})")
+    table.add_row("worker tokens (estimated for the extractive arm), share of raw content",
+                  f"{figures['worker_share_of_raw']:.1%}")
+    table.add_row("… share of the agent's cumulative prompt tokens",
+                  f"{figures['worker_share_of_prompts']:.2%}")
+    table.add_row("gold answers kept (distillations)",
+                  f"{figures['gold_survived']}/{figures['questions']} "
+                  f"({figures['gold_survival']:.1%})")
+    table.add_row("gold answers kept (baseline: same size, message heads)",
+                  f"{figures['baseline_survived']}/{figures['questions']} "
+                  f"({figures['baseline_survival']:.1%})")
+    for kind, row in figures["by_kind"].items():
+        table.add_row(f"  {kind}", f"{row['survived']}/{row['n']} (baseline {row['baseline']})")
+    Console().print(table)

@@ -226,6 +226,18 @@ def check_agents(settings: Settings) -> list[Check]:
     return checks
 
 
+def check_worker(settings: Settings) -> Check:
+    """Background calls: on or off, to which models, under what budget."""
+    from lore_gateway.worker.service import describe
+
+    if not settings.worker:
+        return Check("background calls", Status.SKIP, describe(settings))
+    if settings.worker_daily_tokens <= 0:
+        return Check("background calls", Status.WARN, describe(settings),
+                     "set LORE_WORKER_DAILY_TOKENS above 0, or LORE_WORKER=off")
+    return Check("background calls", Status.OK, describe(settings))
+
+
 def run_checks(settings: Settings, invalid: dict[str, str] | None = None) -> list[Check]:
     """Every check. ``invalid``: settings that failed validation (``lenient_settings``);
     the checks then use the defaults for those and report each problem."""
@@ -239,6 +251,7 @@ def run_checks(settings: Settings, invalid: dict[str, str] | None = None) -> lis
         check_data_dir(settings),
         check_database(settings.db_path),
         check_embedder(settings),
+        check_worker(settings),
         *check_agents(settings),
     ]
 

@@ -51,6 +51,7 @@ def _register() -> None:
         config_cmd,
         doctor,
         embed_cmd,
+        knowledge_cmds,
         logs,
         memory_cmds,
         run,

@@ -10,6 +10,7 @@ import typer
 from lore_gateway.cli import preflight
 from lore_gateway.cli.main import app
 from lore_gateway.config import Settings
+from lore_gateway.worker.service import describe as describe_worker
 
 _HELP = """Start the gateway and serve until interrupted.
 
@@ -30,8 +31,13 @@ variables, then --host and --port. The defaults need no configuration;
   LORE_STORE                 store every turn in memory (true)
   LORE_RECALL                give the model the hidden recall tool (true)
   LORE_EMBEDDINGS            use the offline embedding model in search (true)
+  LORE_WORKER                background model calls after a response: distill,
+                             curate (true; off sends none)
+  LORE_WORKER_DAILY_TOKENS   worker tokens per tenant per UTC day (200000)
+  LORE_KNOWLEDGE             give sessions their project's knowledge (true)
+  LORE_EXPORT                write .lore.md in git work trees (true)
 
-More settings (limits, timeouts) are listed in the README.
+More settings (limits, timeouts, worker models) are listed in the README.
 """
 
 
@@ -72,6 +78,7 @@ async def _serve(settings: Settings) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, gateway.request_stop)
     typer.echo("\n".join(await asyncio.to_thread(_banner, settings, gateway.url)), err=True)
+    typer.echo(describe_worker(settings), err=True)
     try:
         await gateway.wait()
     finally:

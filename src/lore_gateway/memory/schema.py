@@ -213,11 +213,89 @@ INSERT INTO context_fts(rowid, content, scope)
     FROM messages m;
 """
 
+# v5 (knowledge, issue 12): the background worker's durable job queue and its
+# daily token ledger per tenant; distillations (observation logs, each also
+# stored as an ``observations`` message so search and ``lore data show`` see
+# it); long-term knowledge entries per project; and each session's frozen
+# knowledge block with its appended updates (so a restart keeps the prefix).
+# Self-contained: renumber freely when merging.
+_V5_KNOWLEDGE = """
+CREATE TABLE worker_jobs(
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    project TEXT NOT NULL,
+    session TEXT NOT NULL,
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_at REAL NOT NULL,
+    last_error TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE UNIQUE INDEX worker_jobs_open ON worker_jobs(kind, tenant, session)
+    WHERE state = 'queued';
+CREATE INDEX worker_jobs_due ON worker_jobs(state, next_at);
+CREATE TABLE worker_usage(
+    tenant TEXT NOT NULL,
+    day TEXT NOT NULL,
+    requests INTEGER NOT NULL DEFAULT 0,
+    tokens_in INTEGER NOT NULL DEFAULT 0,
+    tokens_out INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, day)
+) WITHOUT ROWID;
+CREATE TABLE distillations(
+    id INTEGER PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    project TEXT NOT NULL,
+    session TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    message_id INTEGER,
+    text TEXT NOT NULL,
+    source_ids TEXT NOT NULL,
+    last_source INTEGER NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    method TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    archived INTEGER NOT NULL DEFAULT 0,
+    curated INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX distillations_session ON distillations(tenant, session);
+CREATE INDEX distillations_project ON distillations(tenant, project);
+CREATE TABLE knowledge(
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    project TEXT NOT NULL,
+    category TEXT NOT NULL,
+    title TEXT NOT NULL,
+    content TEXT NOT NULL,
+    confidence REAL NOT NULL,
+    source TEXT NOT NULL,
+    cross_project INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX knowledge_scope ON knowledge(tenant, project);
+CREATE TABLE knowledge_sessions(
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    project TEXT NOT NULL,
+    block TEXT NOT NULL,
+    entry_ids TEXT NOT NULL,
+    deltas TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (tenant, session)
+) WITHOUT ROWID;
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "turns, messages + FTS5, embeddings, sessions, kv", _V1),
     Migration(2, "context_fts: each message with its predecessor, for search", _V2),
     Migration(3, "recall_anchors: recalls kept for next-turn expansion", _V3),
     Migration(4, "scope tokens in both search indexes; contentless", _V4),
+    Migration(5, "knowledge: worker jobs and usage, distillations, knowledge entries",
+              _V5_KNOWLEDGE),
 ]
 
 

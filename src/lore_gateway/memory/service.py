@@ -46,16 +46,18 @@ class PendingTurn:
     """
 
     __slots__ = ("_ended", "_lock", "_memory", "created_at", "identity", "inputs", "model",
-                 "protocol")
+                 "protocol", "side_channel")
 
     def __init__(self, memory: Memory, identity: Identity, protocol: str, model: str | None,
-                 inputs: Sequence[Message]) -> None:
+                 inputs: Sequence[Message], side_channel: bool = False) -> None:
         self._memory = memory
         self.identity = identity
         self.protocol = protocol
         self.model = model
         self.inputs = tuple(inputs)
         self.created_at = time.time()
+        # A side-channel call (title, classifier): stored, but never distilled.
+        self.side_channel = side_channel
         self._lock = threading.Lock()
         self._ended = False
 
@@ -75,9 +77,10 @@ class PendingTurn:
         messages = self.inputs + tuple(outputs)
         if not messages:
             return False
+        metas = ({"side_channel": True},) * len(messages) if self.side_channel else None
         return self._memory.submit_turn(TurnRecord(
             identity=self.identity, protocol=self.protocol, model=self.model,
-            messages=messages, created_at=self.created_at, complete=complete,
+            messages=messages, created_at=self.created_at, complete=complete, metas=metas,
         ))
 
 
@@ -165,8 +168,8 @@ class Memory:
         return identity.identify(protocol, headers, body, salt=self.salt)
 
     def begin_turn(self, ident: Identity, *, protocol: str, model: str | None,
-                   inputs: Sequence[Message]) -> PendingTurn:
-        return PendingTurn(self, ident, protocol, model, inputs)
+                   inputs: Sequence[Message], side_channel: bool = False) -> PendingTurn:
+        return PendingTurn(self, ident, protocol, model, inputs, side_channel)
 
     def submit_turn(self, turn: TurnRecord, *, wait: bool = False) -> bool:
         """Queue a turn for the writer thread; ``False`` when not queued (storage
@@ -269,9 +272,27 @@ class Memory:
 
     def delete(self, tenant: str | None, *, session: str | None = None,
                project: str | None = None, progress: catalog.Progress | None = None) -> int:
-        """Delete one session's or project's turns on the writer thread; the turn count."""
-        return self._writer.run_job(lambda conn: catalog.delete_turns(
-            conn, tenant, session=session, project=project, progress=progress))
+        """Delete one session's or project's turns on the writer thread; the turn count.
+        What was distilled or learned from them goes too (``distill.store.forget``)."""
+        from lore_gateway.distill.store import forget
+
+        def run(conn: apsw.Connection) -> int:
+            count = catalog.delete_turns(conn, tenant, session=session, project=project,
+                                         progress=progress)
+            forget(conn, tenant, session=session, project=project)
+            return count
+
+        return self._writer.run_job(run)
+
+    def write_job(self, run: Callable[[apsw.Connection], T]) -> T:
+        """Run ``run(conn)`` on the writer thread, behind every queued turn (blocks:
+        call it from a thread). Background jobs (distillation, knowledge) write here
+        so the database keeps one writer."""
+        return self._writer.run_job(run)
+
+    def read(self, query: Callable[[apsw.Connection], T]) -> T:
+        """Run ``query(conn)`` on the shared read connection (blocks)."""
+        return self._read(query)
 
     def _read(self, query: Callable[[apsw.Connection], T]) -> T:
         with self._reader_lock:

@@ -138,6 +138,35 @@ prompt_cache_read_ratio = Gauge(
     ["protocol"],
     registry=REGISTRY,
 )
+worker_jobs_total = Counter(
+    "lore_worker_jobs",
+    "Background jobs finished, by kind (distill, curate) and outcome.",
+    ["kind", "outcome"],
+    registry=REGISTRY,
+)
+worker_requests_total = Counter(
+    "lore_worker_requests",
+    "Background model requests, by job kind and result (ok, error, timeout).",
+    ["kind", "result"],
+    registry=REGISTRY,
+)
+worker_tokens_total = Counter(
+    "lore_worker_tokens",
+    "Tokens spent by background model requests, by direction (in, out).",
+    ["direction"],
+    registry=REGISTRY,
+)
+worker_budget_left_tokens = Gauge(
+    "lore_worker_budget_left_tokens",
+    "Worker tokens left today for the tenant charged last.",
+    registry=REGISTRY,
+)
+distillations_total = Counter(
+    "lore_distillations",
+    "Distillations stored, by method (worker, extractive) and generation.",
+    ["method", "generation"],
+    registry=REGISTRY,
+)
 
 _lock = threading.Lock()
 _seen: dict[str, set[str]] = {}
@@ -261,6 +290,34 @@ def record_usage(protocol: str, input_tokens: int, cache_read_tokens: int) -> No
         prompt_cache_read_ratio.labels(proto).set(total_read / total_in)
     except Exception:
         log.debug("metrics: record_usage failed", exc_info=True)
+
+
+
+
+def record_worker_job(kind: str, outcome: str) -> None:
+    try:
+        worker_jobs_total.labels(_bounded("kind", kind), _bounded("outcome", outcome)).inc()
+    except Exception:
+        log.exception("metrics: record_worker_job failed")
+
+
+def record_worker_request(kind: str, result: str, tokens_in: int, tokens_out: int,
+                          budget_left: int | None) -> None:
+    try:
+        worker_requests_total.labels(_bounded("kind", kind), _bounded("result", result)).inc()
+        worker_tokens_total.labels("in").inc(max(0, tokens_in))
+        worker_tokens_total.labels("out").inc(max(0, tokens_out))
+        if budget_left is not None:
+            worker_budget_left_tokens.set(max(0, budget_left))
+    except Exception:
+        log.exception("metrics: record_worker_request failed")
+
+
+def record_distillation(method: str, generation: int) -> None:
+    try:
+        distillations_total.labels(_bounded("method", method), str(min(generation, 9))).inc()
+    except Exception:
+        log.exception("metrics: record_distillation failed")
 
 
 def set_queue_depth_source(source: Callable[[], int] | None) -> None:

@@ -83,6 +83,7 @@ class RecallService:
             anchors = AnchorStore(getattr(settings, "db_path", None))
         self.replay = AnchorReplay(anchors)
         self.limits = _live_limits(settings)
+        self.knowledge: Any = None  # the knowledge slot (knowledge/service.py)
 
     async def prepare(self, route: Route, headers: dict[str, str], payload: dict[str, Any],
                       identity: Identity, body: bytes) -> Prepared:
@@ -92,6 +93,10 @@ class RecallService:
         assert route.protocol is not None
         family = _TOOL_PROTOCOL[route.protocol]
         expanded = await self.replay.expand(family, payload, identity, body)
+        if self.knowledge is not None:
+            current = payload if expanded is None else expanded
+            knowing = await self.knowledge.prepare(family, current, identity, headers)
+            expanded = None if knowing is payload else knowing
         injected = tool.inject(family, payload if expanded is None else expanded,
                                codex_client=is_codex_client(headers))
         return Prepared(injected if injected is not None else expanded, injected is not None)

@@ -33,6 +33,11 @@ Scenarios (``name`` or ``name:argument``; see docs/testing.md):
 :meth:`FakeUpstream.script_rate_limits` starts the next Responses streams with a
 ``codex.rate_limits`` frame (before ``response.created``, as the Codex backend does).
 
+Requests carrying ``x-lore-worker: <job>`` (the gateway's background worker)
+take ``worker_scenario`` instead (default ``worker``: the scripted worker model
+of ``fake_worker.py``; any scenario above works too, e.g. ``stall``), so
+scripts for agent traffic are never consumed by background calls.
+
 ``x-fake-replay: <file>`` replays a recorded fixture byte for byte instead
 (scripted as ``replay:<file>``: SSE even to a ``stream:false`` request).
 
@@ -63,6 +68,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from lore_gateway.testing import fake_streams as fs
+from lore_gateway.testing import fake_worker
 from lore_gateway.testing.fake_streams import Answer
 
 # Recorded requests kept for inspection. A test sends a handful; the bound only
@@ -97,8 +103,10 @@ class RecordedRequest:
     raw_body: bytes  # as received, possibly compressed
     json: Any
     scenario: str = ""
+    received_at: float = field(default_factory=time.monotonic)
     client_gone: threading.Event = field(default_factory=threading.Event, repr=False)
     client_gone_at: float | None = None  # time.monotonic() when the client closed
+    finished_at: float | None = None  # time.monotonic() when a stream's last byte was sent
 
     @property
     def route(self) -> str:
@@ -248,6 +256,7 @@ class FakeUpstream:
         self.deltas = deltas
         self.fixtures_dir = fixtures_dir
         self.default_scenario = "text"
+        self.worker_scenario = "worker"
         self._records: deque[RecordedRequest] = deque(maxlen=max_recorded)
         self._script: deque[str] = deque(maxlen=MAX_SCRIPT)
         self._rate_limits: deque[float | None] = deque(maxlen=MAX_SCRIPT)
@@ -305,6 +314,7 @@ class FakeUpstream:
             self._script.clear()
             self._rate_limits.clear()
         self.default_scenario = "text"
+        self.worker_scenario = "worker"
 
     async def start(self) -> None:
         # auto_decompress=False: bodies are recorded as sent and decoded here,
@@ -363,6 +373,8 @@ class FakeUpstream:
         return record
 
     def _next_scenario(self, request: web.BaseRequest) -> str:
+        if "x-lore-worker" in request.headers:
+            return self.worker_scenario
         header = request.headers.get("x-fake-scenario")
         if header:
             return header
@@ -435,6 +447,9 @@ class FakeUpstream:
         if replay:
             return await self._replay(request, record, replay, headers)
         scenario = Scenario.parse(spec)
+        if scenario.name == "worker":
+            job = record.headers.get("x-lore-worker", "")
+            scenario = Scenario("text", fake_worker.answer(job, body))
         stream = body.get("stream") is True
         if scenario.name.startswith("status-"):
             code = int(scenario.name.removeprefix("status-"))
@@ -565,6 +580,7 @@ class FakeUpstream:
                 record.mark_client_gone()
                 return response
             await response.write_eof()
+            record.finished_at = time.monotonic()
         except (ConnectionError, asyncio.CancelledError):
             record.mark_client_gone()
             raise

@@ -24,5 +24,10 @@ def gateway_settings(fake: FakeUpstream, data_dir: Path, **overrides: Any) -> Se
         "data_dir": data_dir,
         "store": True,
         "embeddings": False,
+        # Background work only where a test asks for it: a shared gateway must not
+        # send worker requests (or add distillations) into other tests' traffic.
+        "worker": False,
+        "distill_segment_tokens": 1 << 40,
+        "distill_idle_s": 1e9,
     }
     return Settings(**(values | overrides))

@@ -1,0 +1,186 @@
+"""Knowledge for each session: frozen at its start, updates appended after.
+
+``prepare`` is what the request pipeline calls (the ``knowledge`` slot, after
+anchor expansion and before the recall tool). The first request of a session
+imports edits from ``.lore.md``, renders the block from the project's entries,
+exports the file again and persists the block, so a restart gives the same
+bytes. Later requests reuse it. When the curator changes the project's entries
+during the session, the next request whose newest item is a user message gets
+one update inserted before that message, persisted with its position, and every
+later request carries it at the same place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from lore_gateway.config import Settings
+from lore_gateway.knowledge import block as kblock
+from lore_gateway.knowledge import export as ex
+from lore_gateway.knowledge import store, sync
+from lore_gateway.knowledge.inject import (
+    Delta,
+    Family,
+    KnowledgeContext,
+    KnowledgeView,
+    inject_knowledge,
+    update_slot,
+)
+from lore_gateway.knowledge.sidechannel import is_coding_turn
+from lore_gateway.memory.records import Identity
+
+log = logging.getLogger("lore.knowledge")
+
+# Sessions whose state is kept in memory (the rest reload from the database).
+MAX_SESSIONS = 1_024
+# Updates appended to one session: each is a permanent part of its prefix.
+MAX_UPDATES_PER_SESSION = 4
+# Tokens of one update message.
+UPDATE_BUDGET_TOKENS = 512
+
+
+@dataclass(slots=True)
+class SessionKnowledge:
+    project: str
+    block: str
+    shown: set[str]
+    deltas: list[Delta] = field(default_factory=list)
+    version: int = 0
+
+
+def agents_file(family: str) -> str:
+    """Where the pointer to ``.lore.md`` goes: the file the session's agent reads."""
+    return "CLAUDE.md" if family == "anthropic" else "AGENTS.md"
+
+
+class KnowledgeService:
+    def __init__(self, settings: Settings, memory: Any) -> None:
+        self.settings = settings
+        self.memory = memory
+        self._sessions: OrderedDict[tuple[str, str], SessionKnowledge] = OrderedDict()
+        # Bumped by the curator (same process) when a project's entries change.
+        self._versions: dict[tuple[str, str], int] = {}
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+
+    def version(self, tenant: str, project: str) -> int:
+        """How many times the curator changed this project's entries since start."""
+        return self._versions.get((tenant, project), 0)
+
+    def changed(self, tenant: str, project: str) -> None:
+        key = (tenant, project)
+        self._versions[key] = self._versions.get(key, 0) + 1
+        if len(self._versions) > MAX_SESSIONS:
+            self._versions.pop(next(iter(self._versions)))
+
+    async def prepare(self, family: Family, payload: dict[str, Any], identity: Identity,
+                      headers: Mapping[str, str]) -> dict[str, Any]:
+        """``payload`` with this session's knowledge (itself when there is none)."""
+        if not self.settings.knowledge or not is_coding_turn(family, payload, headers):
+            return payload
+        try:
+            state = await self._state(identity, family)
+            await self._maybe_update(family, payload, identity, state)
+        except Exception:
+            log.exception("knowledge: could not prepare the session's knowledge; the request"
+                          " goes on without it")
+            return payload
+        view = KnowledgeView(state.block, tuple(state.deltas))
+        return inject_knowledge(payload, KnowledgeContext(family, view))
+
+    async def _state(self, identity: Identity, family: Family) -> SessionKnowledge:
+        key = (identity.tenant, identity.session)
+        state = self._sessions.get(key)
+        if state is not None:
+            self._sessions.move_to_end(key)
+            return state
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            state = self._sessions.get(key)
+            if state is None:
+                state = await asyncio.to_thread(self._open, identity, family)
+                self._sessions[key] = state
+                while len(self._sessions) > MAX_SESSIONS:
+                    old, _ = self._sessions.popitem(last=False)
+                    self._locks.pop(old, None)
+        return state
+
+    def _open(self, identity: Identity, family: Family) -> SessionKnowledge:
+        """Load the session's persisted block, or start it (runs in a thread)."""
+        tenant, project, session = identity.tenant, identity.project, identity.session
+        version = self._versions.get((tenant, project), 0)
+        row = self.memory.read(lambda c: c.execute(
+            "SELECT block, entry_ids, deltas FROM knowledge_sessions WHERE tenant = ? AND"
+            " session = ?", (tenant, session)).fetchone())
+        if row is not None:
+            deltas = [Delta(int(p), str(t)) for p, t in orjson.loads(row[2])]
+            return SessionKnowledge(project, str(row[0]), set(orjson.loads(row[1])), deltas,
+                                    version)
+        root = ex.work_tree_root(project) if self.settings.export else None
+
+        def start(conn: Any) -> SessionKnowledge:
+            if root is not None:
+                try:
+                    sync.import_edits(conn, tenant, project, root)
+                except OSError as exc:
+                    log.warning("knowledge: could not read %s: %s", root / ex.FILE_NAME, exc)
+            entries = store.entries(conn, tenant, project)
+            text, _ = kblock.render_block(entries, self.settings.knowledge_block_tokens)
+            # Entries over the block's budget stay out for the whole session; only
+            # entries the curator adds later arrive as updates.
+            known = sorted(e.id for e in entries)
+            conn.execute(
+                "INSERT OR IGNORE INTO knowledge_sessions(tenant, session, project, block,"
+                " entry_ids, deltas, created_at) VALUES (?,?,?,?,?,'[]',?)",
+                (tenant, session, project, text, orjson.dumps(known).decode(), time.time()))
+            if root is not None:
+                try:
+                    sync.export(conn, tenant, project, root, agents_file(family))
+                except OSError as exc:
+                    log.warning("knowledge: could not write %s: %s", root / ex.FILE_NAME, exc)
+            return SessionKnowledge(project, text, set(known), [], version)
+
+        return self.memory.write_job(start)  # type: ignore[no-any-return]
+
+    async def _maybe_update(self, family: Family, payload: dict[str, Any], identity: Identity,
+                            state: SessionKnowledge) -> None:
+        version = self._versions.get((identity.tenant, identity.project), 0)
+        if version == state.version or len(state.deltas) >= MAX_UPDATES_PER_SESSION:
+            return
+        items = payload.get("input" if family == "responses" else "messages")
+        slot = update_slot(family, items)
+        if slot is None or any(d.position == slot for d in state.deltas):
+            return
+        if state.deltas and slot < max(d.position for d in state.deltas):
+            return
+        state.version = version
+        entries = await asyncio.to_thread(self.memory.read, lambda c: store.entries(
+            c, identity.tenant, identity.project))
+        fresh = [e for e in entries if e.id not in state.shown]
+        text, ids = kblock.render_update(fresh, UPDATE_BUDGET_TOKENS)
+        if not ids:
+            return
+        state.deltas.append(Delta(slot, text))
+        state.shown.update(ids)
+        deltas = orjson.dumps([[d.position, d.text] for d in state.deltas]).decode()
+        shown = orjson.dumps(sorted(state.shown)).decode()
+        await asyncio.to_thread(self.memory.write_job, lambda c: c.execute(
+            "UPDATE knowledge_sessions SET deltas = ?, entry_ids = ? WHERE tenant = ? AND"
+            " session = ?", (deltas, shown, identity.tenant, identity.session)))
+
+    def export_now(self, tenant: str, project: str, agents_file: str) -> bool:
+        """Rewrite the project's ``.lore.md`` (after the curator); blocks: a thread."""
+        if not self.settings.export:
+            return False
+        root = ex.work_tree_root(project)
+        if root is None:
+            return False
+        return bool(self.memory.write_job(
+            lambda c: sync.export(c, tenant, project, root, agents_file)))

@@ -1,0 +1,486 @@
+"""The background worker: one asyncio task per gateway, off the request path.
+
+The proxy calls ``notify`` once a coding turn's response has fully reached the
+client; that only records the session (and its upstream and credential, in
+memory) and wakes the task. The task plans jobs, persists them in
+``worker_jobs``, and runs them one at a time: every database step in a thread,
+every model call through the shared upstream client with its own timeout. A
+failing or hung upstream costs a background job, never an agent's response.
+
+Distill jobs use the worker model when it is allowed (on, budget left,
+credential present, upstream answering) and the extractive distiller otherwise.
+Curate jobs need the model; without it they wait (budget: until the next day).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from lore_gateway.config import Settings
+from lore_gateway.distill import format as fmt
+from lore_gateway.distill import prompts
+from lore_gateway.distill import store as dstore
+from lore_gateway.distill.extractive import SourceMessage
+from lore_gateway.knowledge import curator
+from lore_gateway.knowledge import store as kstore
+from lore_gateway.knowledge.service import agents_file
+from lore_gateway.knowledge.sidechannel import is_coding_turn
+from lore_gateway.obs import metrics
+from lore_gateway.routing import Protocol
+from lore_gateway.upstream import UpstreamClient, UpstreamUnavailable
+from lore_gateway.worker import jobs
+from lore_gateway.worker import requests as wreq
+from lore_gateway.worker.credentials import CredentialVault, SessionUpstream, kept_headers
+
+log = logging.getLogger("lore.worker")
+
+WORKER_HEADER = "x-lore-worker"
+# How often the task looks for due jobs and idle sessions without a wake-up.
+POLL_S = 5.0
+# Sessions remembered for the idle trigger; the oldest are forgotten first.
+MAX_TRACKED_SESSIONS = 1_024
+# Shortest sleep between passes: a burst of due work never spins the loop.
+MIN_SLEEP_S = 0.05
+# Jobs taken per pass, so a backlog yields to new wake-ups.
+JOBS_PER_PASS = 8
+# Smallest rest distilled on idle: below this a segment is not worth a log.
+MIN_IDLE_TOKENS = 64
+# A queued distill job whose session lent no credential for this long (a restart
+# forgot it) is distilled extractively instead of waiting any longer.
+CREDENTIAL_WAIT_S = 600.0
+# Largest worker answer read.
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+_FAMILY: dict[Protocol, wreq.Family] = {
+    Protocol.ANTHROPIC: "anthropic", Protocol.RESPONSES: "responses", Protocol.CODEX: "codex",
+    Protocol.CHAT: "chat"}
+
+
+class WorkerUnavailable(Exception):
+    """The model may not or cannot be asked now; the message says why."""
+
+
+@dataclass(slots=True)
+class _Seen:
+    project: str
+    at: float
+    idle_done: bool = False
+
+
+class BackgroundWorker:
+    def __init__(self, settings: Settings, memory: Any, upstream: UpstreamClient, *,
+                 knowledge: Any = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.settings = settings
+        self.memory = memory
+        self.upstream = upstream
+        self.clock = clock
+        self.vault = CredentialVault()
+        self.knowledge = knowledge
+        self._seen: OrderedDict[tuple[str, str], _Seen] = OrderedDict()
+        self._planned: set[tuple[str, str]] = set()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.tokens_in = 0
+        self.tokens_out = 0
+        self.idle = asyncio.Event()
+        self._retry_at: float | None = None
+
+    # --- the proxy's side ------------------------------------------------------------
+
+    def notify(self, exchange: Any) -> None:
+        """A coding turn's response ended: remember the session and wake the task."""
+        identity = exchange.identity
+        protocol = exchange.protocol
+        if identity is None or protocol not in _FAMILY:
+            return
+        if not is_coding_turn(_tool_family(protocol), exchange.payload, exchange.header_map):
+            return
+        key = (identity.tenant, identity.session)
+        if self.settings.worker:
+            self.vault.put(identity.tenant, identity.session, SessionUpstream(
+                family=_FAMILY[protocol], url=exchange.upstream_url, model=exchange.model,
+                project=identity.project, headers=kept_headers(exchange.upstream_headers)))
+        self._seen.pop(key, None)
+        self._seen[key] = _Seen(identity.project, self.clock())
+        while len(self._seen) > MAX_TRACKED_SESSIONS:
+            self._seen.popitem(last=False)
+        self._planned.add(key)
+        self._wake.set()
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="lore-worker")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._sleep_s())
+            self._wake.clear()
+            self.idle.clear()
+            try:
+                await self._pass()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("worker: a pass failed; it runs again on the next wake-up")
+            if not self._wake.is_set():
+                self.idle.set()
+
+    def _sleep_s(self) -> float:
+        """Until the next thing that may be due: a retry, an idle session, or the poll."""
+        now = self.clock()
+        soonest = POLL_S
+        if self._retry_at is not None:
+            soonest = min(soonest, self._retry_at - now)
+        for seen in self._seen.values():
+            if not seen.idle_done:
+                soonest = min(soonest, seen.at + self.settings.distill_idle_s - now)
+        return max(MIN_SLEEP_S, soonest)
+
+    async def _pass(self) -> None:
+        self._retry_at = None
+        now = self.clock()
+        planned, self._planned = self._planned, set()
+        for key in planned:
+            seen = self._seen.get(key)
+            if seen is not None:
+                await self._plan(key, seen.project, self.settings.distill_segment_tokens)
+        for key, seen in list(self._seen.items()):
+            if not seen.idle_done and now - seen.at >= self.settings.distill_idle_s:
+                seen.idle_done = True
+                await self._plan(key, seen.project, MIN_IDLE_TOKENS)
+        for job in await asyncio.to_thread(self.memory.read, lambda c: jobs.due(
+                c, self.clock(), JOBS_PER_PASS)):
+            await self._run_job(job)
+
+    async def _plan(self, key: tuple[str, str], project: str, threshold: int) -> None:
+        tenant, session = key
+
+        def plan(conn: Any) -> bool:
+            if dstore.undistilled_tokens(conn, tenant, session) < max(1, threshold):
+                return False
+            return jobs.enqueue(conn, "distill", tenant, project, session, self.clock())
+
+        if await asyncio.to_thread(self.memory.write_job, plan):
+            self._wake.set()
+
+    # --- jobs ------------------------------------------------------------------------
+
+    async def _run_job(self, job: jobs.Job) -> None:
+        try:
+            if job.kind == "distill":
+                await self._distill(job)
+            elif job.kind == "curate":
+                await self._curate(job)
+            else:
+                await self._finish(job, "failed", f"unknown job kind {job.kind!r}")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("worker: %s job %d failed", job.kind, job.id)
+            await self._finish(job, "failed", str(exc)[:500])
+
+    async def _distill(self, job: jobs.Job) -> None:
+        segment = await asyncio.to_thread(self.memory.read, lambda c: dstore.next_segment(
+            c, job.tenant, job.session, dstore.MAX_SEGMENT_TOKENS))
+        if not segment:
+            await self._finish(job, "done")
+            return
+        method = "extractive"
+        text: str | None = None
+        try:
+            upstream = self._upstream_for(job)
+            system, user, budget = prompts.observer_prompt(segment)
+            answer = await self._ask(job, upstream, "distill", system, user, budget)
+            _, observations = fmt.parse(answer)
+            if not observations:
+                raise WorkerUnavailable("retry: the worker answer held no observations")
+            date = fmt.date_line(segment[0].created_at)
+            text = fmt.render(date, fmt.fit(observations, budget * fmt.CHARS_PER_TOKEN))
+            method = "worker"
+        except WorkerUnavailable as exc:
+            if not await self._fallback_now(job, str(exc)):
+                return
+        if text is None:
+            from lore_gateway.distill import extractive
+
+            text = extractive.distill(segment)
+
+        def save(conn: Any) -> int | None:
+            row = dstore.save(conn, tenant=job.tenant, project=job.project,
+                              session=job.session, text=text or "", sources=segment,
+                              generation=0, method=method)
+            if text and self.settings.worker:
+                jobs.enqueue(conn, "curate", job.tenant, job.project, job.session, self.clock())
+            jobs.finish(conn, job.id, "done", self.clock())
+            if dstore.undistilled_tokens(conn, job.tenant, job.session) >= \
+                    self.settings.distill_segment_tokens:
+                jobs.enqueue(conn, "distill", job.tenant, job.project, job.session, self.clock())
+            return row
+
+        row = await asyncio.to_thread(self.memory.write_job, save)
+        metrics.record_worker_job("distill", method)
+        if row is not None:
+            metrics.record_distillation(method, 0)
+            await self._consolidate(job, use_model=method == "worker")
+        self._wake.set()
+
+    async def _consolidate(self, job: jobs.Job, *, use_model: bool) -> None:
+        """Merge the session's first-level logs into one once there are too many:
+        with the model when it just answered, else extractively."""
+        threshold = self.settings.distill_consolidate_after
+        gen0 = await asyncio.to_thread(self.memory.read, lambda c: dstore.active(
+            c, job.tenant, job.session, 0))
+        if len(gen0) <= threshold:
+            return
+        method = "extractive"
+        if use_model:
+            try:
+                system, user, budget = prompts.reflector_prompt([d.text for d in gen0])
+                answer = await self._ask(job, self._upstream_for(job), "consolidate", system,
+                                         user, budget)
+                date, observations = fmt.parse(answer)
+                if observations:
+                    text = fmt.render(date or fmt.date_line(gen0[0].created_at),
+                                      fmt.fit(observations, budget * fmt.CHARS_PER_TOKEN))
+                    method = "worker"
+            except WorkerUnavailable as exc:
+                log.info("worker: consolidation falls back to the extractive merge: %s", exc)
+        if method == "extractive":
+            text = fmt.merge([d.text for d in gen0])
+        sources = [SourceMessage(i, "", "", 0.0) for d in gen0 for i in d.source_ids]
+        n_in = sum(d.output_tokens for d in gen0) + 1
+
+        def save(conn: Any) -> int | None:
+            return dstore.save(conn, tenant=job.tenant, project=job.project,
+                               session=job.session, text=text, sources=sources, generation=1,
+                               method=method, input_tokens=n_in, archive=[d.id for d in gen0])
+
+        if await asyncio.to_thread(self.memory.write_job, save) is not None:
+            metrics.record_distillation(method, 1)
+
+    async def _fallback_now(self, job: jobs.Job, reason: str) -> bool:
+        """Whether a distill job that cannot use the model goes extractive now
+        (else it was rescheduled to try the model again)."""
+        if reason.startswith("retry:"):
+            if job.attempts + 1 < self.settings.worker_max_attempts:
+                delay = self.settings.worker_retry_base_s * 2 ** job.attempts
+                await self._retry(job, delay, reason)
+                return False
+            return True
+        if reason.startswith("no credential") and self.settings.worker and \
+                self.clock() - job.created_at < CREDENTIAL_WAIT_S:
+            await self._retry(job, POLL_S * 6, reason, count=False)
+            return False
+        return True
+
+    async def _curate(self, job: jobs.Job) -> None:
+        def read(conn: Any) -> tuple[list[dstore.Distillation], list[kstore.Entry]]:
+            return (dstore.uncurated(conn, job.tenant, job.project),
+                    kstore.entries(conn, job.tenant, job.project))
+
+        logs, entries = await asyncio.to_thread(self.memory.read, read)
+        if not logs:
+            await self._finish(job, "done")
+            return
+        try:
+            upstream = self._upstream_for(job)
+            system, user = curator.curator_prompt(entries, [d.text for d in logs])
+            answer = await self._ask(job, upstream, "curate", system, user,
+                                     curator.CURATOR_MAX_TOKENS)
+            ops = curator.parse_ops(answer)
+        except (WorkerUnavailable, ValueError) as exc:
+            reason = str(exc)
+            if reason.startswith("budget"):
+                await self._retry(job, jobs.next_day(self.clock()) - self.clock(), reason,
+                                  count=False)
+            elif job.attempts + 1 < self.settings.worker_max_attempts:
+                await self._retry(job, self.settings.worker_retry_base_s * 2 ** job.attempts,
+                                  reason, count=not reason.startswith("no credential"))
+            else:
+                await self._finish(job, "failed", reason)
+                metrics.record_worker_job("curate", "failed")
+            return
+
+        def apply(conn: Any) -> int:
+            changed = curator.apply_ops(conn, job.tenant, job.project, ops,
+                                        f"session {job.session[:24]}")
+            dstore.mark_curated(conn, [d.id for d in logs])
+            jobs.finish(conn, job.id, "done", self.clock())
+            return changed
+
+        changed = await asyncio.to_thread(self.memory.write_job, apply)
+        metrics.record_worker_job("curate", "done")
+        if changed and self.knowledge is not None:
+            self.knowledge.changed(job.tenant, job.project)
+            lender = self.vault.get(job.tenant, job.session, job.project)
+            family = lender.family if lender is not None else "responses"
+            try:
+                await asyncio.to_thread(self.knowledge.export_now, job.tenant, job.project,
+                                        agents_file(family))
+            except OSError as exc:
+                log.warning("knowledge: could not export .lore.md: %s", exc)
+
+    def _upstream_for(self, job: jobs.Job) -> SessionUpstream:
+        if not self.settings.worker:
+            raise WorkerUnavailable("off: LORE_WORKER is off")
+        upstream = self.vault.get(job.tenant, job.session, job.project)
+        if upstream is None:
+            raise WorkerUnavailable("no credential: the session's credential is not held "
+                                    "(gateway restarted, or the session ended long ago)")
+        return upstream
+
+    def model_for(self, upstream: SessionUpstream) -> str:
+        configured = {"anthropic": self.settings.worker_model_anthropic,
+                      "codex": self.settings.worker_model_chatgpt}.get(
+            upstream.family, self.settings.worker_model_openai)
+        if configured == "session" and upstream.model:
+            return upstream.model
+        return configured
+
+    async def _ask(self, job: jobs.Job, upstream: SessionUpstream, kind: str, system: str,
+                   user: str, max_tokens: int) -> str:
+        """One worker request within the budget; the answer's text."""
+        estimate = fmt.estimate_tokens(system + user) + max_tokens
+        daily = self.settings.worker_daily_tokens
+        spent = await asyncio.to_thread(self.memory.read,
+                                        lambda c: jobs.used(c, job.tenant, self.clock()))
+        if spent + estimate > daily:
+            raise WorkerUnavailable(f"budget: {spent} of {daily} worker tokens used today")
+        family = upstream.family
+        body = orjson.dumps(wreq.build(family, self.model_for(upstream), system, user,
+                                       max_tokens))
+        headers = [*upstream.headers, ("content-type", "application/json"),
+                   (WORKER_HEADER, kind)]
+        try:
+            raw = await asyncio.wait_for(self._send(upstream.url, headers, body),
+                                         self.settings.worker_timeout)
+            answer = wreq.parse(family, raw)
+        except TimeoutError:
+            metrics.record_worker_request(kind, "timeout", 0, 0, None)
+            raise WorkerUnavailable("retry: the worker request timed out") from None
+        except (UpstreamUnavailable, wreq.WorkerAnswerError, _UpstreamStatus) as exc:
+            metrics.record_worker_request(kind, "error", 0, 0, None)
+            raise WorkerUnavailable(f"retry: {exc}") from None
+        n_in = answer.tokens_in if answer.tokens_in is not None else fmt.estimate_tokens(
+            system + user)
+        n_out = answer.tokens_out if answer.tokens_out is not None else fmt.estimate_tokens(
+            answer.text)
+
+        def charge(conn: Any) -> int:
+            jobs.charge(conn, job.tenant, self.clock(), n_in, n_out)
+            return jobs.used(conn, job.tenant, self.clock())
+
+        used = await asyncio.to_thread(self.memory.write_job, charge)
+        self.tokens_in += n_in
+        self.tokens_out += n_out
+        metrics.record_worker_request(kind, "ok", n_in, n_out, daily - used)
+        return answer.text
+
+    async def _send(self, url: str, headers: list[tuple[str, str]], body: bytes) -> bytes:
+        resp = await self.upstream.send("POST", url, headers, body)
+        try:
+            data, _cut = await resp.read(MAX_ANSWER_BYTES)
+        finally:
+            resp.close()
+        if resp.status >= 300:
+            raise _UpstreamStatus(f"upstream answered {resp.status}")
+        return data
+
+    async def _retry(self, job: jobs.Job, delay: float, reason: str, *, count: bool = True) -> None:
+        now = self.clock()
+        self._retry_at = min(self._retry_at or now + delay, now + delay)
+        await asyncio.to_thread(self.memory.write_job,
+                                lambda c: jobs.retry(c, job.id, now + delay, now, reason, count))
+
+    async def _finish(self, job: jobs.Job, state: str, error: str | None = None) -> None:
+        await asyncio.to_thread(self.memory.write_job,
+                                lambda c: jobs.finish(c, job.id, state, self.clock(), error))
+
+    # --- status ----------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """Worker facts for ``lore status``, the banner and doctor (blocks: a thread)."""
+        facts = worker_settings(self.settings)
+        facts.update(self.memory.read(lambda c: job_facts(c, self.settings, self.clock())))
+        facts["tokens_in_since_start"] = self.tokens_in
+        facts["tokens_out_since_start"] = self.tokens_out
+        facts["sessions_with_credentials"] = len(self.vault)
+        return facts
+
+
+class _UpstreamStatus(Exception):
+    """A non-2xx answer to a worker request."""
+
+
+def _tool_family(protocol: Protocol) -> str:
+    return {"anthropic": "anthropic", "chat": "chat"}.get(protocol.value, "responses")
+
+
+def worker_settings(settings: Settings) -> dict[str, Any]:
+    """What the settings say about background calls (no database needed)."""
+    return {
+        "enabled": settings.worker,
+        "models": {"anthropic": settings.worker_model_anthropic,
+                   "openai": settings.worker_model_openai,
+                   "chatgpt": settings.worker_model_chatgpt},
+        "daily_tokens_per_tenant": settings.worker_daily_tokens,
+    }
+
+
+def job_facts(conn: Any, settings: Settings, now: float) -> dict[str, Any]:
+    """Jobs by state and today's usage per tenant, from the database."""
+    usage = jobs.usage_today(conn, now)
+    return {
+        "jobs": jobs.counts(conn),
+        "today": {tenant: {**u, "budget_left": max(
+            0, settings.worker_daily_tokens - u["tokens_in"] - u["tokens_out"])}
+            for tenant, u in usage.items()},
+    }
+
+
+def describe(settings: Settings) -> str:
+    """One line for the startup banner and ``lore doctor``."""
+    if not settings.worker:
+        return "background calls: off (LORE_WORKER=off; distillation is extractive, no model)"
+    return (f"background calls: on, after each response, to the session's provider "
+            f"(models: anthropic {settings.worker_model_anthropic}, openai "
+            f"{settings.worker_model_openai}, chatgpt {settings.worker_model_chatgpt}); "
+            f"budget {settings.worker_daily_tokens:,} tokens/day per tenant")
+
+
+def status_from_db(settings: Settings) -> dict[str, Any]:
+    """Worker facts from the settings and the database, for another process
+    (``lore status``, ``lore doctor``): no running gateway needed."""
+    from lore_gateway.memory import db
+
+    facts = worker_settings(settings)
+    if not settings.db_path.exists():
+        return facts | {"jobs": {"queued": 0, "done": 0, "failed": 0}, "today": {}}
+    conn = db.connect(settings.db_path, readonly=True)
+    try:
+        facts.update(job_facts(conn, settings, time.time()))
+    except Exception as exc:  # an older schema without the worker tables
+        facts["error"] = f"no worker tables in {settings.db_path}: {exc}"
+    finally:
+        conn.close()
+    return facts
