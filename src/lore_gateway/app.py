@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from lore_gateway import __version__
+from lore_gateway import __version__, local_recall
 from lore_gateway.channel import ClientChannel, Receive, Send
 from lore_gateway.errors import error_body
 from lore_gateway.obs import metrics
@@ -42,6 +42,10 @@ class GatewayApp:
         started = perf_counter()
         method: str = scope["method"]
         path: str = scope["path"]
+        if path == local_recall.LOCAL_RECALL_PATH:  # `lore recall` asking the warm gateway
+            status = await local_recall.handle(scope, receive, send, self.proxy.turns.memory)
+            metrics.record_request("local_recall", status, "", None, None)
+            return
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         anthropic_version = upgrade = False
         for name, value in headers:

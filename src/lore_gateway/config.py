@@ -14,7 +14,7 @@ import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator
@@ -84,6 +84,10 @@ class Settings(BaseSettings):
     claude_bin: str = "claude"
 
     # Memory
+    # Whose memory a request is: "personal" (every request is the one user's) or
+    # "keys" (team mode: the X-Lore-Key gateway key selects the tenant; requests
+    # without a valid key are refused with 401). docs/memory.md, "Tenancy".
+    tenancy: Literal["personal", "keys"] = "personal"
     store: bool = True
     store_max_message_bytes: int = 256 * 1024
     embeddings: bool = True

@@ -47,6 +47,7 @@ CREDENTIAL_HEADERS = frozenset(
         "openai-project",
         "cookie",
         "set-cookie",
+        "x-lore-key",
     }
 )
 

@@ -81,7 +81,7 @@ class Proxy:
         except ClientDisconnected:
             return timing
         except GatewayError as exc:
-            await client.respond(exc.status, exc.body())
+            await client.respond(exc.status, exc.body(), exc.headers())
             timing.status = exc.status
             return timing
         pending = self.turns.begin(exchange)

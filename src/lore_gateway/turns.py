@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from lore_gateway.errors import GatewayError
 from lore_gateway.exchange import Exchange
 from lore_gateway.knowledge.sidechannel import is_coding_turn
 from lore_gateway.obs import metrics
@@ -193,6 +194,8 @@ class TurnSink:
             return None
         try:
             identity = self.memory.identify(route.protocol.value, headers, payload)
+        except GatewayError:
+            raise  # team mode without a valid key: the request is refused (401)
         except Exception:
             log.exception("could not identify the session; the turn will not be stored")
             return None

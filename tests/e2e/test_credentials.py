@@ -24,13 +24,16 @@ SECRETS = {
     "anthropic": "sk-ant-SECRET-anthropic-77b1",
     "chatgpt_token": "eyJSECRET.chatgpt.access-token-91c3",
     "account": "acct-SECRET-account-5d2e",
+    # A team-mode gateway key: for the gateway only, never forwarded either.
+    "gateway_key": "lore_k_SECRET-gateway-key-3c1f",
 }
 # Stored text proves the turns really reached storage (the search is not vacuous).
 PROMPT = "remember the striped zebra 8812"
 
 
 def _drive(url: str) -> None:
-    openai_auth = {"authorization": f"Bearer {SECRETS['openai']}"}
+    openai_auth = {"authorization": f"Bearer {SECRETS['openai']}",
+                   "x-lore-key": SECRETS["gateway_key"]}
     chatgpt_auth = {"authorization": f"Bearer {SECRETS['chatgpt_token']}",
                     "chatgpt-account-id": SECRETS["account"]}
     anthropic_auth = {"x-api-key": SECRETS["anthropic"], "anthropic-version": "2023-06-01"}
@@ -72,6 +75,7 @@ def test_credentials_reach_upstream_but_never_logs_or_storage(
     output = "".join(seen) + stdout + stderr
 
     sent = {r.headers.get("authorization") for r in fake_upstream.requests}
+    assert all(SECRETS["gateway_key"] not in str(r.headers) for r in fake_upstream.requests)
     assert f"Bearer {SECRETS['openai']}" in sent  # credentials did go upstream
     assert f"Bearer {SECRETS['chatgpt_token']}" in sent
     assert any(r.headers.get("chatgpt-account-id") == SECRETS["account"]

@@ -41,7 +41,7 @@ def memory(tmp_path: Path) -> Iterator[Memory]:
 def _store(memory: Memory, *turns: TurnRecord) -> None:
     for t in turns:
         assert memory.submit_turn(t)
-    memory.flush(10)
+    memory.flush(120)  # bounded, not timed: the embedding process may start slowly
 
 
 def test_scopes_and_tenant_isolation(memory: Memory) -> None:
@@ -189,16 +189,17 @@ def test_a_version_3_store_migrates_forward_and_stays_searchable(tmp_path: Path)
     conn.close()
 
     mem = Memory.open(settings, embedder=None)
+    me = Identity("personal", ALICE.project, ALICE.session)  # v5 merged the tenants
     try:
-        hits = mem.search_sync("billing worker queue", identity=ALICE, scope="project").hits
+        hits = mem.search_sync("billing worker queue", identity=me, scope="project").hits
         assert [h.content for h in hits] == ["Which queue does the billing worker use?",
                                              "RabbitMQ, the durable one."]
         assert {h.project for h in
-                mem.search_sync("billing worker", identity=ALICE, scope="all").hits} == {
+                mem.search_sync("billing worker", identity=me, scope="all").hits} == {
             "proj-x", "proj-y"}
         # Rows written after the migration are indexed by the new triggers.
-        _store(mem, _turn(ALICE, ("user", "billing worker retries twice")))
-        hits = mem.search_sync("billing retries", identity=ALICE, scope="session").hits
+        _store(mem, _turn(me, ("user", "billing worker retries twice")))
+        hits = mem.search_sync("billing retries", identity=me, scope="session").hits
         assert hits[0].content == "billing worker retries twice"
     finally:
         mem.close()

@@ -189,6 +189,25 @@ def test_claude_env_appends_the_project_header():
     }
 
 
+def test_team_mode_run_sends_the_gateway_key_from_lore_key():
+    from lore_gateway.agents import claude, codex
+    from lore_gateway.cli.run import gateway_key
+    from lore_gateway.config import Settings
+
+    args = codex.run_overrides("http://127.0.0.1:3207", codex.AuthMode.API_KEY_ENV, None,
+                               "LORE_KEY")
+    table = tomllib.loads(f"t = {args[1].partition('=')[2]}")["t"]
+    # Codex reads the key from the environment: it never appears on the command line.
+    assert table["env_http_headers"] == {"X-Lore-Key": "LORE_KEY"}
+    env = claude.run_env("http://127.0.0.1:3207", None, {}, "lore_k_abc")
+    assert env["ANTHROPIC_CUSTOM_HEADERS"] == "X-Lore-Key: lore_k_abc"
+    team = Settings(tenancy="keys")
+    assert gateway_key(team, {"LORE_KEY": "lore_k_abc"}) == "lore_k_abc"
+    with pytest.raises(RuntimeError, match="LORE_KEY"):
+        gateway_key(team, {})
+    assert gateway_key(Settings(), {}) is None
+
+
 @pytest.mark.skipif(not CODEX_BIN.exists(), reason=f"Codex CLI not installed at {CODEX_BIN}")
 def test_lore_run_codex_with_stored_api_key(
     fake_upstream: FakeUpstream, tmp_path: Path, workdir: Path, port: int

@@ -165,3 +165,32 @@ def test_claude_undo_merges_later_edits_and_restores_previous_url(env: dict[str,
 def test_undo_without_setup_says_so(env: dict[str, str]):
     code, out = lore(env, "setup", "--undo", "claude")
     assert code == 1 and "not set up by lore" in out
+
+
+def test_team_mode_setup_writes_the_gateway_key_header_and_undo_restores(
+        env: dict[str, str]):
+    team = env | {"LORE_TENANCY": "keys", "LORE_KEY": "lore_k_team-key-for-setup"}
+    code, out = lore(env | {"LORE_TENANCY": "keys", "LORE_KEY": ""}, "setup", "codex")
+    assert code == 1 and "LORE_KEY" in out and "lore keys create" in out
+    path = codex_config(env)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(CODEX_CONFIG)
+    code, out = lore(team, "setup", "codex")
+    assert code == 0, out
+    provider = tomllib.loads(path.read_text())["model_providers"]["lore"]
+    assert provider["http_headers"] == {"X-Lore-Key": "lore_k_team-key-for-setup"}
+    assert lore(team, "setup", "--undo", "codex")[0] == 0
+    assert path.read_bytes() == CODEX_CONFIG
+
+    settings = claude_settings(env)
+    settings.parent.mkdir(parents=True)
+    settings.write_text('{"env": {"ANTHROPIC_CUSTOM_HEADERS": "X-Team: red"}}')
+    original = settings.read_bytes()
+    assert lore(team, "setup", "claude")[0] == 0
+    headers = json.loads(settings.read_text())["env"]["ANTHROPIC_CUSTOM_HEADERS"]
+    assert headers == "X-Team: red\nX-Lore-Key: lore_k_team-key-for-setup"
+    data = json.loads(settings.read_text())
+    data["model"] = "opus"  # a later edit of the user's: undo merges
+    settings.write_text(json.dumps(data))
+    assert lore(team, "setup", "--undo", "claude")[0] == 0
+    assert json.loads(settings.read_text()) == {**json.loads(original), "model": "opus"}

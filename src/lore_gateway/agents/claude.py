@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lore_gateway.agents.codex import PROJECT_HEADER, SetupConflict
+from lore_gateway.agents.codex import GATEWAY_KEY_HEADER, PROJECT_HEADER, SetupConflict
 
 BASE_URL_ENV = "ANTHROPIC_BASE_URL"
 HEADERS_ENV = "ANTHROPIC_CUSTOM_HEADERS"
@@ -25,17 +25,27 @@ def settings_path(home: Path | None = None) -> Path:
     return (home or Path.home()) / ".claude" / "settings.json"
 
 
-def run_env(gateway_url: str, project: str | None, env: Mapping[str, str]) -> dict[str, str]:
+def run_env(gateway_url: str, project: str | None, env: Mapping[str, str],
+            gateway_key: str | None = None) -> dict[str, str]:
     """Environment additions that point one ``claude`` run at the gateway.
 
-    The project header is appended to any custom headers the user already sends.
+    The project header (and in team mode the gateway key) is appended to any
+    custom headers the user already sends.
     """
     added = {BASE_URL_ENV: gateway_url.rstrip("/")}
+    headers = []
     if project is not None:
-        header = f"{PROJECT_HEADER}: {project}"
-        existing = env.get(HEADERS_ENV, "").strip()
-        added[HEADERS_ENV] = f"{existing}\n{header}" if existing else header
+        headers.append(f"{PROJECT_HEADER}: {project}")
+    if gateway_key is not None:
+        headers.append(f"{GATEWAY_KEY_HEADER}: {gateway_key}")
+    if headers:
+        added[HEADERS_ENV] = _with_headers(env.get(HEADERS_ENV), headers)
     return added
+
+
+def _with_headers(existing: str | None, lines: list[str]) -> str:
+    existing = (existing or "").strip()
+    return "\n".join([existing, *lines] if existing else lines)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,18 +55,23 @@ class SettingsEdit:
     value: str
     previous: str | None
     created_env: bool
+    # Team mode: the ANTHROPIC_CUSTOM_HEADERS value lore set (None: left alone).
+    headers_value: str | None = None
+    headers_previous: str | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {"value": self.value, "previous": self.previous, "created_env": self.created_env}
+        return {"value": self.value, "previous": self.previous, "created_env": self.created_env,
+                "headers_value": self.headers_value, "headers_previous": self.headers_previous}
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> SettingsEdit:
-        previous = data.get("previous")
-        return cls(
-            value=str(data["value"]),
-            previous=None if previous is None else str(previous),
-            created_env=bool(data["created_env"]),
-        )
+        def text(key: str) -> str | None:
+            value = data.get(key)
+            return None if value is None else str(value)
+
+        return cls(value=str(data["value"]), previous=text("previous"),
+                   created_env=bool(data["created_env"]), headers_value=text("headers_value"),
+                   headers_previous=text("headers_previous"))
 
 
 def _load(text: str, what: str) -> dict[str, Any]:
@@ -79,8 +94,10 @@ def _dump(data: dict[str, Any]) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
-def apply_setup(text: str, gateway_url: str) -> tuple[str, SettingsEdit]:
-    """Set ``env.ANTHROPIC_BASE_URL`` to the gateway in settings.json text."""
+def apply_setup(text: str, gateway_url: str,
+                gateway_key: str | None = None) -> tuple[str, SettingsEdit]:
+    """Set ``env.ANTHROPIC_BASE_URL`` to the gateway in settings.json text (and, in
+    team mode, add the gateway key to ``env.ANTHROPIC_CUSTOM_HEADERS``)."""
     data = _load(text, "settings.json")
     env = data.get("env")
     created_env = env is None
@@ -88,9 +105,16 @@ def apply_setup(text: str, gateway_url: str) -> tuple[str, SettingsEdit]:
     previous = env.get(BASE_URL_ENV)
     value = gateway_url.rstrip("/")
     env[BASE_URL_ENV] = value
+    headers_value = headers_previous = None
+    if gateway_key is not None:
+        old = env.get(HEADERS_ENV)
+        headers_previous = None if old is None else str(old)
+        headers_value = _with_headers(headers_previous, [f"{GATEWAY_KEY_HEADER}: {gateway_key}"])
+        env[HEADERS_ENV] = headers_value
     data["env"] = env
     return _dump(data), SettingsEdit(
-        value, None if previous is None else str(previous), created_env
+        value, None if previous is None else str(previous), created_env, headers_value,
+        headers_previous,
     )
 
 
@@ -104,10 +128,17 @@ def revert_setup(text: str, edit: SettingsEdit) -> str:
     env = data.get("env")
     if not isinstance(env, dict) or env.get(BASE_URL_ENV) != edit.value:
         raise SetupConflict(f"env.{BASE_URL_ENV} is no longer the value lore set")
+    if edit.headers_value is not None and env.get(HEADERS_ENV) != edit.headers_value:
+        raise SetupConflict(f"env.{HEADERS_ENV} is no longer the value lore set")
     if edit.previous is None:
         del env[BASE_URL_ENV]
     else:
         env[BASE_URL_ENV] = edit.previous
+    if edit.headers_value is not None:
+        if edit.headers_previous is None:
+            del env[HEADERS_ENV]
+        else:
+            env[HEADERS_ENV] = edit.headers_previous
     if edit.created_env and not env:
         del data["env"]
     return _dump(data)

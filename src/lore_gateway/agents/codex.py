@@ -30,6 +30,10 @@ from pathlib import Path
 
 PROVIDER_ID = "lore"
 PROJECT_HEADER = "X-Lore-Project"
+# Team mode (LORE_TENANCY=keys): the gateway key, and where `lore run` / `lore setup`
+# find the user's own key. The gateway strips the header before forwarding.
+GATEWAY_KEY_HEADER = "X-Lore-Key"
+GATEWAY_KEY_ENV = "LORE_KEY"
 SETUP_COMMENT = "# Added by `lore setup codex`; remove with `lore setup --undo codex`."
 _PROVIDER_LINE = f'model_provider = "{PROVIDER_ID}"'
 
@@ -85,9 +89,16 @@ def provider_base_url(gateway_url: str, mode: AuthMode) -> str:
 
 
 def provider_table(
-    gateway_url: str, mode: AuthMode, project: str | None = None
+    gateway_url: str, mode: AuthMode, project: str | None = None, *,
+    gateway_key: str | None = None, gateway_key_env: str | None = None,
 ) -> dict[str, object]:
-    """The ``[model_providers.lore]`` table, in the order it is written."""
+    """The ``[model_providers.lore]`` table, in the order it is written.
+
+    A team-mode gateway key travels as a header: ``gateway_key`` writes it into
+    ``http_headers`` (the persistent setup), ``gateway_key_env`` names the
+    environment variable Codex reads it from (``env_http_headers``, so one run's
+    key never appears on a command line).
+    """
     table: dict[str, object] = {
         "name": "lore",
         "base_url": provider_base_url(gateway_url, mode),
@@ -97,8 +108,15 @@ def provider_table(
         table["env_key"] = "OPENAI_API_KEY"
     else:
         table["requires_openai_auth"] = True
+    headers: dict[str, object] = {}
     if project is not None:
-        table["http_headers"] = {PROJECT_HEADER: project}
+        headers[PROJECT_HEADER] = project
+    if gateway_key is not None:
+        headers[GATEWAY_KEY_HEADER] = gateway_key
+    if headers:
+        table["http_headers"] = headers
+    if gateway_key_env is not None:
+        table["env_http_headers"] = {GATEWAY_KEY_HEADER: gateway_key_env}
     return table
 
 
@@ -127,9 +145,10 @@ def toml_value(value: object) -> str:
     raise TypeError(f"cannot write {type(value).__name__} as a TOML value")
 
 
-def run_overrides(gateway_url: str, mode: AuthMode, project: str | None) -> list[str]:
+def run_overrides(gateway_url: str, mode: AuthMode, project: str | None,
+                  gateway_key_env: str | None = None) -> list[str]:
     """``codex`` arguments that select the gateway for this run only."""
-    table = provider_table(gateway_url, mode, project)
+    table = provider_table(gateway_url, mode, project, gateway_key_env=gateway_key_env)
     return [
         "-c", f"model_providers.{PROVIDER_ID}={toml_value(table)}",
         "-c", f"model_provider={toml_value(PROVIDER_ID)}",
@@ -184,7 +203,8 @@ def _parse(text: str, what: str) -> dict[str, object]:
         raise SetupConflict(f"{what} is not valid TOML ({exc}); fix it first") from exc
 
 
-def apply_setup(text: str, gateway_url: str, mode: AuthMode) -> tuple[str, ConfigEdit]:
+def apply_setup(text: str, gateway_url: str, mode: AuthMode,
+                gateway_key: str | None = None) -> tuple[str, ConfigEdit]:
     """Point ``config.toml`` text at the gateway; return the new text and the edit.
 
     The user's file is edited as text, not re-serialised, so comments and layout
@@ -216,7 +236,7 @@ def apply_setup(text: str, gateway_url: str, mode: AuthMode) -> tuple[str, Confi
         separator = newline
     else:
         separator = newline + newline
-    table = provider_table(gateway_url, mode)
+    table = provider_table(gateway_url, mode, gateway_key=gateway_key)
     block_lines = [SETUP_COMMENT, f"[model_providers.{PROVIDER_ID}]"]
     block_lines += [f"{toml_key(k)} = {toml_value(v)}" for k, v in table.items()]
     block = separator + newline.join(block_lines) + newline

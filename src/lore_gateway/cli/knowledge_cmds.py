@@ -13,14 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from lore_gateway.cli.main import app
-from lore_gateway.cli.memory_cmds import (
-    AllTenantsOpt,
-    KeyEnvOpt,
-    TenantOpt,
-    fail,
-    open_memory,
-    resolve_tenant,
-)
+from lore_gateway.cli.memory_cmds import fail, open_memory
+from lore_gateway.cli.scope import AllTenantsOpt, KeyEnvOpt, TenantOpt, resolve_tenant
 from lore_gateway.config import Settings
 from lore_gateway.distill import store as dstore
 from lore_gateway.knowledge import export as ex

@@ -47,10 +47,12 @@ def _register() -> None:
     # Each module attaches its commands to ``app`` / ``bench_app`` on import.
     from lore_gateway.cli import (  # noqa: F401
         bench_gateway,
+        bench_import,
         bench_memory,
         config_cmd,
         doctor,
         embed_cmd,
+        keys,
         knowledge_cmds,
         logs,
         memory_cmds,

@@ -1,10 +1,8 @@
 """``lore recall``, ``lore data list|show|delete`` and ``lore import codex|claude-code``.
 
-The CLI reads the local database as its owner, so it could see every tenant. It
-still keeps tenants apart by default: with one tenant in the database that tenant
-is used; with several, the user picks one (``--tenant``, or ``--key-env`` naming an
-environment variable that holds the API key) or explicitly asks for
-``--all-tenants``. Nothing here prints a credential.
+In personal mode (the default) every command acts on the one memory with no
+flags; in team mode a command names its tenant (``cli/scope.py``). Ids may be
+shortened to a unique prefix. Nothing here prints a credential.
 """
 
 from __future__ import annotations
@@ -22,8 +20,14 @@ from rich.console import Console
 
 from lore_gateway.cli import output, preflight
 from lore_gateway.cli.main import app
+from lore_gateway.cli.scope import (
+    AllTenantsOpt,
+    KeyEnvOpt,
+    TenantOpt,
+    resolve_session,
+    resolve_tenant,
+)
 from lore_gateway.memory import catalog
-from lore_gateway.memory.identity import ANONYMOUS, tenant_for_credential
 from lore_gateway.memory.records import Identity
 from lore_gateway.memory.service import SCOPES, Memory
 
@@ -36,18 +40,12 @@ app.add_typer(import_app, name="import")
 
 console = Console()
 
-TenantOpt = typer.Option(None, "--tenant", help="Tenant id (or a unique prefix) from "
-                         "`lore data list --all-tenants`.")
-KeyEnvOpt = typer.Option(None, "--key-env", metavar="VAR", help="Use the tenant of the API key "
-                         "held in environment variable VAR (the key is not printed or stored).")
-AllTenantsOpt = typer.Option(False, "--all-tenants", help="Include every tenant's memory.")
-
-
 @contextmanager
-def open_memory(embedder: Literal["auto"] | None = None) -> Iterator[Memory]:
+def open_memory(embedder: Literal["auto"] | None = None, *,
+                embed_backlog: bool = True) -> Iterator[Memory]:
     settings = preflight.settings()
     preflight.require_data_dir(settings)
-    memory = Memory.open(settings, embedder=embedder)
+    memory = Memory.open(settings, embedder=embedder, embed_backlog=embed_backlog)
     try:
         yield memory
     finally:
@@ -56,34 +54,6 @@ def open_memory(embedder: Literal["auto"] | None = None) -> Iterator[Memory]:
 
 def fail(message: str) -> output.UserError:
     return output.UserError(message)
-
-
-def resolve_tenant(memory: Memory, tenant: str | None, key_env: str | None,
-                   all_tenants: bool) -> str | None:
-    """The one tenant a command acts on, or ``None`` for ``--all-tenants``."""
-    if sum((tenant is not None, key_env is not None, all_tenants)) > 1:
-        raise fail("give only one of --tenant, --key-env and --all-tenants")
-    if all_tenants:
-        return None
-    if key_env is not None:
-        credential = os.environ.get(key_env, "").strip()
-        if not credential:
-            raise fail(f"environment variable {key_env} is not set or empty")
-        return tenant_for_credential(credential, salt=memory.salt)
-    known = [t.tenant for t in memory.tenants()]
-    if tenant is not None:
-        matches = [t for t in known if t == tenant] or [t for t in known if t.startswith(tenant)]
-        if len(matches) == 1:
-            return matches[0]
-        if tenant == ANONYMOUS:
-            return ANONYMOUS
-        raise fail(f"tenant {tenant!r} matches {len(matches)} of the {len(known)} tenants; "
-                   "see `lore data list --all-tenants`")
-    if len(known) <= 1:
-        return known[0] if known else ANONYMOUS
-    raise fail(f"this database holds {len(known)} tenants (one per credential): choose one with "
-               "--tenant or --key-env, or pass --all-tenants; `lore data list --all-tenants` "
-               "lists them")
 
 
 def _hit_json(hit: Any) -> dict[str, Any]:
@@ -112,8 +82,19 @@ def recall_command(
     if scope == "session" and not session:
         raise fail("--scope session needs --session <id> (see `lore data list`)")
     project = project or os.getcwd()
-    with open_memory("auto") as memory:
+    if not all_tenants:
+        from lore_gateway.cli.recall_client import ask_gateway
+
+        answer = ask_gateway(preflight.settings(), query=query, scope=scope, project=project,
+                             session=session, limit=limit, tenant=tenant, key_env=key_env)
+        if answer is not None:
+            rendered = answer.pop("rendered")
+            typer.echo(json.dumps(answer, ensure_ascii=False) if as_json else rendered)
+            return
+    with open_memory("auto", embed_backlog=False) as memory:
         chosen = resolve_tenant(memory, tenant, key_env, all_tenants)
+        if session:
+            session = resolve_session(memory, chosen, session)
         tenants = [t.tenant for t in memory.tenants()] if chosen is None else [chosen]
         results = [memory.search_sync(query, identity=Identity(t, project, session or ""),
                                       scope=scope, limit=limit) for t in tenants]
@@ -189,13 +170,15 @@ def data_list(
 
 @data_app.command("show")
 def data_show(
-    session: str = typer.Argument(..., help="Session id (see `lore data list`)."),
+    session: str = typer.Argument(..., help="Session id or a unique prefix of it "
+                                  "(see `lore data list`)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     tenant: str = TenantOpt, key_env: str = KeyEnvOpt, all_tenants: bool = AllTenantsOpt,
 ) -> None:
     """Every stored message of one session, in order."""
     with open_memory() as memory:
         chosen = resolve_tenant(memory, tenant, key_env, all_tenants)
+        session = resolve_session(memory, chosen, session)
         messages = memory.session_messages(chosen, session)
     if not messages:
         raise fail(f"no stored session {session!r}; see `lore data list`")
@@ -226,18 +209,17 @@ def data_show(
 
 @data_app.command("delete")
 def data_delete(
-    target: str = typer.Argument(..., help="A session id, or a project."),
+    target: str = typer.Argument(..., help="A session id or a project (or a unique prefix "
+                                 "of either)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
     tenant: str = TenantOpt, key_env: str = KeyEnvOpt, all_tenants: bool = AllTenantsOpt,
 ) -> None:
     """Delete a session or a whole project (asks first unless --yes)."""
     with open_memory() as memory:
         chosen = resolve_tenant(memory, tenant, key_env, all_tenants)
-        kind, selector = "session", {"session": target}
-        turns = memory.count_turns(chosen, session=target)
-        if turns == 0:
-            kind, selector = "project", {"project": target}
-            turns = memory.count_turns(chosen, project=target)
+        kind, target = _session_or_project(memory, chosen, target)
+        selector = {kind: target}
+        turns = memory.count_turns(chosen, **selector)
         if turns == 0:
             raise fail(f"no stored session or project {target!r}; see `lore data list`")
         if not yes and not typer.confirm(
@@ -250,11 +232,31 @@ def data_delete(
     typer.echo(f"Deleted {kind} {target}: {output.plural(deleted, 'turn')}.")
 
 
+def _session_or_project(memory: Memory, tenant: str | None, target: str) -> tuple[str, str]:
+    """("session" | "project", full id) for a session or project id or unique prefix."""
+    stored = memory.sessions(tenant)
+    for kind, ids in (("session", [s.session for s in stored]),
+                      ("project", [s.project for s in stored])):
+        if target in ids:
+            return kind, target
+    candidates = [("session", s.session) for s in stored if s.session.startswith(target)]
+    candidates += [("project", p) for p in dict.fromkeys(s.project for s in stored)
+                   if p.startswith(target)]
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise fail(f"no stored session or project {target!r}; see `lore data list`")
+    shown = ", ".join(f"{k} {v}" for k, v in candidates[:5])
+    raise fail(f"{target!r} is ambiguous: {len(candidates)} sessions or projects start with it "
+               f"({shown}{', ...' if len(candidates) > 5 else ''}); give more characters")
+
+
 # --- lore import ---------------------------------------------------------------------
 
 
 def _run_import(source: str, path: Path | None, tenant: str | None, key_env: str | None) -> None:
-    from lore_gateway.memory.importers import claude_code, codex, import_files
+    from lore_gateway.cli.import_progress import run_with_progress
+    from lore_gateway.memory.importers import claude_code, codex
 
     module = codex if source == "codex" else claude_code
     root = path or module.default_root()
@@ -266,12 +268,22 @@ def _run_import(source: str, path: Path | None, tenant: str | None, key_env: str
     with open_memory("auto") as memory:
         chosen = resolve_tenant(memory, tenant, key_env, False)
         assert chosen is not None
-        with output.progress(f"importing {source}", total=len(files)) as advance:
-            stats = import_files(memory, files, module.parse, tenant=chosen,
-                                 on_file=lambda _: advance(1))
+        stats = run_with_progress(memory, source, files, module.parse, module.is_transcript,
+                                  tenant=chosen)
+    if stats.foreign and not stats.files:
+        what = "is not a" if len(stats.foreign) == 1 else "are not"
+        raise fail(f"{', '.join(map(str, stats.foreign[:3]))} {what} {source} history "
+                   f"file{'s' if len(stats.foreign) > 1 else ''}; "
+                   + ("pass a rollout-*.jsonl file or ~/.codex/sessions" if source == "codex"
+                      else "pass a ~/.claude/projects/<project>/<session>.jsonl transcript "
+                           "or a directory of them"))
+    if stats.foreign:
+        typer.echo(f"skipped {len(stats.foreign)} files that are not {source} history files "
+                   f"(first: {stats.foreign[0]})", err=True)
     typer.echo(f"Imported {output.plural(stats.files, 'file')}: "
                f"{output.plural(stats.turns_new, 'new turn')}, "
-               f"{stats.turns_already_stored} already stored (tenant {chosen}).")
+               f"{stats.turns_already_stored} already stored ({stats.messages_read} messages "
+               f"read, tenant {chosen}).")
 
 
 CodexPathArg = typer.Argument(None, help="A rollout file or a directory "

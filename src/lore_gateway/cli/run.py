@@ -146,16 +146,34 @@ def project_header_value(cwd: str) -> str | None:
 def agent_command(
     agent: str, settings: Settings, args: list[str], env: Mapping[str, str], cwd: str
 ) -> tuple[list[str], dict[str, str]]:
-    """The agent's argv and environment, pointed at the gateway."""
+    """The agent's argv and environment, pointed at the gateway.
+
+    A gateway key in ``LORE_KEY`` is sent as ``X-Lore-Key`` (team mode needs it;
+    a personal-mode gateway ignores it).
+    """
     project = project_header_value(cwd)
     child_env = dict(env)
+    key = gateway_key(settings, env)
     if agent == "codex":
         binary = resolve_binary("codex", settings.codex_bin)
         mode = codex.detect_auth_mode(env)
-        return [binary, *codex.run_overrides(settings.base_url, mode, project), *args], child_env
+        key_env = codex.GATEWAY_KEY_ENV if key is not None else None
+        overrides = codex.run_overrides(settings.base_url, mode, project, key_env)
+        return [binary, *overrides, *args], child_env
     binary = resolve_binary("claude", settings.claude_bin)
-    child_env.update(claude.run_env(settings.base_url, project, env))
+    child_env.update(claude.run_env(settings.base_url, project, env, key))
     return [binary, *args], child_env
+
+
+def gateway_key(settings: Settings, env: Mapping[str, str]) -> str | None:
+    """The user's gateway key from ``LORE_KEY``; in team mode it is required."""
+    key = env.get(codex.GATEWAY_KEY_ENV, "").strip() or None
+    if key is None and settings.tenancy == "keys":
+        raise RuntimeError(
+            f"this gateway runs in team mode (LORE_TENANCY=keys): set {codex.GATEWAY_KEY_ENV} "
+            "to your gateway key (the gateway's owner creates one with `lore keys create "
+            "<name>`)")
+    return key
 
 
 @contextlib.contextmanager

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import typer
 from rich.console import Console
 
@@ -9,6 +11,7 @@ from lore_gateway.agents import setup_state
 from lore_gateway.agents.codex import SetupConflict
 from lore_gateway.cli import output, preflight
 from lore_gateway.cli.main import app
+from lore_gateway.cli.run import gateway_key
 from lore_gateway.config import Settings
 
 
@@ -33,12 +36,15 @@ def setup_command(
         if undo:
             console.print(setup_state.undo(agent, settings.data_dir))
         else:
-            path = setup_state.setup(agent, settings.data_dir, settings.base_url)
+            key = gateway_key(settings, os.environ)
+            path = setup_state.setup(agent, settings.data_dir, settings.base_url,
+                                     gateway_key=key)
+            note = "" if key is None else " Your gateway key is stored there as a header."
             console.print(
-                f"{agent} now uses lore at {settings.base_url} ({path}). "
+                f"{agent} now uses lore at {settings.base_url} ({path}).{note} "
                 f"Undo with `lore setup --undo {agent}`."
             )
-    except SetupConflict as exc:
+    except (SetupConflict, RuntimeError) as exc:
         typer.echo(f"lore setup: {exc}", err=True)
         raise typer.Exit(1) from None
 

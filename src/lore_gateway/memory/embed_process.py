@@ -34,6 +34,9 @@ MAX_PENDING_BATCHES = 10_000
 BACKGROUND_NICE = 19
 # How often an idle child checks that the gateway that started it is alive.
 PARENT_CHECK_SECONDS = 1.0
+# Messages embedded (and committed) per step of a job: a progress bar moves every
+# step, and a stop request waits at most one step.
+STEP_MESSAGES = 16
 _STOP = None
 
 
@@ -49,12 +52,16 @@ class EmbeddingProcess:
         self._stop = ctx.Event()
         self._idle = threading.Condition()
         self._pending = 0
+        self.submitted = 0  # message ids handed in (progress bars: progress / submitted)
         self.embedded = 0
+        # Messages embedded so far, counted by the child after every step.
+        self._progress = ctx.Value("q", 0)
         self.dropped = 0
         self._db_path = db_path
         self._process: SpawnProcess = ctx.Process(
             target=_child_main,
-            args=(str(db_path), self._jobs, self._acks, self._stop, os.getpid()),
+            args=(str(db_path), self._jobs, self._acks, self._stop, os.getpid(),
+                  self._progress),
             name="lore-embed", daemon=True,
         )
         self._process.start()
@@ -68,6 +75,7 @@ class EmbeddingProcess:
             return
         with self._idle:
             self._pending += 1
+            self.submitted += len(message_ids)
         try:
             self._jobs.put_nowait(list(message_ids))
         except queue.Full:
@@ -92,6 +100,11 @@ class EmbeddingProcess:
         """Wait until everything submitted so far is embedded; ``False`` on timeout."""
         with self._idle:
             return self._idle.wait_for(lambda: self._pending == 0 or not self.alive, timeout)
+
+    @property
+    def progress(self) -> int:
+        """Messages embedded so far, including those of jobs still running."""
+        return int(self._progress.value)
 
     @property
     def alive(self) -> bool:
@@ -130,15 +143,16 @@ class EmbeddingProcess:
             self._ack(count)
 
 
-def _child_main(db_path: str, jobs: Any, acks: Any, stop: Any, parent: int) -> None:
+def _child_main(db_path: str, jobs: Any, acks: Any, stop: Any, parent: int,
+                progress: Any) -> None:
     """The child: lowest priority, one embedder, one connection, one batch at a time."""
     with contextlib.suppress(OSError):
         os.nice(BACKGROUND_NICE)
     from lore_gateway.memory import db
-    from lore_gateway.memory.embed import load_embedder
-    from lore_gateway.memory.vectors import EMBED_BATCH, embed_and_store
+    from lore_gateway.memory.embed import BACKGROUND_THREADS, load_embedder
+    from lore_gateway.memory.vectors import embed_and_store
 
-    embedder = load_embedder()
+    embedder = load_embedder(threads=BACKGROUND_THREADS)
     conn = db.connect(Path(db_path))
     try:
         while True:
@@ -153,10 +167,13 @@ def _child_main(db_path: str, jobs: Any, acks: Any, stop: Any, parent: int) -> N
             done = 0
             if embedder is not None:
                 try:
-                    for start in range(0, len(ids), EMBED_BATCH):
+                    for start in range(0, len(ids), STEP_MESSAGES):
                         if stop.is_set() or os.getppid() != parent:
                             return
-                        done += embed_and_store(conn, embedder, ids[start:start + EMBED_BATCH])
+                        step = embed_and_store(conn, embedder, ids[start:start + STEP_MESSAGES])
+                        done += step
+                        with progress.get_lock():
+                            progress.value += step
                 except Exception:
                     logging.getLogger(__name__).exception(
                         "embedding %d messages failed; they stay BM25-only", len(ids))

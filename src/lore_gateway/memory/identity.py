@@ -1,31 +1,27 @@
 """Who a request belongs to: tenant, project and session (pure functions).
 
-Tenant isolation rests on the credential: memory is partitioned by an HMAC of the
-credential under a local random salt, so the database never holds the secret and a
-leaked database does not reveal which key wrote which rows. Session and project
-come from what the client tells us, most explicit first (docs/memory.md).
+The tenant depends on the mode (docs/memory.md): in personal mode (the default)
+every request is the one user's; in team mode the gateway key decides. Provider
+credentials never identify anyone. Session and project come from what the client
+tells us, most explicit first.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import contextlib
 import hashlib
-import hmac
 import json
-import os
 import re
-from collections.abc import Iterator, Mapping
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol
 
+from lore_gateway.errors import GatewayError
+from lore_gateway.memory.keys import KEY_HEADER
 from lore_gateway.memory.records import Identity
 
-ANONYMOUS = "anonymous"
+# The one tenant of personal mode, and the tenant older databases' credential
+# tenants were merged into (schema migration "personal tenant").
+PERSONAL = "personal"
 UNKNOWN_PROJECT = "unknown"
-SALT_FILE = "tenant.salt"
-SALT_BYTES = 32
 # lore-spec A.4 caps the project header at 1024 characters; session ids get the
 # same treatment so a hostile header cannot bloat every stored row.
 MAX_PROJECT_CHARS = 1024
@@ -58,88 +54,66 @@ _BOILERPLATE_PREFIXES = (
 )
 
 
-# --- salt ----------------------------------------------------------------------------
-
-
-def load_salt(data_dir: Path) -> bytes:
-    """Read the tenant salt, creating it (owner-only) on first use.
-
-    Creation is exclusive, so two processes starting together agree on one salt.
-    """
-    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = data_dir / SALT_FILE
-    with contextlib.suppress(FileExistsError):
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        try:
-            os.write(fd, os.urandom(SALT_BYTES).hex().encode("ascii"))
-        finally:
-            os.close(fd)
-    raw = path.read_text(encoding="ascii").strip()
-    if len(raw) < 2 * SALT_BYTES:
-        raise RuntimeError(
-            f"{path} is damaged ({len(raw)} characters, expected {2 * SALT_BYTES} hex); "
-            "restore it from a backup, or delete it to start a new salt (existing "
-            "memory then becomes unreachable through the proxy)"
-        )
-    return bytes.fromhex(raw)
-
-
 # --- tenant --------------------------------------------------------------------------
 
 
-def tenant_for(headers: Mapping[str, str], *, salt: bytes) -> str:
-    """``t-<hex>`` from the request's credential, or ``anonymous`` without one."""
-    kind_value = _credential(headers)
-    if kind_value is None:
-        return ANONYMOUS
-    digest = hmac.new(salt, kind_value.encode("utf-8"), hashlib.sha256).hexdigest()
-    return f"t-{digest[:24]}"
+class Tenancy(Protocol):
+    """Decides the tenant of a request from its headers, or refuses it."""
+
+    mode: str
+
+    def tenant(self, headers: Mapping[str, str]) -> str: ...
 
 
-def tenant_for_credential(credential: str, *, salt: bytes) -> str:
-    """The tenant a bare API key maps to (the CLI's ``--key-env``)."""
-    return tenant_for({"authorization": f"Bearer {credential}"}, salt=salt)
+class PersonalTenancy:
+    """Personal mode: every request through this gateway is one person's memory.
 
-
-def _credential(headers: Mapping[str, str]) -> str | None:
-    """The stable identifier of the caller, tagged with its kind.
-
-    A ChatGPT login sends a short-lived JWT access token; its signed claim
-    ``chatgpt_account_id`` is stable across refreshes, so it identifies the tenant.
-    The ``chatgpt-account-id`` header alone is not trusted (the client sets it
-    freely); it only counts when the token's own claim agrees. An API key stands for
-    itself whichever header carried it, so the same key is one tenant on every
-    protocol.
+    The credential a request carries (an API key, a rotating OAuth token, a ChatGPT
+    login) says which *provider account* pays, not which person is asking, so it is
+    not used at all: nothing derived from it is stored.
     """
-    bearer = _bearer(headers.get("authorization", ""))
-    api_key = headers.get("x-api-key", "").strip() or headers.get("api-key", "").strip()
-    if bearer:
-        account = _jwt_account(bearer)
-        if account is not None:
-            return f"chatgpt-account:{account}"
-        return f"key:{bearer}"
-    if api_key:
-        return f"key:{api_key}"
-    return None
+
+    mode = "personal"
+
+    def tenant(self, headers: Mapping[str, str]) -> str:
+        del headers
+        return PERSONAL
 
 
-def _bearer(value: str) -> str:
-    scheme, _, token = value.strip().partition(" ")
-    return token.strip() if scheme.lower() == "bearer" else ""
+class KeyTenancy:
+    """Team mode: the gateway key in ``X-Lore-Key`` selects the tenant.
+
+    Provider credentials never do (they are unverifiable here: a JWT claim can be
+    forged). A request without a valid key is refused, never stored under a
+    catch-all tenant.
+    """
+
+    mode = "keys"
+
+    def __init__(self, lookup: Callable[[str], str | None]) -> None:
+        self._lookup = lookup
+
+    def tenant(self, headers: Mapping[str, str]) -> str:
+        key = headers.get(KEY_HEADER, "").strip()
+        if not key:
+            raise GatewayError(401, "authentication_error", MISSING_KEY_MESSAGE, retry=False)
+        tenant = self._lookup(key)
+        if tenant is None:
+            raise GatewayError(401, "authentication_error", INVALID_KEY_MESSAGE, retry=False)
+        return tenant
 
 
-def _jwt_account(token: str) -> str | None:
-    parts = token.split(".")
-    if len(parts) != 3 or not parts[0].startswith("eyJ"):
-        return None
-    try:
-        padded = parts[1] + "=" * (-len(parts[1]) % 4)
-        claims = json.loads(base64.urlsafe_b64decode(padded))
-    except (binascii.Error, ValueError):
-        return None
-    auth = claims.get("https://api.openai.com/auth") if isinstance(claims, dict) else None
-    account = auth.get("chatgpt_account_id") if isinstance(auth, dict) else None
-    return account if isinstance(account, str) and account else None
+MISSING_KEY_MESSAGE = (
+    "This lore gateway runs in team mode (LORE_TENANCY=keys) and the request carries no "
+    "gateway key. Ask the gateway's owner for one (`lore keys create <name>`), then send it "
+    "in the X-Lore-Key header: `LORE_KEY=<key> lore run codex|claude`, or `lore setup "
+    "codex|claude` with LORE_KEY set."
+)
+INVALID_KEY_MESSAGE = (
+    "The X-Lore-Key header holds no valid gateway key for this lore gateway (unknown or "
+    "revoked). Check LORE_KEY, or ask the gateway's owner for a new key (`lore keys create "
+    "<name>`; `lore keys list` shows the live ones)."
+)
 
 
 # --- session -------------------------------------------------------------------------
@@ -251,7 +225,7 @@ def _normalise_path(path: str) -> str:
 
 
 def identify(
-    protocol: str, headers: Mapping[str, str], body: Mapping[str, Any], *, salt: bytes
+    protocol: str, headers: Mapping[str, str], body: Mapping[str, Any], *, tenancy: Tenancy
 ) -> Identity:
     """Tenant, project and session of one request.
 
@@ -260,9 +234,10 @@ def identify(
     recognised by its own shape (a Codex header, an Anthropic ``system``).
     """
     del protocol
+    tenant = tenancy.tenant(headers)  # first: a refused request costs nothing more
     project = project_for(headers, body)
     return Identity(
-        tenant=tenant_for(headers, salt=salt),
+        tenant=tenant,
         project=project,
         session=session_for(headers, body, project),
     )

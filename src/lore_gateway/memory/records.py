@@ -12,7 +12,8 @@ from lore_gateway.protocols.common import Message
 class Identity:
     """Who a turn belongs to.
 
-    ``tenant`` is a salted hash of the credential (never the secret itself);
+    ``tenant`` is ``personal`` in personal mode, the gateway key's tenant in team
+    mode (never derived from a provider credential);
     ``project`` is a path-like label or ``"unknown"``; ``session`` is a client
     session id or a fingerprint of the conversation's first user message.
     """

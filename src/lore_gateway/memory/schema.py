@@ -289,6 +289,42 @@ CREATE TABLE knowledge_sessions(
 ) WITHOUT ROWID;
 """
 
+# v6 (tenancy): team mode's gateway keys (memory/keys.py; only a digest of each
+# key is stored), and the move to personal mode: every tenant of an older
+# database was a salted hash of a provider credential (or ``anonymous`` for
+# imports), so one person's memory was split by API key and login. All of them
+# are merged into the one tenant ``personal``. Sessions that two credentials
+# shared become one session; updating ``messages.tenant`` re-indexes each row
+# for search through the update trigger; search scopes of the old tenants are
+# then unused and dropped. Self-contained: only this step knows about tenants.
+_V6_TENANCY = """
+CREATE TABLE gateway_keys(
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    hash TEXT NOT NULL UNIQUE,
+    created_at REAL NOT NULL,
+    revoked_at REAL
+);
+INSERT INTO sessions(tenant, id, project, first_seen, last_seen, turns)
+    SELECT 'personal', id, max(project), min(first_seen), max(last_seen), sum(turns)
+    FROM sessions WHERE tenant != 'personal' GROUP BY id
+    ON CONFLICT(tenant, id) DO UPDATE SET
+        first_seen = min(first_seen, excluded.first_seen),
+        last_seen = max(last_seen, excluded.last_seen),
+        turns = turns + excluded.turns;
+DELETE FROM sessions WHERE tenant != 'personal';
+UPDATE turns SET tenant = 'personal' WHERE tenant != 'personal';
+UPDATE messages SET tenant = 'personal' WHERE tenant != 'personal';
+UPDATE OR REPLACE recall_anchors SET tenant = 'personal' WHERE tenant != 'personal';
+DELETE FROM search_scopes WHERE tenant != 'personal';
+-- The knowledge tables (v5) carry the same tenants (added when merging both).
+UPDATE distillations SET tenant = 'personal' WHERE tenant != 'personal';
+UPDATE knowledge SET tenant = 'personal' WHERE tenant != 'personal';
+UPDATE OR REPLACE knowledge_sessions SET tenant = 'personal' WHERE tenant != 'personal';
+UPDATE OR REPLACE worker_jobs SET tenant = 'personal' WHERE tenant != 'personal';
+DELETE FROM worker_usage WHERE tenant != 'personal';
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "turns, messages + FTS5, embeddings, sessions, kv", _V1),
     Migration(2, "context_fts: each message with its predecessor, for search", _V2),
@@ -296,6 +332,7 @@ MIGRATIONS: list[Migration] = [
     Migration(4, "scope tokens in both search indexes; contentless", _V4),
     Migration(5, "knowledge: worker jobs and usage, distillations, knowledge entries",
               _V5_KNOWLEDGE),
+    Migration(6, "personal tenant: gateway keys; credential tenants merged", _V6_TENANCY),
 ]
 
 

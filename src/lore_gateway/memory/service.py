@@ -19,6 +19,7 @@ import apsw
 
 from lore_gateway.config import Settings
 from lore_gateway.memory import catalog, db, identity, schema
+from lore_gateway.memory.keys import KeyRing
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.writer import TurnWriter
 from lore_gateway.protocols.common import Message
@@ -87,10 +88,14 @@ class PendingTurn:
 class Memory:
     """The memory store: write path, search, detail lookup and housekeeping."""
 
-    def __init__(self, settings: Settings, *, salt: bytes, writer: TurnWriter,
+    def __init__(self, settings: Settings, *, writer: TurnWriter,
                  embedder: Embedder | None, embedding_worker: EmbeddingProcess | None) -> None:
         self.settings = settings
-        self.salt = salt
+        self._keyring: KeyRing | None = None
+        self.tenancy: identity.Tenancy = identity.PersonalTenancy()
+        if settings.tenancy == "keys":
+            self._keyring = KeyRing(db.conn_factory(settings.db_path))
+            self.tenancy = identity.KeyTenancy(self._keyring.tenant)
         self._writer = writer
         self._conn_factory = db.conn_factory(settings.db_path)
         self.embedder = embedder
@@ -105,14 +110,16 @@ class Memory:
 
     @classmethod
     def open(cls, settings: Settings, *,
-             embedder: Embedder | Literal["auto"] | None = "auto") -> Memory:
+             embedder: Embedder | Literal["auto"] | None = "auto",
+             embed_backlog: bool = True) -> Memory:
         """Open (creating and migrating) ``settings.db_path`` and start the workers.
 
         ``embedder="auto"`` loads the offline MiniLM model when ``settings.embeddings``
         is on and the weights are installed; ``None`` means BM25 only (the CLI's
-        browsing commands use that to start fast).
+        browsing commands use that to start fast). ``embed_backlog=False`` skips the
+        background embedding process: a one-off search (``lore recall``) only embeds
+        its query.
         """
-        salt = identity.load_salt(settings.data_dir)
         conn = db.connect(settings.db_path)
         try:
             schema.migrate(conn)
@@ -125,7 +132,7 @@ class Memory:
 
                 embedder = load_embedder()
         worker: EmbeddingProcess | None = None
-        if embedder is not None:
+        if embedder is not None and embed_backlog:
             from lore_gateway.memory.embed_process import EmbeddingProcess
 
             worker = EmbeddingProcess(settings.db_path)
@@ -134,7 +141,7 @@ class Memory:
             max_message_bytes=settings.store_max_message_bytes,
             on_commit=worker.submit if worker is not None else None,
         )
-        memory = cls(settings, salt=salt, writer=writer, embedder=embedder,
+        memory = cls(settings, writer=writer, embedder=embedder,
                      embedding_worker=worker)
         memory._start_backfill()
         return memory
@@ -164,8 +171,11 @@ class Memory:
 
     def identify(self, protocol: str, headers: Mapping[str, str],
                  body: Mapping[str, Any]) -> Identity:
-        """Tenant, project and session of a request (``headers`` lower-cased)."""
-        return identity.identify(protocol, headers, body, salt=self.salt)
+        """Tenant, project and session of a request (``headers`` lower-cased).
+
+        Raises ``GatewayError`` (401) in team mode when the request has no valid key.
+        """
+        return identity.identify(protocol, headers, body, tenancy=self.tenancy)
 
     def begin_turn(self, ident: Identity, *, protocol: str, model: str | None,
                    inputs: Sequence[Message], side_channel: bool = False) -> PendingTurn:
@@ -190,6 +200,14 @@ class Memory:
         if self._embedding_worker is not None:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             self._embedding_worker.flush(remaining)
+
+    @property
+    def embedding_progress(self) -> tuple[int, int] | None:
+        """(messages embedded, messages submitted) by this process; None without a model."""
+        worker = self._embedding_worker
+        if worker is None:
+            return None
+        return worker.progress + worker.dropped, worker.submitted
 
     @property
     def queue_depth(self) -> int:
@@ -303,6 +321,8 @@ class Memory:
     def close(self) -> None:
         """Write everything queued, stop the workers, close connections."""
         self._writer.close()
+        if self._keyring is not None:
+            self._keyring.close()
         if self._backfill is not None:
             self._backfill.join(timeout=30)
         if self._embedding_worker is not None:

@@ -177,6 +177,7 @@ _queue_depth_source: Callable[[], int] | None = None
 # Values the gateway itself produces are always kept; only unexpected ones (from
 # traffic) count towards the cap, so a flood of odd routes cannot fold these away.
 _KNOWN: dict[str, frozenset[str]] = {
+    "route": frozenset({"local_recall"}),
     "protocol": frozenset({"responses", "codex", "chat", "anthropic", "none"}),
     "category": frozenset({
         "recall_execution", "follow_up_setup", "follow_up_transport", "follow_up_protocol",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,9 @@ BOILERPLATE_PREFIXES = (
 )
 
 Parser = Callable[[Path, str], Iterator[TurnRecord]]
+# Lines read from a file that yielded no turn to decide whether it is a history
+# file of the expected kind at all (an empty transcript is; a README is not).
+RECOGNISE_LINES = 200
 
 
 @dataclass(slots=True)
@@ -46,26 +49,56 @@ class ImportStats:
     turns_read: int = 0
     turns_new: int = 0
     turns_already_stored: int = 0
+    messages_read: int = 0
+    # Files that are not history files of this kind (they are skipped).
+    foreign: list[Path] = field(default_factory=list)
 
 
 def import_files(
     memory: Memory, files: Iterable[Path], parse: Parser, *, tenant: str,
+    recognise: Callable[[Path], bool] | None = None,
     on_file: Callable[[Path], None] | None = None,
 ) -> ImportStats:
-    """Parse every file and write its turns; return what happened."""
+    """Parse every file and write its turns; return what happened.
+
+    Returns once every turn is written and, with embeddings on, embedded. A file
+    that yields no turn and that ``recognise`` rejects is listed in ``foreign``.
+    """
     stats = ImportStats()
     written_before, skipped_before = memory.written_turns, memory.skipped_turns
     for path in files:
+        turns = 0
         for turn in parse(path, tenant):
             memory.submit_turn(turn, wait=True)
-            stats.turns_read += 1
-        stats.files += 1
+            turns += 1
+            stats.messages_read += len(turn.messages)
+        stats.turns_read += turns
+        if turns == 0 and recognise is not None and not recognise(path):
+            stats.foreign.append(path)
+        else:
+            stats.files += 1
         if on_file is not None:
             on_file(path)
     memory.flush()
     stats.turns_new = memory.written_turns - written_before
     stats.turns_already_stored = memory.skipped_turns - skipped_before
     return stats
+
+
+def recognised(path: Path, is_event: Callable[[dict[str, Any]], bool]) -> bool:
+    """Whether one of the first lines of ``path`` is a JSON event ``is_event`` accepts."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as lines:
+            for _, line in zip(range(RECOGNISE_LINES), lines, strict=False):
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(event, dict) and is_event(event):
+                    return True
+    except OSError:
+        return False
+    return False
 
 
 def is_boilerplate(text: str) -> bool:

@@ -20,6 +20,7 @@ from lore_gateway.memory.importers import (
     dedup_key,
     is_boilerplate,
     parse_timestamp,
+    recognised,
     render_tool_output,
 )
 from lore_gateway.memory.records import Identity, TurnRecord
@@ -33,9 +34,16 @@ def default_root() -> Path:
 
 
 def find_files(root: Path) -> list[Path]:
+    """Transcripts under ``root``: ``projects/*/*.jsonl``, or one project's ``*.jsonl``."""
     if root.is_file():
         return [root]
-    return sorted(root.glob("*/*.jsonl"))
+    return sorted({*root.glob("*.jsonl"), *root.glob("*/*.jsonl")})
+
+
+def is_transcript(path: Path) -> bool:
+    """Whether ``path`` holds Claude Code transcript events (turns or not)."""
+    return recognised(path, lambda event: event.get("type") in ("user", "assistant", "summary")
+                      and ("message" in event or "summary" in event))
 
 
 def parse(path: Path, tenant: str) -> Iterator[TurnRecord]:

@@ -19,6 +19,7 @@ from lore_gateway.memory.importers import (
     dedup_key,
     is_boilerplate,
     parse_timestamp,
+    recognised,
     render_tool_output,
 )
 from lore_gateway.memory.records import Identity, TurnRecord
@@ -35,6 +36,13 @@ def find_files(root: Path) -> list[Path]:
     if root.is_file():
         return [root]
     return sorted(root.rglob("rollout-*.jsonl"))
+
+
+def is_transcript(path: Path) -> bool:
+    """Whether ``path`` holds Codex rollout records (turns or not)."""
+    return recognised(path, lambda record: isinstance(record.get("payload"), dict)
+                      and record.get("type") in ("session_meta", "turn_context",
+                                                 "response_item", "event_msg"))
 
 
 class _Turn:
