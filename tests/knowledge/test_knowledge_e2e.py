@@ -221,9 +221,9 @@ def test_side_channel_requests_get_no_knowledge_and_start_no_jobs(
         make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path) -> None:
     project = git_project(tmp_path / "repo")
     gw = make_gateway(**FAST)
-    from lore_gateway.memory.identity import tenant_for
+    from lore_gateway.memory.identity import PERSONAL
 
-    tenant = tenant_for({"x-api-key": ANTHROPIC_KEY}, salt=gw.memory.salt)
+    tenant = PERSONAL
     gw.memory.write_job(lambda c: kstore.upsert(
         c, tenant=tenant, project=str(project), category="decision", title="deploy branch",
         content="tangerine"))

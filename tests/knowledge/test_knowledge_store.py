@@ -13,6 +13,7 @@ from lore_gateway.config import Settings
 from lore_gateway.distill import store as dstore
 from lore_gateway.knowledge import curator
 from lore_gateway.knowledge import store as kstore
+from lore_gateway.memory.identity import PERSONAL
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
 from lore_gateway.protocols.common import Message
@@ -81,8 +82,9 @@ def test_a_contradiction_updates_the_entry_and_projects_stay_apart(memory: Memor
 
 def test_lore_distill_now_distills_every_session_without_a_model(
         memory: Memory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store_turns(memory, 2)
-    store_turns(memory, 2, Identity("t-me", "/work/app", "s2"))
+    # Personal mode: the CLI acts on the one personal tenant.
+    store_turns(memory, 2, Identity(PERSONAL, "/work/app", "s1"))
+    store_turns(memory, 2, Identity(PERSONAL, "/work/app", "s2"))
     memory.close()
     from lore_gateway.cli.main import _register, app
 

@@ -173,5 +173,5 @@ def test_import_of_a_file_that_is_no_transcript_is_a_one_line_error(data_dir: Pa
     code, out = lore("import", "claude-code", str(project))
     assert code == 0, out
     assert "skipped 1 files that are not claude-code history files" in out
-    assert "Imported 1 files: 2 new turns" in out
+    assert "Imported 1 file: 2 new turns" in out
     assert "━" not in out

@@ -24,7 +24,7 @@ OLD_TENANTS = ("t-0123456789abcdef01234567", "t-fedcba9876543210fedcba98", "anon
 
 def _older_database(path: Path) -> None:
     """A database at the version just before the tenancy step, with three tenants."""
-    step = next(i for i, m in enumerate(schema.MIGRATIONS) if m.sql is schema._V5_TENANCY)
+    step = next(i for i, m in enumerate(schema.MIGRATIONS) if m.sql is schema._V6_TENANCY)
     conn = db.connect(path)
     conn.execute("CREATE TABLE schema_version(version INTEGER NOT NULL)")
     for migration in schema.MIGRATIONS[:step]:

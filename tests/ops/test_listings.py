@@ -14,7 +14,7 @@ import pytest
 from clikit import lore, lore_env, on_terminal
 
 from lore_gateway.config import Settings
-from lore_gateway.memory.identity import ANONYMOUS
+from lore_gateway.memory.identity import PERSONAL
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
 from lore_gateway.protocols.common import Message
@@ -30,7 +30,7 @@ def env(tmp_path: Path) -> dict[str, str]:
     for turns, session in enumerate(SESSIONS, start=1):
         for n in range(turns):
             text = f"turn {n} of {session}"
-            memory.submit_turn(TurnRecord(Identity(ANONYMOUS, PROJECT, session), "chat", "m",
+            memory.submit_turn(TurnRecord(Identity(PERSONAL, PROJECT, session), "chat", "m",
                                           (Message("user", text),), time.time()))
     memory.flush(10)
     memory.close()
@@ -120,7 +120,7 @@ def test_recall_results_wrap_at_spaces(env: dict[str, str]):
     long_words = " ".join(f"word{n:03d}" for n in range(40))
     memory = Memory.open(Settings(data_dir=Path(env["LORE_DATA_DIR"]), embeddings=False),
                          embedder=None)
-    memory.submit_turn(TurnRecord(Identity(ANONYMOUS, PROJECT, SESSIONS[0]), "chat", "m",
+    memory.submit_turn(TurnRecord(Identity(PERSONAL, PROJECT, SESSIONS[0]), "chat", "m",
                                   (Message("user", f"deploy notes {long_words}"),), time.time()))
     memory.flush(10)
     memory.close()
