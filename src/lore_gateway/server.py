@@ -88,6 +88,7 @@ class Gateway:
         self.recall: RecallService | None = None
         self.background: Background | None = None
         self._server: _Server | None = None
+        self._app: GatewayApp | None = None
         self._task: asyncio.Task[None] | None = None
         self._sock: socket.socket | None = None
         self.port = settings.port
@@ -117,7 +118,7 @@ class Gateway:
         proxy = Proxy(self.settings, self.upstream, turns, self.recall)
         self.background = await Background.attach(self.settings, self.memory, self.upstream,
                                                   proxy, self.recall)
-        app = GatewayApp(proxy)
+        app = self._app = GatewayApp(proxy)
         config = uvicorn.Config(
             app,
             lifespan="off",
@@ -138,6 +139,8 @@ class Gateway:
 
     def request_stop(self) -> None:
         """Begin a graceful shutdown (a signal handler may call this)."""
+        if self._app is not None:
+            self._app.ui.stopping()  # live /ui streams end, so the server can
         if self._server is not None:
             self._server.should_exit = True
 
@@ -147,10 +150,14 @@ class Gateway:
         await self._task
 
     async def stop(self) -> None:
+        if self._app is not None:
+            self._app.ui.stopping()
         if self._server is not None:
             self._server.should_exit = True
         if self._task is not None:
             await self._task
+        if self._app is not None:
+            await asyncio.to_thread(self._app.ui.close)  # the last metrics sample
         if self.background is not None:
             await self.background.stop()
         await self.upstream.close()

@@ -325,6 +325,25 @@ UPDATE OR REPLACE worker_jobs SET tenant = 'personal' WHERE tenant != 'personal'
 DELETE FROM worker_usage WHERE tenant != 'personal';
 """
 
+# v7 (ui, issue 16): the gateway's own metrics over time for the /ui overview
+# charts, so they survive a restart. One row per sampling interval that saw
+# traffic, holding the increments of that interval (ui/samples.py). Only counts;
+# no tenant, no content. Self-contained: renumber freely when merging.
+_V7_UI_METRICS = """
+CREATE TABLE metrics_samples(
+    ts REAL NOT NULL,
+    requests INTEGER NOT NULL,
+    tokens_in INTEGER NOT NULL,
+    tokens_out INTEGER NOT NULL,
+    cache_read INTEGER NOT NULL,
+    recall_calls INTEGER NOT NULL,
+    recall_hits INTEGER NOT NULL,
+    overhead_s REAL NOT NULL,
+    overhead_n INTEGER NOT NULL
+);
+CREATE INDEX metrics_samples_ts ON metrics_samples(ts);
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "turns, messages + FTS5, embeddings, sessions, kv", _V1),
     Migration(2, "context_fts: each message with its predecessor, for search", _V2),
@@ -333,6 +352,7 @@ MIGRATIONS: list[Migration] = [
     Migration(5, "knowledge: worker jobs and usage, distillations, knowledge entries",
               _V5_KNOWLEDGE),
     Migration(6, "personal tenant: gateway keys; credential tenants merged", _V6_TENANCY),
+    Migration(7, "ui: metrics samples for the overview charts", _V7_UI_METRICS),
 ]
 
 

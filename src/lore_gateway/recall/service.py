@@ -20,8 +20,10 @@ from lore_gateway.errors import error_body
 from lore_gateway.exchange import Exchange
 from lore_gateway.headers import client_response_headers
 from lore_gateway.memory.records import Identity
+from lore_gateway.obs import metrics
 from lore_gateway.protocols import responses
 from lore_gateway.protocols.common import Message, ProtocolError
+from lore_gateway.protocols.usage import usage_from_responses
 from lore_gateway.recall import anthropic_handler, chat_handler, telemetry, tool
 from lore_gateway.recall.anchor_store import AnchorStore
 from lore_gateway.recall.anthropic_handler import RecallContext, StagedRecall
@@ -131,10 +133,12 @@ class RecallService:
                 delivered = icpt.delivered_response()
                 if delivered is not None:
                     _check_empty(exchange, delivered, icpt.depth)
+                    _report_usage(exchange, delivered)
                 return RecallOutcome(_item_messages(icpt.turn_items()), icpt.failure is None)
             handler = anthropic_handler if protocol is Protocol.ANTHROPIC else chat_handler
             tee = _Tee(client, collector)
             await handler.stream_recall(ctx, resp, tee, headers)
+            collector.report_usage(protocol.value)
             return RecallOutcome(collector.outputs() + _staged_messages(ctx), True)
         try:
             principal = await _principal_json(exchange, resp, collector)
@@ -150,6 +154,7 @@ class RecallService:
                 return RecallOutcome([], False)
             ctx.delivered()
             _check_empty(exchange, final, ctx.budget.executions)
+            _report_usage(exchange, final)
             calls = {s.anchor_id: s.assistant for s in ctx.staged if s.anchor_id}
             return RecallOutcome(_item_messages(final.get("output") or [], calls), True)
         handler = anthropic_handler if protocol is Protocol.ANTHROPIC else chat_handler
@@ -160,12 +165,23 @@ class RecallService:
         ctx.delivered()
         answer = TurnCollector(protocol, max_json_bytes=len(body) + 1)
         answer.feed(body)
+        answer.report_usage(protocol.value)
         return RecallOutcome(answer.outputs() + _staged_messages(ctx), True)
 
     def _delivered(self, exchange: Exchange, staged: list[StagedRecall]) -> None:
         """The client has the whole answer: keep its recalls for expansion."""
         family = _TOOL_PROTOCOL[exchange.protocol]
         self.replay.commit(family, exchange.payload, exchange.identity, staged)
+
+
+def _report_usage(exchange: Exchange, response: dict[str, Any]) -> None:
+    """Token metrics from a delivered Responses answer (the overview's token charts)."""
+    try:
+        usage = usage_from_responses(response.get("usage"))
+    except Exception:
+        return
+    metrics.record_usage(exchange.protocol.value, usage.prompt_tokens, usage.cache_read or 0,
+                         usage.output_tokens)
 
 
 def _live_limits(settings: Any) -> Limits:
