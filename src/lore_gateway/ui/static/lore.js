@@ -109,13 +109,15 @@
     };
     document.querySelectorAll("figure[data-chart]").forEach(function (fig) {
       var key = fig.getAttribute("data-chart");
+      var percent = fig.getAttribute("data-unit") === "%";
       var lines = defs[key];
       var plot = fig.querySelector(".plot");
       var width = Math.max(200, plot.clientWidth || fig.clientWidth - 16);
       var data = [s.t].concat(lines.map(function (l) { return l[1]; }));
       var series = [{}].concat(lines.map(function (l, i) {
+        // Points are drawn too: a ratio with one busy slot is a single dot, not a line.
         return { label: l[0], stroke: colours[i], width: 2, fill: i === 0 ? colours[i] + "22" : undefined,
-                 spanGaps: false, points: { show: false } };
+                 spanGaps: false, points: { show: true, size: 5, fill: colours[i] } };
       }));
       var old = window.lore.charts[key];
       if (old && old.width === width && old.theme === theme) { old.chart.setData(data); return; }
@@ -124,6 +126,7 @@
       var chart = new uPlot({
         width: width, height: 180, series: series, legend: { show: lines.length > 1 },
         cursor: { drag: { x: false, y: false } },
+        scales: percent ? { y: { range: [0, 100] } } : { y: { range: function (u, min, max) { return [0, Math.max(1, max)]; } } },
         axes: [{ stroke: axis, grid: { stroke: grid } }, { stroke: axis, grid: { stroke: grid }, size: 56 }]
       }, data, plot);
       window.lore.charts[key] = { chart: chart, width: width, theme: theme };
