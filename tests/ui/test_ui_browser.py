@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from ui_kit import FACT, RECALL_QUERY, git_project, say, start_gateway, wait_turns
 
+from lore_gateway.distill import store as dstore
 from lore_gateway.knowledge import store as kstore
 from lore_gateway.memory.identity import PERSONAL
 from lore_gateway.testing import FakeUpstream
@@ -33,6 +34,14 @@ def site(fake_server: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
     say(gw, SESSION, project, f"{FACT} Remember it.")
     say(gw, SESSION, project, "Also: the deploy branch is release/blue.")
     wait_turns(gw, SESSION, 2)
+    sources = gw.memory.read(lambda c: [dstore.SourceMessage(int(i), str(r), str(t), float(w))
+                                        for i, r, t, w in c.execute(
+        "SELECT id, role, content, created_at FROM messages WHERE session = ? ORDER BY id",
+        (SESSION,))])
+    made = gw.memory.write_job(lambda c: dstore.save(
+        c, tenant=PERSONAL, project=str(project), session=SESSION, generation=0,
+        text="Rotation Tue 04:00 UTC.", sources=sources, method="extractive"))
+    assert made is not None, "the distillation was not stored"
     answer = say(gw, RECALL_SESSION, project, "When does the password rotate?",
                  scenario=f"recall:{RECALL_QUERY}")
     assert "According to memory" in answer
@@ -77,7 +86,11 @@ def test_every_page_opens_with_its_heading(site: dict[str, Any], page: Any, shot
     page.get_by_role("link", name=str(site["project"])).first.click()
     page.get_by_role("link", name=re.compile("ui-session-1")).click()
     assert "04:00 UTC" in page.locator("#turns").inner_text()
-    assert page.locator("article.turn").count() == 2
+    assert page.locator("article.turn .msg.user").count() == 2
+    # The distillation sits beside the turns it covers.
+    aside = page.locator("article.turn aside.distill")
+    assert aside.count() == 1 and "t:1" in aside.inner_text()
+    shot(page, "session-with-distillation")
 
 
 def test_search_finds_the_stored_fact_with_score_and_match(site: dict[str, Any],
@@ -110,6 +123,12 @@ def test_the_recall_log_shows_the_query_results_and_answer(site: dict[str, Any],
     page.get_by_role("link", name=RECALL_SESSION).click()
     trip = page.locator(".recall-trip")
     assert RECALL_QUERY in trip.first.inner_text()
+    # Tool calls are collapsed until asked for, by click or keyboard.
+    call = page.locator("details.msg.tool_call").first
+    assert call.get_attribute("open") is None
+    call.locator("summary").focus()
+    page.keyboard.press("Enter")
+    assert call.get_attribute("open") is not None and RECALL_QUERY in call.inner_text()
 
 
 def test_editing_knowledge_rewrites_lore_md(site: dict[str, Any], page: Any, shot: Any) -> None:

@@ -28,13 +28,8 @@ from lore_gateway.ui.samples import Sampler
 
 log = logging.getLogger("lore.ui")
 
-PREFIX = "/ui"
 _STATIC = re.compile(r"^/ui/static/([A-Za-z0-9_.-]+)$")
 _TYPES = {".js": "text/javascript", ".css": "text/css", ".md": "text/plain"}
-
-
-def is_ui_path(path: str) -> bool:
-    return path == PREFIX or path.startswith(PREFIX + "/")
 
 
 class UiApp:

@@ -14,6 +14,9 @@ from typing import Any
 
 import orjson
 
+# Turns that hold a distillation's observations message: shown beside the turns
+# they cover, not as turns of their own (distill/store.py).
+DISTILL_PROTOCOL = "lore-distill"
 # Rows one page lists; more is a "next page" link, never an unbounded read.
 PAGE_SIZE = 50
 # Messages shown per session page: long sessions page by turns.
@@ -167,8 +170,8 @@ def session_turns(conn: Any, tenant: str, session: str, *,
     distillations that cover them."""
     turn_rows = conn.execute(
         "SELECT id, created_at, protocol, COALESCE(model, ''), complete FROM turns"
-        " WHERE tenant = ? AND session = ? ORDER BY id LIMIT ? OFFSET ?",
-        (tenant, session, limit, offset)).fetchall()
+        " WHERE tenant = ? AND session = ? AND protocol != ? ORDER BY id LIMIT ? OFFSET ?",
+        (tenant, session, DISTILL_PROTOCOL, limit, offset)).fetchall()
     turns = [Turn(int(i), float(c), str(p), str(m), bool(done)) for i, c, p, m, done in turn_rows]
     if not turns:
         return []
@@ -308,8 +311,9 @@ def message(conn: Any, tenant: str, message_id: int) -> tuple[str, ShownMessage,
 
 def turn_offset(conn: Any, tenant: str, session: str, turn_id: int) -> int:
     """How many turns of the session come before ``turn_id`` (for the page to link)."""
-    row = conn.execute("SELECT COUNT(*) FROM turns WHERE tenant = ? AND session = ? AND id < ?",
-                       (tenant, session, turn_id)).fetchone()
+    row = conn.execute("SELECT COUNT(*) FROM turns WHERE tenant = ? AND session = ? AND id < ?"
+                       " AND protocol != ?", (tenant, session, turn_id, DISTILL_PROTOCOL)
+                       ).fetchone()
     return int(row[0]) if row else 0
 
 
