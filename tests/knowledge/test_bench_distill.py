@@ -28,6 +28,9 @@ def test_bench_distill_reports_compression_worker_share_and_gold_survival(
     figures = json.loads(result.output.strip().splitlines()[-1])
     assert figures["sessions"] == 2 and figures["questions"] == 2
     assert figures["gold_survived"] == 1 and figures["by_kind"]["exception"]["survived"] == 1
+    assert figures["per_session"] == {"s0": {"n": 1, "survived": 1},
+                                      "s1": {"n": 1, "survived": 0}}
+    assert figures["sessions_all_kept"] == 1
     assert figures["compression"] > 1
     assert 0 < figures["worker_share_of_prompts"] < figures["worker_share_of_raw"]
     assert "gold answers kept" in result.output

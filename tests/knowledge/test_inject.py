@@ -151,3 +151,21 @@ def test_an_update_whose_place_is_gone_is_left_out() -> None:
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "1"}]}]
     out = inject_knowledge(payload, ctx("anthropic", "", Delta(2, "new"), Delta(9, "far")))
     assert out["messages"] == payload["messages"]
+
+
+def test_a_full_block_keeps_the_most_confident_entries_in_a_stable_order() -> None:
+    from lore_gateway.knowledge.block import render_block
+    from lore_gateway.knowledge.store import Entry
+
+    def entry(i: int, confidence: float, category: str) -> Entry:
+        return Entry(f"id{i:02d}", "t", "/p", category, f"title {i:02d}", "x" * 200,
+                     confidence, "", False, 0.0, float(i))
+
+    many = [entry(i, 0.6 if i % 2 else 1.0, "pattern" if i < 10 else "decision")
+            for i in range(20)]
+    text, ids = render_block(many, budget_tokens=400)
+    chosen = {e.id: e for e in many if e.id in ids}
+    assert ids and all(e.confidence == 1.0 for e in chosen.values())
+    assert ids == ["id12", "id14", "id16", "id18"]  # the most recently confirmed, sorted
+    assert "### Decision" in text and "### Pattern" not in text
+    assert render_block(list(reversed(many)), budget_tokens=400) == (text, ids)

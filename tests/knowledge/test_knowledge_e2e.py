@@ -324,12 +324,10 @@ def test_distillations_are_found_by_recall_shown_by_data_show_and_counted_in_met
     metrics = urllib_get(gw.url + "/metrics")
     assert 'lore_worker_requests_total{kind="distill",result="ok"}' in metrics
     assert 'lore_distillations_total{generation="0",method="worker"}' in metrics
+    assert "lore_knowledge_injections_total" in metrics
     status = gw.background.worker.status()
     assert status["enabled"] is True and status["jobs"]["done"] >= 1
-    assert status["today"][log.tenant]["budget_left"] < FAST_BUDGET
-
-
-FAST_BUDGET = 200_000
+    assert status["today"][log.tenant]["budget_left"] < gw.settings.worker_daily_tokens
 
 
 def urllib_get(url: str) -> str:
@@ -367,3 +365,75 @@ def test_many_logs_are_consolidated_by_the_worker_into_one(
     for needle in ("tangerine branch", "src/billing.py", "Then run the tests."):
         assert needle in top.text
     assert len(top.source_ids) == 6
+
+
+def test_sessions_without_a_known_project_get_distilled_but_learn_no_knowledge(
+        make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+    gw = make_gateway(**FAST)
+    session = AnthropicSession(gw, tmp_path, "nowhere")
+    session.system = session.system.rsplit("\nPrimary working directory:", 1)[0]
+    session.say(DECISION)
+    (log,) = wait_until(lambda: distillations(gw), "the distillation")
+    assert log.project == "unknown"
+    assert worker_requests(fake_upstream, "curate") == []
+    assert read(gw, lambda c: c.execute("SELECT count(*) FROM worker_jobs WHERE kind ="
+                                        " 'curate'").fetchone()[0]) == 0
+
+
+def test_a_backend_that_refuses_the_cheaper_model_gets_the_sessions_own(
+        make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+    project = git_project(tmp_path / "repo")
+    gw = make_gateway(**FAST)
+    fake_upstream.unknown_models.add("gpt-5-mini")
+    session = ResponsesSession(gw, project, "picky")
+    session.say(DECISION)
+    wait_until(lambda: entries(gw), "the entry")
+    models = [r.json["model"] for r in worker_requests(fake_upstream)]
+    assert models[:2] == ["gpt-5-mini", "gpt-fake"] and set(models[2:]) == {"gpt-fake"}
+
+
+def test_a_session_first_seen_midway_gets_an_update_not_a_new_prefix(
+        make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+    from lore_gateway.memory.identity import tenant_for
+
+    project = git_project(tmp_path / "repo")
+    gw = make_gateway(**FAST)
+    tenant = tenant_for({"x-api-key": ANTHROPIC_KEY}, salt=gw.memory.salt)
+    gw.memory.write_job(lambda c: kstore.upsert(
+        c, tenant=tenant, project=str(project), category="decision",
+        title="deploy from the tangerine branch", content="Main stays frozen."))
+    session = AnthropicSession(gw, project, "midway")
+    # History from before the gateway knew this session (an upgrade, a restart
+    # with its state deleted): the cached prefix must not change.
+    session.messages = [{"role": "user", "content": [{"type": "text", "text": "earlier"}]},
+                        {"role": "assistant", "content": [{"type": "text", "text": "ok"}]}]
+    session.say("Go on.")
+    session.say("And then?")
+    first, second = (r.json for r in agent_requests(fake_upstream))
+    assert first["system"] == second["system"] == session.system
+    assert first["messages"][:2] == session.messages[:2]
+    update = first["messages"][2]
+    assert UPDATE_HEADING in update["content"][0]["text"] and "tangerine" in json.dumps(update)
+    assert first["messages"][3]["role"] == "assistant"
+    assert second["messages"][:len(first["messages"])] == first["messages"]
+
+
+def test_a_contradiction_resolved_mid_session_reaches_the_session_as_an_update(
+        make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+    project = git_project(tmp_path / "repo")
+    gw = make_gateway(**FAST)
+    AnthropicSession(gw, project, "before").say(DECISION)
+    (old,) = wait_until(lambda: entries(gw), "the first entry")
+    fake_upstream.reset()
+    session = AnthropicSession(gw, project, "after")
+    session.say("Decision: deploy from the mandarin branch. Tangerine is retired.")
+    knowledge = gw.background.knowledge
+    wait_until(lambda: knowledge.version(old.tenant, str(project)) == 2, "the curator's update")
+    session.say("Which branch now?")
+    first, second = (r.json for r in agent_requests(fake_upstream))
+    assert "tangerine branch" in first["system"]  # frozen: the block does not change
+    assert second["system"] == first["system"]
+    (entry,) = entries(gw)
+    assert entry.id == old.id and "mandarin" in entry.content
+    update = second["messages"][-3]
+    assert UPDATE_HEADING in update["content"][0]["text"] and "mandarin" in json.dumps(update)

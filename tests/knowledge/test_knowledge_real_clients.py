@@ -26,11 +26,13 @@ from agent_cli import (
     CLAUDE_BIN,
     CODEX_BIN,
     agent_binary,
+    base_env,
     chatgpt_auth_json,
     claude_print,
     codex_apikey_config,
     codex_chatgpt_config,
     codex_exec,
+    run,
 )
 from kit import git_project, wait_until, worker_requests
 
@@ -78,6 +80,18 @@ def test_claude_code_second_session_starts_with_the_first_sessions_decision(
     assert "tangerine branch" in system[-1]["text"]
     assert "cache_control" not in system[-1]
 
+    # The next turn of that session (claude -c): the same frozen block, byte for
+    # byte (Claude Code itself rewrites parts of its own system prompt per run).
+    fake_upstream.reset()
+    third = run([str(claude), "-c", "-p", "thanks"], base_env(tmp_path / "home") | env | {
+        "ANTHROPIC_BASE_URL": gw.url, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTOUPDATER": "1"},
+        project)
+    assert third.returncode == 0, third.stderr[-3000:]
+    later = first_coding_request(fake_upstream, "anthropic")
+    assert later.json["system"][-1] == system[-1]
+    assert later.body.count(BLOCK_HEADING.encode()) == 1
+
 
 @pytest.mark.parametrize("mode", ["apikey", "chatgpt"])
 def test_codex_second_session_starts_with_the_first_sessions_decision(
@@ -116,3 +130,13 @@ def test_codex_second_session_starts_with_the_first_sessions_decision(
              if item.get("role") == "developer" for part in item.get("content", [])]
     block = [t for t in texts if BLOCK_HEADING in t]
     assert block and "tangerine branch" in block[0]
+
+    # The next turn of that session (exec resume --last): the same items first.
+    fake_upstream.reset()
+    codex_home = tmp_path / "codexhome"
+    resumed = run([str(codex), "exec", "--skip-git-repo-check", "resume", "--last", "thanks"],
+                  base_env(tmp_path / "home") | {"CODEX_HOME": str(codex_home)} | env, project)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    later = first_coding_request(fake_upstream, "responses")
+    first_items = opening.json["input"]
+    assert later.json["input"][:len(first_items)] == first_items

@@ -117,7 +117,7 @@ def test_deleting_a_project_deletes_what_was_learned_from_it(memory: Memory) -> 
 def test_worker_status_reads_jobs_and_budget_from_the_database(memory: Memory,
                                                                tmp_path: Path) -> None:
     from lore_gateway.worker import jobs
-    from lore_gateway.worker.service import describe, status_from_db
+    from lore_gateway.worker.status import describe, status_from_db
 
     now = __import__("time").time()
     memory.write_job(lambda c: jobs.enqueue(c, "distill", "t-me", "/p", "s1", now))
@@ -131,3 +131,53 @@ def test_worker_status_reads_jobs_and_budget_from_the_database(memory: Memory,
     assert facts["models"]["anthropic"] == "claude-haiku-4-5"
     assert "10,000 tokens/day" in describe(settings)
     assert "off" in describe(Settings(data_dir=tmp_path, worker=False))
+
+
+def test_knowledge_cli_edits_deletes_and_exports(
+        memory: Memory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    from lore_gateway.knowledge import export as ex
+
+    project = tmp_path / "repo"
+    (project / "src").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    store_turns(memory, 1, Identity("t-me", str(project / "src"), "s1"))
+    entry = memory.write_job(lambda c: kstore.upsert(
+        c, tenant="t-me", project=str(project / "src"), category="gotcha",
+        title="flaky port", content="8080 is taken by the proxy")[0])
+    memory.close()
+    from lore_gateway.cli.main import _register, app
+
+    _register()
+    monkeypatch.setenv("LORE_DATA_DIR", str(tmp_path))
+    run = CliRunner().invoke
+    result = run(app, ["knowledge", "export", "--project", str(project / "src"),
+                       "--agents-file", "CLAUDE.md"])
+    assert result.exit_code == 0, result.output
+    lore_md = project / ".lore.md"
+    assert f"<!-- lore:{entry.id} -->" in lore_md.read_text()
+    assert ex.POINTER_BEGIN in (project / "CLAUDE.md").read_text()
+    result = run(app, ["knowledge", "edit", entry.id[:8], "--content", "8081 is taken",
+                       "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["content"] == "8081 is taken"
+    assert "8081 is taken" in lore_md.read_text()
+    shown = json.loads(run(app, ["knowledge", "show", entry.id, "--json"]).output)
+    assert shown["title"] == "flaky port" and shown["source"] == "lore knowledge edit"
+    bad = run(app, ["knowledge", "edit", entry.id, "--category", "trivia"])
+    assert bad.exit_code == 2 and "category must be one of" in bad.output
+    assert run(app, ["knowledge", "delete", entry.id]).exit_code == 0
+    assert "flaky port" not in lore_md.read_text()
+    missing = run(app, ["knowledge", "show", entry.id])
+    assert missing.exit_code == 2 and "no knowledge entry" in missing.output
+    assert json.loads(run(app, ["knowledge", "list", "--json"]).output) == []
+
+
+def test_an_id_from_another_tenants_file_does_not_collide(memory: Memory) -> None:
+    mine, _ = memory.write_job(lambda c: kstore.upsert(
+        c, tenant="t-me", project="/p", category="pattern", title="a thing", content="x"))
+    theirs, created = memory.write_job(lambda c: kstore.upsert(
+        c, tenant="t-other", project="/p", category="pattern", title="a thing", content="y",
+        entry_id=mine.id))
+    assert created and theirs.id != mine.id and theirs.tenant == "t-other"

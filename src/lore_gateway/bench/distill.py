@@ -89,6 +89,7 @@ class Figures:
     survived_baseline: int = 0
     r_values: list[float] = field(default_factory=list)
     by_kind: dict[str, list[int]] = field(default_factory=dict)
+    per_session: dict[str, list[int]] = field(default_factory=dict)
     seconds: float = 0.0
 
     def as_dict(self, method: str) -> dict[str, Any]:
@@ -113,6 +114,9 @@ class Figures:
             "baseline_survival": round(self.survived_baseline / max(1, self.questions), 3),
             "by_kind": {k: {"n": v[0], "survived": v[1], "baseline": v[2]}
                         for k, v in sorted(self.by_kind.items())},
+            "per_session": {s: {"n": v[0], "survived": v[1]}
+                            for s, v in self.per_session.items()},
+            "sessions_all_kept": sum(v[0] == v[1] for v in self.per_session.values()),
             "seconds": round(self.seconds, 2),
         }
 
@@ -168,6 +172,9 @@ def run(path: Path, distiller: Distiller = extractive_distiller, *,
             row[0] += 1
             row[1] += hit
             row[2] += base
+            mine = figures.per_session.setdefault(session["session_id"], [0, 0])
+            mine[0] += 1
+            mine[1] += hit
         figures.sessions += 1
         if progress is not None:
             progress(done, len(sessions))

@@ -140,6 +140,8 @@ def _distill_table(path: Path, figures: dict[str, Any]) -> None:
     table.add_row("gold answers kept (baseline: same size, message heads)",
                   f"{figures['baseline_survived']}/{figures['questions']} "
                   f"({figures['baseline_survival']:.1%})")
+    table.add_row("sessions with every gold answer kept",
+                  f"{figures['sessions_all_kept']}/{len(figures['per_session'])}")
     for kind, row in figures["by_kind"].items():
         table.add_row(f"  {kind}", f"{row['survived']}/{row['n']} (baseline {row['baseline']})")
     Console().print(table)

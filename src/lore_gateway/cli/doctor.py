@@ -230,7 +230,7 @@ def check_agents(settings: Settings) -> list[Check]:
 
 def check_worker(settings: Settings) -> Check:
     """Background calls: on or off, to which models, under what budget."""
-    from lore_gateway.worker.service import describe
+    from lore_gateway.worker.status import describe
 
     if not settings.worker:
         return Check("background calls", Status.SKIP, describe(settings))

@@ -10,7 +10,7 @@ import typer
 from lore_gateway.cli import preflight
 from lore_gateway.cli.main import app
 from lore_gateway.config import Settings
-from lore_gateway.worker.service import describe as describe_worker
+from lore_gateway.worker.status import describe as describe_worker
 
 _HELP = """Start the gateway and serve until interrupted.
 

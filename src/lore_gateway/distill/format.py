@@ -8,7 +8,8 @@ A log is a date line, then one bullet per observation::
     * 🟢 (09:21) Files: src/app.py, tests/test_app.py
 
 The mark is the priority: 🔴 the user's own statements and decisions, 🟡
-important findings (errors, fixes, results), 🟢 minor context. Identifiers are
+important findings (errors, fixes, results, failed tests, where a symbol is
+defined), 🟢 minor context (commands run, files). Identifiers are
 kept verbatim. Pure functions only.
 """
 

@@ -26,28 +26,41 @@ def ordered(entries: list[Entry]) -> list[Entry]:
     return sorted(entries, key=lambda e: (rank.get(e.category, 99), e.title.casefold(), e.id))
 
 
+# Characters a category heading costs in the block.
+_HEADING_CHARS = 20
+
+
 def render_block(entries: list[Entry], budget_tokens: int) -> tuple[str, list[str]]:
-    """The block and the ids it holds; ``""`` when there is nothing to say."""
+    """The block and the ids it holds; ``""`` when there is nothing to say.
+
+    When not everything fits, the most confident and most recently confirmed
+    entries are chosen; they are then shown grouped and sorted, so the same
+    entries always give the same bytes.
+    """
     if not entries:
         return "", []
-    budget = budget_tokens * CHARS_PER_TOKEN
-    lines = [BLOCK_HEADING, BLOCK_INTRO]
-    used = sum(len(line) + 1 for line in lines)
-    shown: list[str] = []
-    category = None
-    for entry in ordered(entries):
-        line = _line(entry)
-        heading = f"\n### {entry.category.capitalize()}" if entry.category != category else ""
-        cost = len(line) + len(heading) + 1
+    budget = budget_tokens * CHARS_PER_TOKEN - len(BLOCK_HEADING) - len(BLOCK_INTRO) - 2
+    chosen: list[Entry] = []
+    categories: set[str] = set()
+    used = 0
+    for entry in sorted(entries, key=lambda e: (-e.confidence, -e.updated_at, e.id)):
+        cost = len(_line(entry)) + 1 + (_HEADING_CHARS if entry.category not in categories
+                                         else 0)
         if used + cost > budget:
             continue
-        if heading:
-            lines.append(heading)
-            category = entry.category
-        lines.append(line)
+        chosen.append(entry)
+        categories.add(entry.category)
         used += cost
-        shown.append(entry.id)
-    return ("\n".join(lines), shown) if shown else ("", [])
+    if not chosen:
+        return "", []
+    lines = [BLOCK_HEADING, BLOCK_INTRO]
+    category = None
+    for entry in ordered(chosen):
+        if entry.category != category:
+            lines.append(f"\n### {entry.category.capitalize()}")
+            category = entry.category
+        lines.append(_line(entry))
+    return "\n".join(lines), [e.id for e in ordered(chosen)]
 
 
 def render_update(entries: list[Entry], budget_tokens: int) -> tuple[str, list[str]]:

@@ -35,7 +35,9 @@ from lore_gateway.knowledge.inject import (
     update_slot,
 )
 from lore_gateway.knowledge.sidechannel import is_coding_turn
+from lore_gateway.memory.identity import UNKNOWN_PROJECT
 from lore_gateway.memory.records import Identity
+from lore_gateway.obs import metrics
 
 log = logging.getLogger("lore.knowledge")
 
@@ -51,7 +53,7 @@ UPDATE_BUDGET_TOKENS = 512
 class SessionKnowledge:
     project: str
     block: str
-    shown: set[str]
+    shown: dict[str, float]  # entry id -> the updated_at the session last saw
     deltas: list[Delta] = field(default_factory=list)
     version: int = 0
 
@@ -82,20 +84,34 @@ class KnowledgeService:
 
     async def prepare(self, family: Family, payload: dict[str, Any], identity: Identity,
                       headers: Mapping[str, str]) -> dict[str, Any]:
-        """``payload`` with this session's knowledge (itself when there is none)."""
-        if not self.settings.knowledge or not is_coding_turn(family, payload, headers):
-            return payload
+        """``payload`` with this session's knowledge (itself when there is none):
+        ``view`` (the IO half), then the pure ``inject_knowledge``."""
+        view = await self.view(family, payload, identity, headers)
+        return inject_knowledge(payload, KnowledgeContext(family, view))
+
+    async def view(self, family: Family, payload: dict[str, Any], identity: Identity,
+                   headers: Mapping[str, str]) -> KnowledgeView | None:
+        """What this request of the session carries; None for no knowledge.
+
+        A request pipeline of pure transforms computes this before running them
+        and hands it to ``inject_knowledge`` through its context.
+        """
+        if (not self.settings.knowledge or identity.project == UNKNOWN_PROJECT
+                or not is_coding_turn(family, payload, headers)):
+            # Without a known project, knowledge would mix unrelated work.
+            return None
         try:
-            state = await self._state(identity, family)
+            items = payload.get("input" if family == "responses" else "messages")
+            state = await self._state(identity, family, _underway(items))
             await self._maybe_update(family, payload, identity, state)
         except Exception:
             log.exception("knowledge: could not prepare the session's knowledge; the request"
                           " goes on without it")
-            return payload
-        view = KnowledgeView(state.block, tuple(state.deltas))
-        return inject_knowledge(payload, KnowledgeContext(family, view))
+            return None
+        return KnowledgeView(state.block, tuple(state.deltas))
 
-    async def _state(self, identity: Identity, family: Family) -> SessionKnowledge:
+    async def _state(self, identity: Identity, family: Family,
+                     underway: bool) -> SessionKnowledge:
         key = (identity.tenant, identity.session)
         state = self._sessions.get(key)
         if state is not None:
@@ -105,15 +121,20 @@ class KnowledgeService:
         async with lock:
             state = self._sessions.get(key)
             if state is None:
-                state = await asyncio.to_thread(self._open, identity, family)
+                state = await asyncio.to_thread(self._open, identity, family, underway)
                 self._sessions[key] = state
                 while len(self._sessions) > MAX_SESSIONS:
                     old, _ = self._sessions.popitem(last=False)
                     self._locks.pop(old, None)
         return state
 
-    def _open(self, identity: Identity, family: Family) -> SessionKnowledge:
-        """Load the session's persisted block, or start it (runs in a thread)."""
+    def _open(self, identity: Identity, family: Family, underway: bool) -> SessionKnowledge:
+        """Load the session's persisted block, or start it (runs in a thread).
+
+        A session first seen ``underway`` (its history already has answers: the
+        gateway was upgraded or its state deleted mid-session) gets no block, which
+        would rewrite a cached prefix; its knowledge comes as one update instead.
+        """
         tenant, project, session = identity.tenant, identity.project, identity.session
         version = self._versions.get((tenant, project), 0)
         row = self.memory.read(lambda c: c.execute(
@@ -121,7 +142,9 @@ class KnowledgeService:
             " session = ?", (tenant, session)).fetchone())
         if row is not None:
             deltas = [Delta(int(p), str(t)) for p, t in orjson.loads(row[2])]
-            return SessionKnowledge(project, str(row[0]), set(orjson.loads(row[1])), deltas,
+            seen = orjson.loads(row[1])
+            return SessionKnowledge(project, str(row[0]), {str(k): float(v) for k, v in
+                                                           seen.items()}, deltas,
                                     version)
         root = ex.work_tree_root(project) if self.settings.export else None
 
@@ -135,17 +158,25 @@ class KnowledgeService:
             text, _ = kblock.render_block(entries, self.settings.knowledge_block_tokens)
             # Entries over the block's budget stay out for the whole session; only
             # entries the curator adds later arrive as updates.
-            known = sorted(e.id for e in entries)
+            known = {e.id: e.updated_at for e in entries}
+            if underway:
+                text, known = "", {}
+            if text:
+                metrics.record_knowledge("block")
             conn.execute(
                 "INSERT OR IGNORE INTO knowledge_sessions(tenant, session, project, block,"
                 " entry_ids, deltas, created_at) VALUES (?,?,?,?,?,'[]',?)",
-                (tenant, session, project, text, orjson.dumps(known).decode(), time.time()))
+                (tenant, session, project, text, orjson.dumps(known, option=orjson.OPT_SORT_KEYS)
+                 .decode(), time.time()))
             if root is not None:
                 try:
                     sync.export(conn, tenant, project, root, agents_file(family))
                 except OSError as exc:
                     log.warning("knowledge: could not write %s: %s", root / ex.FILE_NAME, exc)
-            return SessionKnowledge(project, text, set(known), [], version)
+            # Underway: a version no curator produced, so this request looks for
+            # an update slot at once.
+            return SessionKnowledge(project, text, known, [],
+                                    -1 if underway and entries else version)
 
         return self.memory.write_job(start)  # type: ignore[no-any-return]
 
@@ -163,14 +194,17 @@ class KnowledgeService:
         state.version = version
         entries = await asyncio.to_thread(self.memory.read, lambda c: store.entries(
             c, identity.tenant, identity.project))
-        fresh = [e for e in entries if e.id not in state.shown]
+        # New entries, and entries changed since the session saw them (a
+        # contradiction the curator resolved).
+        fresh = [e for e in entries if e.updated_at > state.shown.get(e.id, -1.0)]
         text, ids = kblock.render_update(fresh, UPDATE_BUDGET_TOKENS)
         if not ids:
             return
         state.deltas.append(Delta(slot, text))
-        state.shown.update(ids)
+        state.shown.update({e.id: e.updated_at for e in fresh if e.id in ids})
+        metrics.record_knowledge("update")
         deltas = orjson.dumps([[d.position, d.text] for d in state.deltas]).decode()
-        shown = orjson.dumps(sorted(state.shown)).decode()
+        shown = orjson.dumps(state.shown, option=orjson.OPT_SORT_KEYS).decode()
         await asyncio.to_thread(self.memory.write_job, lambda c: c.execute(
             "UPDATE knowledge_sessions SET deltas = ?, entry_ids = ? WHERE tenant = ? AND"
             " session = ?", (deltas, shown, identity.tenant, identity.session)))
@@ -184,3 +218,11 @@ class KnowledgeService:
             return False
         return bool(self.memory.write_job(
             lambda c: sync.export(c, tenant, project, root, agents_file)))
+
+
+def _underway(items: Any) -> bool:
+    """Whether the client's history already holds an answer (not the first turn)."""
+    if not isinstance(items, list):
+        return False
+    return any(isinstance(item, dict) and (item.get("role") == "assistant" or item.get(
+        "type") in ("function_call", "function_call_output", "reasoning")) for item in items)

@@ -121,7 +121,10 @@ def upsert(conn: apsw.Connection, *, tenant: str, project: str, category: str, t
         conn.execute("DELETE FROM knowledge WHERE id = (SELECT id FROM knowledge WHERE"
                      " tenant = ? AND project = ? ORDER BY confidence, updated_at LIMIT 1)",
                      (tenant, project))
-    new_id = entry_id or uuid.uuid4().hex
+    # An id from a file another tenant exported names their entry, not ours.
+    taken = entry_id is not None and conn.execute(
+        "SELECT 1 FROM knowledge WHERE id = ?", (entry_id,)).fetchone() is not None
+    new_id = entry_id if entry_id and not taken else uuid.uuid4().hex
     conn.execute(
         "INSERT INTO knowledge(id, tenant, project, category, title, content, confidence,"
         " source, cross_project, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",

@@ -179,6 +179,13 @@ distillations_total = Counter(
     ["method", "generation"],
     registry=REGISTRY,
 )
+knowledge_injections_total = Counter(
+    "lore_knowledge_injections",
+    "Knowledge given to sessions: a frozen block at a session's start (block) or a "
+    "mid-session message (update).",
+    ["kind"],
+    registry=REGISTRY,
+)
 
 _lock = threading.Lock()
 _seen: dict[str, set[str]] = {}
@@ -328,6 +335,13 @@ def record_worker_request(kind: str, result: str, tokens_in: int, tokens_out: in
             worker_budget_left_tokens.set(max(0, budget_left))
     except Exception:
         log.exception("metrics: record_worker_request failed")
+
+
+def record_knowledge(kind: str) -> None:
+    try:
+        knowledge_injections_total.labels(_bounded("kind", kind)).inc()
+    except Exception:
+        log.exception("metrics: record_knowledge failed")
 
 
 def record_distillation(method: str, generation: int) -> None:

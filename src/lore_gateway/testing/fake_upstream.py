@@ -257,6 +257,8 @@ class FakeUpstream:
         self.fixtures_dir = fixtures_dir
         self.default_scenario = "text"
         self.worker_scenario = "worker"
+        # Models this fake answers 404 for, as a backend that does not offer them.
+        self.unknown_models: set[str] = set()
         self._records: deque[RecordedRequest] = deque(maxlen=max_recorded)
         self._script: deque[str] = deque(maxlen=MAX_SCRIPT)
         self._rate_limits: deque[float | None] = deque(maxlen=MAX_SCRIPT)
@@ -315,6 +317,7 @@ class FakeUpstream:
             self._rate_limits.clear()
         self.default_scenario = "text"
         self.worker_scenario = "worker"
+        self.unknown_models.clear()
 
     async def start(self) -> None:
         # auto_decompress=False: bodies are recorded as sent and decoded here,
@@ -444,6 +447,8 @@ class FakeUpstream:
                 return web.Response(status=400,
                                     body=b'{"detail":"Unsupported parameter: max_output_tokens"}',
                                     content_type=JSON_TYPE, headers=headers)
+        if body.get("model") in self.unknown_models:
+            return self._error(shape, 404, f"The model {body['model']} does not exist", headers)
         if replay:
             return await self._replay(request, record, replay, headers)
         scenario = Scenario.parse(spec)

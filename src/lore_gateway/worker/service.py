@@ -23,8 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from lore_gateway.config import Settings
 from lore_gateway.distill import format as fmt
 from lore_gateway.distill import prompts
@@ -34,20 +32,25 @@ from lore_gateway.knowledge import curator
 from lore_gateway.knowledge import store as kstore
 from lore_gateway.knowledge.service import agents_file
 from lore_gateway.knowledge.sidechannel import is_coding_turn
+from lore_gateway.memory.identity import UNKNOWN_PROJECT
 from lore_gateway.obs import metrics
 from lore_gateway.routing import Protocol
-from lore_gateway.upstream import UpstreamClient, UpstreamUnavailable
+from lore_gateway.upstream import UpstreamClient
 from lore_gateway.worker import jobs
 from lore_gateway.worker import requests as wreq
+from lore_gateway.worker.client import ModelCaller, WorkerUnavailable
 from lore_gateway.worker.credentials import CredentialVault, SessionUpstream, kept_headers
+from lore_gateway.worker.status import job_facts, worker_settings
 
 log = logging.getLogger("lore.worker")
 
-WORKER_HEADER = "x-lore-worker"
 # How often the task looks for due jobs and idle sessions without a wake-up.
 POLL_S = 5.0
 # Sessions remembered for the idle trigger; the oldest are forgotten first.
 MAX_TRACKED_SESSIONS = 1_024
+# A curate job that could not reach the model for this long is given up (its
+# logs stay uncurated; the next curate of the project picks them up).
+CURATE_WAIT_S = 2 * 24 * 3600.0
 # Shortest sleep between passes: a burst of due work never spins the loop.
 MIN_SLEEP_S = 0.05
 # Jobs taken per pass, so a backlog yields to new wake-ups.
@@ -57,15 +60,9 @@ MIN_IDLE_TOKENS = 64
 # A queued distill job whose session lent no credential for this long (a restart
 # forgot it) is distilled extractively instead of waiting any longer.
 CREDENTIAL_WAIT_S = 600.0
-# Largest worker answer read.
-MAX_ANSWER_BYTES = 4 * 1024 * 1024
 _FAMILY: dict[Protocol, wreq.Family] = {
     Protocol.ANTHROPIC: "anthropic", Protocol.RESPONSES: "responses", Protocol.CODEX: "codex",
     Protocol.CHAT: "chat"}
-
-
-class WorkerUnavailable(Exception):
-    """The model may not or cannot be asked now; the message says why."""
 
 
 @dataclass(slots=True)
@@ -89,9 +86,7 @@ class BackgroundWorker:
         self._planned: set[tuple[str, str]] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self.tokens_in = 0
-        self.tokens_out = 0
-        self.idle = asyncio.Event()
+        self.caller = ModelCaller(settings, memory, upstream, lambda: self.clock())
         self._retry_at: float | None = None
 
     # --- the proxy's side ------------------------------------------------------------
@@ -113,7 +108,8 @@ class BackgroundWorker:
         self._seen[key] = _Seen(identity.project, self.clock())
         while len(self._seen) > MAX_TRACKED_SESSIONS:
             self._seen.popitem(last=False)
-        self._planned.add(key)
+        if len(self._planned) < MAX_TRACKED_SESSIONS:  # else the idle trigger covers it
+            self._planned.add(key)
         self._wake.set()
 
     # --- lifecycle -------------------------------------------------------------------
@@ -127,23 +123,17 @@ class BackgroundWorker:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
 
-    def wake(self) -> None:
-        self._wake.set()
-
     async def _run(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._sleep_s())
             self._wake.clear()
-            self.idle.clear()
             try:
                 await self._pass()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("worker: a pass failed; it runs again on the next wake-up")
-            if not self._wake.is_set():
-                self.idle.set()
 
     def _sleep_s(self) -> float:
         """Until the next thing that may be due: a retry, an idle session, or the poll."""
@@ -210,7 +200,7 @@ class BackgroundWorker:
         try:
             upstream = self._upstream_for(job)
             system, user, budget = prompts.observer_prompt(segment)
-            answer = await self._ask(job, upstream, "distill", system, user, budget)
+            answer = await self.caller.ask(job.tenant, upstream, "distill", system, user, budget)
             _, observations = fmt.parse(answer)
             if not observations:
                 raise WorkerUnavailable("retry: the worker answer held no observations")
@@ -229,7 +219,7 @@ class BackgroundWorker:
             row = dstore.save(conn, tenant=job.tenant, project=job.project,
                               session=job.session, text=text or "", sources=segment,
                               generation=0, method=method)
-            if text and self.settings.worker:
+            if text and self.settings.worker and job.project != UNKNOWN_PROJECT:
                 jobs.enqueue(conn, "curate", job.tenant, job.project, job.session, self.clock())
             jobs.finish(conn, job.id, "done", self.clock())
             if dstore.undistilled_tokens(conn, job.tenant, job.session) >= \
@@ -256,8 +246,8 @@ class BackgroundWorker:
         if use_model:
             try:
                 system, user, budget = prompts.reflector_prompt([d.text for d in gen0])
-                answer = await self._ask(job, self._upstream_for(job), "consolidate", system,
-                                         user, budget)
+                answer = await self.caller.ask(job.tenant, self._upstream_for(job),
+                                               "consolidate", system, user, budget)
                 date, observations = fmt.parse(answer)
                 if observations:
                     text = fmt.render(date or fmt.date_line(gen0[0].created_at),
@@ -305,15 +295,16 @@ class BackgroundWorker:
         try:
             upstream = self._upstream_for(job)
             system, user = curator.curator_prompt(entries, [d.text for d in logs])
-            answer = await self._ask(job, upstream, "curate", system, user,
-                                     curator.CURATOR_MAX_TOKENS)
+            answer = await self.caller.ask(job.tenant, upstream, "curate", system, user,
+                                           curator.CURATOR_MAX_TOKENS)
             ops = curator.parse_ops(answer)
         except (WorkerUnavailable, ValueError) as exc:
             reason = str(exc)
-            if reason.startswith("budget"):
+            stale = self.clock() - job.created_at > CURATE_WAIT_S
+            if reason.startswith("budget") and not stale:
                 await self._retry(job, jobs.next_day(self.clock()) - self.clock(), reason,
                                   count=False)
-            elif job.attempts + 1 < self.settings.worker_max_attempts:
+            elif job.attempts + 1 < self.settings.worker_max_attempts and not stale:
                 await self._retry(job, self.settings.worker_retry_base_s * 2 ** job.attempts,
                                   reason, count=not reason.startswith("no credential"))
             else:
@@ -349,63 +340,6 @@ class BackgroundWorker:
                                     "(gateway restarted, or the session ended long ago)")
         return upstream
 
-    def model_for(self, upstream: SessionUpstream) -> str:
-        configured = {"anthropic": self.settings.worker_model_anthropic,
-                      "codex": self.settings.worker_model_chatgpt}.get(
-            upstream.family, self.settings.worker_model_openai)
-        if configured == "session" and upstream.model:
-            return upstream.model
-        return configured
-
-    async def _ask(self, job: jobs.Job, upstream: SessionUpstream, kind: str, system: str,
-                   user: str, max_tokens: int) -> str:
-        """One worker request within the budget; the answer's text."""
-        estimate = fmt.estimate_tokens(system + user) + max_tokens
-        daily = self.settings.worker_daily_tokens
-        spent = await asyncio.to_thread(self.memory.read,
-                                        lambda c: jobs.used(c, job.tenant, self.clock()))
-        if spent + estimate > daily:
-            raise WorkerUnavailable(f"budget: {spent} of {daily} worker tokens used today")
-        family = upstream.family
-        body = orjson.dumps(wreq.build(family, self.model_for(upstream), system, user,
-                                       max_tokens))
-        headers = [*upstream.headers, ("content-type", "application/json"),
-                   (WORKER_HEADER, kind)]
-        try:
-            raw = await asyncio.wait_for(self._send(upstream.url, headers, body),
-                                         self.settings.worker_timeout)
-            answer = wreq.parse(family, raw)
-        except TimeoutError:
-            metrics.record_worker_request(kind, "timeout", 0, 0, None)
-            raise WorkerUnavailable("retry: the worker request timed out") from None
-        except (UpstreamUnavailable, wreq.WorkerAnswerError, _UpstreamStatus) as exc:
-            metrics.record_worker_request(kind, "error", 0, 0, None)
-            raise WorkerUnavailable(f"retry: {exc}") from None
-        n_in = answer.tokens_in if answer.tokens_in is not None else fmt.estimate_tokens(
-            system + user)
-        n_out = answer.tokens_out if answer.tokens_out is not None else fmt.estimate_tokens(
-            answer.text)
-
-        def charge(conn: Any) -> int:
-            jobs.charge(conn, job.tenant, self.clock(), n_in, n_out)
-            return jobs.used(conn, job.tenant, self.clock())
-
-        used = await asyncio.to_thread(self.memory.write_job, charge)
-        self.tokens_in += n_in
-        self.tokens_out += n_out
-        metrics.record_worker_request(kind, "ok", n_in, n_out, daily - used)
-        return answer.text
-
-    async def _send(self, url: str, headers: list[tuple[str, str]], body: bytes) -> bytes:
-        resp = await self.upstream.send("POST", url, headers, body)
-        try:
-            data, _cut = await resp.read(MAX_ANSWER_BYTES)
-        finally:
-            resp.close()
-        if resp.status >= 300:
-            raise _UpstreamStatus(f"upstream answered {resp.status}")
-        return data
-
     async def _retry(self, job: jobs.Job, delay: float, reason: str, *, count: bool = True) -> None:
         now = self.clock()
         self._retry_at = min(self._retry_at or now + delay, now + delay)
@@ -422,65 +356,11 @@ class BackgroundWorker:
         """Worker facts for ``lore status``, the banner and doctor (blocks: a thread)."""
         facts = worker_settings(self.settings)
         facts.update(self.memory.read(lambda c: job_facts(c, self.settings, self.clock())))
-        facts["tokens_in_since_start"] = self.tokens_in
-        facts["tokens_out_since_start"] = self.tokens_out
+        facts["tokens_in_since_start"] = self.caller.tokens_in
+        facts["tokens_out_since_start"] = self.caller.tokens_out
         facts["sessions_with_credentials"] = len(self.vault)
         return facts
 
 
-class _UpstreamStatus(Exception):
-    """A non-2xx answer to a worker request."""
-
-
 def _tool_family(protocol: Protocol) -> str:
     return {"anthropic": "anthropic", "chat": "chat"}.get(protocol.value, "responses")
-
-
-def worker_settings(settings: Settings) -> dict[str, Any]:
-    """What the settings say about background calls (no database needed)."""
-    return {
-        "enabled": settings.worker,
-        "models": {"anthropic": settings.worker_model_anthropic,
-                   "openai": settings.worker_model_openai,
-                   "chatgpt": settings.worker_model_chatgpt},
-        "daily_tokens_per_tenant": settings.worker_daily_tokens,
-    }
-
-
-def job_facts(conn: Any, settings: Settings, now: float) -> dict[str, Any]:
-    """Jobs by state and today's usage per tenant, from the database."""
-    usage = jobs.usage_today(conn, now)
-    return {
-        "jobs": jobs.counts(conn),
-        "today": {tenant: {**u, "budget_left": max(
-            0, settings.worker_daily_tokens - u["tokens_in"] - u["tokens_out"])}
-            for tenant, u in usage.items()},
-    }
-
-
-def describe(settings: Settings) -> str:
-    """One line for the startup banner and ``lore doctor``."""
-    if not settings.worker:
-        return "background calls: off (LORE_WORKER=off; distillation is extractive, no model)"
-    return (f"background calls: on, after each response, to the session's provider "
-            f"(models: anthropic {settings.worker_model_anthropic}, openai "
-            f"{settings.worker_model_openai}, chatgpt {settings.worker_model_chatgpt}); "
-            f"budget {settings.worker_daily_tokens:,} tokens/day per tenant")
-
-
-def status_from_db(settings: Settings) -> dict[str, Any]:
-    """Worker facts from the settings and the database, for another process
-    (``lore status``, ``lore doctor``): no running gateway needed."""
-    from lore_gateway.memory import db
-
-    facts = worker_settings(settings)
-    if not settings.db_path.exists():
-        return facts | {"jobs": {"queued": 0, "done": 0, "failed": 0}, "today": {}}
-    conn = db.connect(settings.db_path, readonly=True)
-    try:
-        facts.update(job_facts(conn, settings, time.time()))
-    except Exception as exc:  # an older schema without the worker tables
-        facts["error"] = f"no worker tables in {settings.db_path}: {exc}"
-    finally:
-        conn.close()
-    return facts
