@@ -72,6 +72,11 @@ def test_sigterm_writes_queued_turns_and_stops_the_embedding_process(
     assert embedders, "the embedding model runs in a child process"
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=20) == 0
+    # multiprocessing's resource tracker leaves once it reads EOF from the exited
+    # gateway, a moment later on a busy machine: wait for that, bounded.
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in embedders) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not any(alive(pid) for pid in embedders)
     memory = Memory.open(Settings(data_dir=data_dir, embeddings=False), embedder=None)
     try:

@@ -14,8 +14,10 @@ from typer.testing import CliRunner
 
 from lore_gateway.cli.main import _register, app
 from lore_gateway.local_recall import LOCAL_RECALL_PATH, is_loopback
+from lore_gateway.memory import db, keys, schema
 from lore_gateway.obs.metrics import REGISTRY
-from lore_gateway.testing import FakeUpstream
+from lore_gateway.server import Gateway
+from lore_gateway.testing import BackgroundServer, FakeUpstream, gateway_settings
 
 FACT = "The nightly backup runs from the walrus host."
 _register()
@@ -77,6 +79,38 @@ def test_team_mode_route_needs_the_key(make_gateway: Any, fake_upstream: FakeUps
     refused = ask(gw, gw.settings.db_path)
     assert refused.status_code == 401
     assert refused.json()["error"]["type"] == "authentication_error"
+
+
+def test_team_mode_cli_recall_sends_lore_key(fake_upstream: FakeUpstream, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = gateway_settings(fake_upstream, tmp_path / "data", tenancy="keys")
+    conn = db.connect(settings.db_path)
+    schema.migrate(conn)
+    _, alice = keys.create(conn, "alice")
+    conn.close()
+    runner = BackgroundServer(Gateway(settings), name="team-gateway")
+    gw = runner.start()
+    try:
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-x-0123456789",
+                               max_retries=0, default_headers={"X-Lore-Key": alice})
+        assert client.responses.create(model="gpt-x", input=f"Remember: {FACT}").output_text
+        deadline = time.monotonic() + 10
+        while not gw.memory.count_turns("alice", project="unknown"):
+            assert time.monotonic() < deadline, "the turn was not stored"
+            gw.memory.flush(timeout=10)
+            time.sleep(0.02)
+        for name, value in (("LORE_DATA_DIR", str(settings.data_dir)), ("LORE_TENANCY", "keys"),
+                            ("LORE_HOST", "127.0.0.1"), ("LORE_PORT", str(gw.port)),
+                            ("LORE_KEY", alice)):
+            monkeypatch.setenv(name, value)
+        before = served(200)
+        result = CliRunner().invoke(app, ["recall", "nightly backup host", "--json"])
+        assert result.exit_code == 0, result.output
+        answer = json.loads(result.output.splitlines()[-1])
+        assert answer["tenants"] == ["alice"] and FACT in answer["hits"][0]["content"]
+        assert served(200) == before + 1
+    finally:
+        runner.stop()
 
 
 def test_only_loopback_clients() -> None:

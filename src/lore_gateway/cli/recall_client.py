@@ -4,7 +4,8 @@ The gateway has the database open and the model loaded, so it answers in a few
 tens of milliseconds where a cold local search first spends a second or more
 starting up. Whenever the gateway cannot answer this exact question (none is
 running, it serves another data directory, an explicit ``--tenant``), the
-caller searches locally; ``None`` says so.
+caller searches locally; ``None`` says so. In team mode the gateway key
+(``--key-env VAR``, else ``LORE_KEY``) goes along and selects the tenant.
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ def ask_gateway(settings: Settings, *, query: str, scope: str, project: str,
                 session: str | None, limit: int, tenant: str | None,
                 key_env: str | None) -> dict[str, Any] | None:
     """The gateway's answer, or ``None`` when the CLI should search locally."""
-    if tenant is not None or session:
-        return None  # an owner's explicit tenant, or a session prefix to resolve: local
+    team = settings.tenancy == "keys"
+    if tenant is not None or session or (key_env is not None and not team):
+        # An owner's explicit choice of tenant, or a session prefix to resolve: local.
+        return None
     headers = {"content-type": "application/json"}
-    if settings.tenancy == "keys" or key_env is not None:
+    if team:
         key = os.environ.get(key_env or DEFAULT_KEY_ENV, "").strip()
         if not key:
             return None  # the local path explains what is missing
