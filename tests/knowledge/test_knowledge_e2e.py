@@ -394,11 +394,11 @@ def test_a_backend_that_refuses_the_cheaper_model_gets_the_sessions_own(
 
 def test_a_session_first_seen_midway_gets_an_update_not_a_new_prefix(
         make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path) -> None:
-    from lore_gateway.memory.identity import tenant_for
+    from lore_gateway.memory.identity import PERSONAL
 
     project = git_project(tmp_path / "repo")
     gw = make_gateway(**FAST)
-    tenant = tenant_for({"x-api-key": ANTHROPIC_KEY}, salt=gw.memory.salt)
+    tenant = PERSONAL
     gw.memory.write_job(lambda c: kstore.upsert(
         c, tenant=tenant, project=str(project), category="decision",
         title="deploy from the tangerine branch", content="Main stays frozen."))

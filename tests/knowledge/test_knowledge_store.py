@@ -142,9 +142,9 @@ def test_knowledge_cli_edits_deletes_and_exports(
     project = tmp_path / "repo"
     (project / "src").mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(project)], check=True)
-    store_turns(memory, 1, Identity("t-me", str(project / "src"), "s1"))
+    store_turns(memory, 1, Identity(PERSONAL, str(project / "src"), "s1"))
     entry = memory.write_job(lambda c: kstore.upsert(
-        c, tenant="t-me", project=str(project / "src"), category="gotcha",
+        c, tenant=PERSONAL, project=str(project / "src"), category="gotcha",
         title="flaky port", content="8080 is taken by the proxy")[0])
     memory.close()
     from lore_gateway.cli.main import _register, app

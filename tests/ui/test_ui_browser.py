@@ -185,6 +185,15 @@ def test_the_session_view_shows_a_new_turn_without_reload(site: dict[str, Any],
     say(site["gw"], SESSION, site["project"], "A live turn: the cache key is blake3.")
     page.get_by_text("the cache key is blake3").wait_for()
     assert page.evaluate("window.__marker") == "same page"
+    # j / k walk the turns from the keyboard.
+    page.locator("h1").click()
+    page.keyboard.press("j")
+    page.keyboard.press("j")
+    assert page.evaluate("document.activeElement.id") == page.locator("article.turn").nth(1) \
+        .get_attribute("id")
+    page.keyboard.press("k")
+    assert page.evaluate("document.activeElement.id") == page.locator("article.turn").nth(0) \
+        .get_attribute("id")
 
 
 def test_phone_width_dark_theme_and_keyboard(site: dict[str, Any], browser: Any,

@@ -35,6 +35,19 @@
       ev.preventDefault();
       if (q) { q.focus(); q.select(); } else { window.location.href = "/ui/search"; }
     });
+    // j / k move between the turns of a session (each turn is focusable).
+    document.addEventListener("keydown", function (ev) {
+      if ((ev.key !== "j" && ev.key !== "k") || ev.ctrlKey || ev.metaKey || ev.altKey) return;
+      var tag = (document.activeElement && document.activeElement.tagName) || "";
+      if (tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT") return;
+      var turns = Array.prototype.slice.call(document.querySelectorAll("article.turn"));
+      if (!turns.length) return;
+      var at = turns.indexOf(document.activeElement.closest ? document.activeElement.closest("article.turn") : null);
+      var next = ev.key === "j" ? Math.min(at + 1, turns.length - 1) : Math.max(at - 1, 0);
+      turns[next].setAttribute("tabindex", "-1");
+      turns[next].focus();
+      ev.preventDefault();
+    });
     document.addEventListener("submit", function (ev) {
       var form = ev.target;
       var question = form.getAttribute && form.getAttribute("data-confirm");
