@@ -60,3 +60,23 @@ def test_pages_are_html_with_a_strict_content_policy(fake_upstream: FakeUpstream
         assert status == 404
     finally:
         runner.stop()
+
+
+def test_an_open_live_stream_does_not_hold_the_shutdown(fake_upstream: FakeUpstream,
+                                                        tmp_path: Path) -> None:
+    import http.client
+    import threading
+
+    runner = start_gateway(fake_upstream, tmp_path / "data")
+    gw = runner.server
+    connection = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+    connection.request("GET", "/ui/events/overview")
+    response = connection.getresponse()
+    assert response.status == 200 and response.getheader("content-type", "").startswith(
+        "text/event-stream")
+    assert response.readline().startswith(b"retry:")
+    stopper = threading.Thread(target=runner.stop)
+    stopper.start()
+    stopper.join(timeout=30)
+    assert not stopper.is_alive(), "the gateway waited for the open event stream"
+    connection.close()
