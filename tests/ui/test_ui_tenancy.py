@@ -93,6 +93,11 @@ def test_key_a_sees_only_its_own_memory(team: dict[str, Any], browser: Any, shot
     url = team["url"]
     page = _signed_in(browser, url, team["key_a"])
     assert team["key_a"] not in page.content()
+    # The overview's charts are Alice's own traffic: one turn, not the gateway's two.
+    page.wait_for_function("window.lore && window.lore.series")
+    assert page.evaluate("window.lore.series.per_tenant") is True
+    assert page.evaluate("window.lore.series.totals.requests") == 1
+    assert page.locator('[data-total="requests"]').inner_text() == "1"
     page.goto(url + "/ui/sessions")
     listed = page.locator("main").inner_text()
     assert "alice-1" in listed and "bob-1" not in listed

@@ -41,7 +41,7 @@ class UiApp:
         if memory is not None:
             self.sampler = Sampler(memory.write_job, settings.ui_sample_seconds)
         self.pages = Pages(settings, memory, live, self.sampler, self.access)
-        self.streams = Streams(memory, self.sampler)
+        self.streams = Streams(memory, self.sampler, team=self.access.team)
         self._static: dict[str, bytes] = {}
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:

@@ -35,9 +35,11 @@ HEARTBEAT_SECONDS = 15
 
 
 class Streams:
-    def __init__(self, memory: Any, sampler: samples.Sampler | None) -> None:
+    def __init__(self, memory: Any, sampler: samples.Sampler | None, *, team: bool) -> None:
         self._memory = memory
         self._sampler = sampler
+        # Team mode: a member's charts follow their own memory, never others' traffic.
+        self._team = team
         self._open = 0
         self._stop_flag = False
 
@@ -83,15 +85,19 @@ class Streams:
             await send({"type": "http.response.body", "body": b"retry: 1000\n\n",
                         "more_body": True})
             while not gone.is_set() and not self._stop_flag:
-                if kind == "overview":
+                if kind == "overview" and not self._team:
                     version: Any = self._sampler.version if self._sampler else 0
+                elif kind == "overview":
+                    version = await asyncio.to_thread(self._memory.read, lambda c: (
+                        queries.tenant_version(c, viewer.tenant)))
                 else:
                     version = await asyncio.to_thread(self._memory.read, lambda c: (
                         queries.session_version(c, viewer.tenant, session)))
                 if version != seen:
                     if kind == "overview":
                         data = await asyncio.to_thread(self._memory.read, lambda c: (
-                            samples.series(c, window)))
+                            samples.series_for(c, viewer.tenant if self._team else None,
+                                               window)))
                     else:
                         data = {"turns": version[0], "newest": version[1]}
                     frame = b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"

@@ -134,7 +134,8 @@ class Pages:
         }.get(path)
         if path == "/ui/series":
             window = samples.WINDOWS.get(request.arg("window"), samples.WINDOWS["1h"])
-            data = await self._read(lambda c: samples.series(c, window))
+            tenant = self.chart_tenant(viewer)
+            data = await self._read(lambda c: samples.series_for(c, tenant, window))
             return 200, orjson.dumps(data), "application/json"
         if handler is None:
             raise NotFound(f"There is no page {request.path}", "The menu lists every page.")
@@ -154,6 +155,11 @@ class Pages:
                                            viewer.tenant, form.get("id", ""))
         raise NotFound(f"There is no form {request.path}")
 
+    def chart_tenant(self, viewer: Viewer) -> str | None:
+        """Whose traffic the charts show: in team mode a member's own (from their
+        memory), else the gateway's counters (all of it is the one user's)."""
+        return viewer.tenant if self.access.team else None
+
     # --- pages ------------------------------------------------------------------------
 
     async def overview(self, request: Request, viewer: Viewer) -> bytes:
@@ -161,7 +167,8 @@ class Pages:
         if window not in samples.WINDOWS:
             window = "1h"
         seconds = samples.WINDOWS[window]
-        data, counts = await self._read(lambda c: (samples.series(c, seconds),
+        tenant = self.chart_tenant(viewer)
+        data, counts = await self._read(lambda c: (samples.series_for(c, tenant, seconds),
                                                    queries.counts(c, viewer.tenant)))
         return self.render("overview.html", viewer, active="overview", window=window,
                            windows=list(samples.WINDOWS), series=data,

@@ -150,6 +150,15 @@ def session_version(conn: Any, tenant: str, session: str) -> tuple[int, int]:
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
+def tenant_version(conn: Any, tenant: str) -> tuple[int, int]:
+    """(newest message id, recalls) of a tenant: what a team member's overview watches."""
+    row = conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages WHERE tenant = ?",
+                       (tenant,)).fetchone()
+    recalls = conn.execute("SELECT COUNT(*) FROM recall_anchors WHERE tenant = ?",
+                           (tenant,)).fetchone() if _table_exists(conn, "recall_anchors") else None
+    return (int(row[0]) if row else 0, int(recalls[0]) if recalls else 0)
+
+
 def shown(message_id: int, role: str, content: str, tokens: int, truncated: bool) -> ShownMessage:
     """How one stored message is rendered: tool calls and results become collapsible."""
     for kind, pattern in (("tool_call", _TOOL_CALL), ("tool_result", _TOOL_RESULT)):

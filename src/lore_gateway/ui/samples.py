@@ -136,7 +136,16 @@ def series(conn: Any, window_s: float, now: float | None = None,
             "overhead_ms": round(1000 * t["overhead_s"] / t["overhead_n"], 3)
             if t["overhead_n"] else None,
         },
+        "per_tenant": False,
     }
+
+
+def series_for(conn: Any, viewer_tenant: str | None, window_s: float) -> dict[str, Any]:
+    """What a viewer's charts show: the gateway's own counters, or (a signed-in team
+    member, ``viewer_tenant`` set) their own stored memory."""
+    if viewer_tenant is None:
+        return series(conn, window_s)
+    return tenant_series(conn, viewer_tenant, window_s)
 
 
 class Sampler:
@@ -179,3 +188,55 @@ class Sampler:
         self._stop.set()
         self._thread.join(timeout=10)
         self.sample()
+
+
+def tenant_series(conn: Any, tenant: str, window_s: float, now: float | None = None,
+                  buckets: int = BUCKETS) -> dict[str, Any]:
+    """The same chart data for one tenant, from its stored memory (team mode).
+
+    The gateway's counters are not kept per tenant, so a team member's charts come
+    from their own turns: requests are stored turns, tokens are the stored
+    messages' estimates (``ceil(chars / 3)``; user and tool input up, assistant
+    output down), recalls are the recall log with a hit when a result came back.
+    Cache reads and overhead are not stored per tenant: those slots stay empty.
+    """
+    now = time.time() if now is None else now
+    start = now - window_s
+    width = window_s / buckets
+    requests, up, down, calls, hits = ([0] * buckets for _ in range(5))
+
+    def slot(ts: float) -> int:
+        return min(max(int((ts - start) / width), 0), buckets - 1)
+
+    for ts, in conn.execute("SELECT created_at FROM turns WHERE tenant = ? AND created_at > ?"
+                            " AND created_at <= ? AND protocol != 'lore-distill'",
+                            (tenant, start, now)):
+        requests[slot(float(ts))] += 1
+    for ts, role, tokens in conn.execute(
+            "SELECT created_at, role, tokens FROM messages WHERE tenant = ? AND created_at > ?"
+            " AND created_at <= ? AND role != 'observations'", (tenant, start, now)):
+        (down if role == "assistant" else up)[slot(float(ts))] += int(tokens)
+    has_anchors = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'recall_anchors'"
+                               ).fetchone() is not None
+    if has_anchors:
+        for ts, result in conn.execute(
+                "SELECT created_at, tool_result FROM recall_anchors WHERE tenant = ?"
+                " AND created_at > ? AND created_at <= ?", (tenant, start, now)):
+            calls[slot(float(ts))] += 1
+            if b"t:" in (result if isinstance(result, bytes) else str(result).encode()):
+                hits[slot(float(ts))] += 1
+    empty: list[float | None] = [None] * buckets
+    total_calls, total_hits = sum(calls), sum(hits)
+    return {
+        "t": [round(start + width * (i + 1)) for i in range(buckets)],
+        "requests": requests, "tokens_in": up, "tokens_out": down,
+        "cache_share": empty, "recall_calls": calls,
+        "recall_hit_rate": [round(100 * h / c, 4) if c else None for h, c in zip(hits, calls,
+                                                                              strict=True)],
+        "overhead_ms": empty,
+        "totals": {"requests": sum(requests), "tokens_in": sum(up), "tokens_out": sum(down),
+                   "cache_share": None, "recall_calls": total_calls,
+                   "recall_hit_rate": round(100 * total_hits / total_calls, 1)
+                   if total_calls else None, "overhead_ms": None},
+        "per_tenant": True,
+    }
