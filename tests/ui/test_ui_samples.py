@@ -80,3 +80,17 @@ def test_an_open_live_stream_does_not_hold_the_shutdown(fake_upstream: FakeUpstr
     stopper.join(timeout=30)
     assert not stopper.is_alive(), "the gateway waited for the open event stream"
     connection.close()
+
+
+def test_with_storage_off_the_pages_say_so_and_status_still_works(
+        fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+    runner = start_gateway(fake_upstream, tmp_path / "data", store=False)
+    try:
+        status, _, body = _get(runner.server.url + "/ui/search?q=anything")
+        assert status == 200 and b"Memory is off" in body
+        status, _, body = _get(runner.server.url + "/ui/status")
+        assert status == 200 and b"<h1>Status</h1>" in body
+        status, _, _ = _get(runner.server.url + "/ui/events/overview")
+        assert status == 404
+    finally:
+        runner.stop()
