@@ -10,7 +10,7 @@ CLAUDE_VERSION := 2.1.197
 CODEX := $(TOOLS)/node_modules/.bin/codex
 CLAUDE := $(TOOLS)/node_modules/@anthropic-ai/claude-code/bin/claude.exe
 
-.PHONY: setup serve test lint tools clean
+.PHONY: setup serve test lint tools browser clean
 
 setup: $(VENV)/.installed
 
@@ -34,7 +34,15 @@ lint: setup
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
 
-test: setup tools lint
+# The /ui browser tests drive Debian's chromium. As root with apt, install it once
+# (skipped when present); elsewhere the tests say how to get it and are skipped.
+browser:
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update && apt-get install -y chromium; \
+	else echo "browser tests: chromium not found; install Debian's chromium (apt-get install chromium)" >&2; fi
+
+test: setup tools browser lint
 	scripts/offline $(BIN)/pytest
 
 clean:

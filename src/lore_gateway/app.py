@@ -22,6 +22,7 @@ from lore_gateway.obs import status as status_route
 from lore_gateway.obs.logging import bind_request
 from lore_gateway.proxy import Proxy
 from lore_gateway.routing import Kind, Route, match
+from lore_gateway.ui.app import UiApp
 
 log = logging.getLogger("lore.app")
 
@@ -48,6 +49,7 @@ class GatewayApp:
         self.live = status_route.Live(memory=proxy.turns.memory,
                                       recall_active=proxy.recall is not None)
         self._memory_degraded = memory_degraded
+        self.ui = UiApp(proxy.settings, proxy.turns.memory, self.live)
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -106,6 +108,9 @@ class GatewayApp:
         if kind is Kind.PASSTHROUGH or kind is Kind.JSON:
             status = await self.proxy.handle_passthrough(scope, receive, send, route)
             metrics.record_request("passthrough", status, "", None, None)
+            return
+        if kind is Kind.UI:
+            await self.ui(scope, receive, send)
             return
         client = ClientChannel(send)
         if kind is Kind.HEALTH:

@@ -143,6 +143,9 @@ class Settings(BaseSettings):
     knowledge: bool = True
     knowledge_block_tokens: int = 2_000
     export: bool = True
+    # The memory browser (/ui): how often the overview's metrics are sampled into
+    # the database, in seconds (docs/ui.md).
+    ui_sample_seconds: float = 10.0
 
     @classmethod
     def settings_customise_sources(
@@ -210,7 +213,8 @@ class Settings(BaseSettings):
     @field_validator("max_request_bytes", "max_error_body_bytes", "max_response_body_bytes",
                      "upstream_connect_timeout", "upstream_read_timeout",
                      "store_max_message_bytes", "recall_stream_max_bytes",
-                     "recall_retained_max_bytes", "recall_deferred_max_bytes")
+                     "recall_retained_max_bytes", "recall_deferred_max_bytes",
+                     "ui_sample_seconds")
     @classmethod
     def _positive(cls, value: float) -> float:
         if value <= 0:

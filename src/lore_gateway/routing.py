@@ -53,6 +53,7 @@ class Kind(StrEnum):
     HEALTH = "health"
     METRICS = "metrics"
     STATUS = "status"  # lore status: loopback-only JSON (obs/status.py)
+    UI = "ui"  # the memory browser under /ui (ui/app.py)
     WEBSOCKET_REFUSED = "websocket_refused"
 
 
@@ -107,6 +108,8 @@ def match(
         return Route(Kind.METRICS)
     if method == "GET" and path == "/lore/status":
         return Route(Kind.STATUS)
+    if path == "/ui" or path.startswith("/ui/"):
+        return Route(Kind.UI)
     if path.startswith("/v1/"):
         upstream = Upstream.ANTHROPIC if anthropic_version else Upstream.OPENAI
         return Route(Kind.PASSTHROUGH, upstream, path + suffix)

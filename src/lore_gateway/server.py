@@ -90,6 +90,7 @@ class Gateway:
         self.recall: RecallService | None = None
         self.background: Background | None = None
         self._server: _Server | None = None
+        self._app: GatewayApp | None = None
         self._task: asyncio.Task[None] | None = None
         self._sock: socket.socket | None = None
         self._grace: asyncio.Task[None] | None = None
@@ -121,7 +122,7 @@ class Gateway:
         self.proxy = Proxy(self.settings, self.upstream, turns, self.recall)
         self.background = await Background.attach(self.settings, self.memory, self.upstream,
                                                   self.proxy, self.recall)
-        app = GatewayApp(self.proxy, memory_degraded=self._memory_degraded)
+        app = self._app = GatewayApp(self.proxy, memory_degraded=self._memory_degraded)
         limits = ConnectionLimits(
             header_timeout=self.settings.header_timeout,
             body_timeout=self.settings.body_timeout,
@@ -159,6 +160,8 @@ class Gateway:
         """Begin a graceful shutdown (a signal handler may call this): stop
         accepting, let open responses run for ``shutdown_grace`` seconds, then end
         them with their protocol's error event."""
+        if self._app is not None:
+            self._app.ui.stopping()  # live /ui streams end, so the server can stop
         if self._server is not None:
             self._server.should_exit = True
         if self._grace is None and self.proxy is not None:
@@ -185,6 +188,8 @@ class Gateway:
             await self._task
         if self._grace is not None:
             self._grace.cancel()
+        if self._app is not None:
+            await asyncio.to_thread(self._app.ui.close)  # the last metrics sample
         if self.background is not None:
             await self.background.stop()
         await self.upstream.close()

@@ -145,7 +145,8 @@ class TurnCollector:
                 if acc is not None and acc.result().usage is not None:
                     usage = acc.result().usage
         if usage is not None:
-            metrics.record_usage(protocol, usage.prompt_tokens, usage.cache_read or 0)
+            metrics.record_usage(protocol, usage.prompt_tokens, usage.cache_read or 0,
+                                 usage.output_tokens)
 
     def response_id(self) -> str | None:
         """The upstream response's id, once the stream carried it (Responses only)."""

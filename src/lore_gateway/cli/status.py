@@ -137,6 +137,7 @@ def banner(document: dict[str, Any]) -> list[str]:
                    f"{_embeddings(document)}"),
         ("worker", f"{_worker(document.get('worker', {}))}; tenancy "
                    f"{document.get('tenancy')}"),
+        ("memory browser", f"{url}/ui"),
         ("agents", "lore run codex | lore run claude"),
         ("SDKs", f"base_url {url}/v1 (OpenAI), {url} (Anthropic)"),
     ]

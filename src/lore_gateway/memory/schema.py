@@ -383,6 +383,25 @@ INSERT INTO context_fts(rowid, content, scope)
     FROM messages m;
 """
 
+# v8 (ui, issue 16): the gateway's own metrics over time for the /ui overview
+# charts, so they survive a restart. One row per sampling interval that saw
+# traffic, holding the increments of that interval (ui/samples.py). Only counts;
+# no tenant, no content. Self-contained: renumber freely when merging.
+_V8_UI_METRICS = """
+CREATE TABLE metrics_samples(
+    ts REAL NOT NULL,
+    requests INTEGER NOT NULL,
+    tokens_in INTEGER NOT NULL,
+    tokens_out INTEGER NOT NULL,
+    cache_read INTEGER NOT NULL,
+    recall_calls INTEGER NOT NULL,
+    recall_hits INTEGER NOT NULL,
+    overhead_s REAL NOT NULL,
+    overhead_n INTEGER NOT NULL
+);
+CREATE INDEX metrics_samples_ts ON metrics_samples(ts);
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "turns, messages + FTS5, embeddings, sessions, kv", _V1),
     Migration(2, "context_fts: each message with its predecessor, for search", _V2),
@@ -392,6 +411,7 @@ MIGRATIONS: list[Migration] = [
               _V5_KNOWLEDGE),
     Migration(6, "personal tenant: gateway keys; credential tenants merged", _V6_TENANCY),
     Migration(7, "search: call + output context, recall traffic unindexed", _V7),
+    Migration(8, "ui: metrics samples for the overview charts", _V8_UI_METRICS),
 ]
 
 

@@ -132,6 +132,18 @@ prompt_cache_read_tokens_total = Counter(
     ["protocol"],
     registry=REGISTRY,
 )
+output_tokens_total = Counter(
+    "lore_output_tokens",
+    "Output tokens reported by upstream usage.",
+    ["protocol"],
+    registry=REGISTRY,
+)
+recall_hits_total = Counter(
+    "lore_recall_hits",
+    "recall calls that returned at least one result.",
+    ["protocol"],
+    registry=REGISTRY,
+)
 prompt_cache_read_ratio = Gauge(
     "lore_prompt_cache_read_ratio",
     "cache_read / input tokens since start, per protocol (see module docs for PromQL).",
@@ -233,6 +245,7 @@ def record_recall(protocol: str, results: int, latency_s: float, *, ok: bool = T
         recall_calls_total.labels(proto, "ok" if ok else "error").inc()
         if results > 0:
             recall_results_total.labels(proto).inc(results)
+            recall_hits_total.labels(proto).inc()
         if latency_s >= 0:
             recall_latency_seconds.labels(proto).observe(latency_s)
     except Exception:
@@ -274,8 +287,9 @@ def record_stored_turns(count: int = 1) -> None:
         log.debug("metrics: record_stored_turns failed", exc_info=True)
 
 
-def record_usage(protocol: str, input_tokens: int, cache_read_tokens: int) -> None:
-    """Prompt-cache accounting from one upstream usage report.
+def record_usage(protocol: str, input_tokens: int, cache_read_tokens: int,
+                 output_tokens: int = 0) -> None:
+    """Token and prompt-cache accounting from one upstream usage report.
 
     ``input_tokens`` must include the cached tokens. Providers differ: OpenAI's
     ``input_tokens`` already includes ``input_tokens_details.cached_tokens``, while
@@ -283,6 +297,8 @@ def record_usage(protocol: str, input_tokens: int, cache_read_tokens: int) -> No
     ``cache_creation_input_tokens``, so the caller adds those first.
     """
     try:
+        if output_tokens > 0:
+            output_tokens_total.labels(_bounded("protocol", protocol)).inc(output_tokens)
         if input_tokens <= 0:
             return
         cache_read = max(0, min(cache_read_tokens, input_tokens))

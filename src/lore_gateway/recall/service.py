@@ -24,8 +24,10 @@ from lore_gateway.headers import client_response_headers
 from lore_gateway.memory.anchor_store import AnchorStore
 from lore_gateway.memory.records import Identity
 from lore_gateway.memory.service import Memory
+from lore_gateway.obs import metrics
 from lore_gateway.protocols import responses
 from lore_gateway.protocols.common import Message, ProtocolError
+from lore_gateway.protocols.usage import usage_from_responses
 from lore_gateway.recall import pipeline
 from lore_gateway.recall.anthropic import handler as anthropic_handler
 from lore_gateway.recall.chat import handler as chat_handler
@@ -159,6 +161,7 @@ class RecallService:
         delivered = icpt.delivered_response()
         if delivered is not None:
             _check_empty(exchange, delivered, icpt.depth)
+            _report_usage(exchange, delivered)
         return Delivery(resp.status, headers, _item_messages(icpt.turn_items()),
                         icpt.failure is None)
 
@@ -183,6 +186,7 @@ class RecallService:
             return Delivery(status, headers, [], False, body)
         ctx.delivered()
         _check_empty(exchange, final, ctx.budget.executions)
+        _report_usage(exchange, final)
         calls = {s.anchor_id: s.assistant for s in ctx.staged if s.anchor_id}
         return Delivery(status, headers, _item_messages(final.get("output") or [], calls),
                         True, body)
@@ -260,7 +264,18 @@ def _parsed_outputs(protocol: Protocol, chunks: list[bytes]) -> list[Message]:
     collector = TurnCollector(protocol, max_json_bytes=sum(map(len, chunks)) + 1)
     for chunk in chunks:
         collector.feed(chunk)
+    collector.report_usage(protocol.value)  # token metrics (the overview's charts)
     return collector.outputs()
+
+
+def _report_usage(exchange: Exchange, response: dict[str, Any]) -> None:
+    """Token metrics from a delivered Responses answer (the overview's token charts)."""
+    try:
+        usage = usage_from_responses(response.get("usage"))
+    except Exception:
+        return
+    metrics.record_usage(exchange.protocol.value, usage.prompt_tokens, usage.cache_read or 0,
+                         usage.output_tokens)
 
 
 async def _principal_json(exchange: Exchange, resp: UpstreamResponse,

@@ -1,0 +1,102 @@
+"""The knowledge page: entries per project, edited the way ``lore knowledge edit`` does.
+
+A save or delete runs as one job on the memory writer: first the person's own
+edits to the project's ``.lore.md`` are taken in (so the page never overwrites
+them), then the change, then the file is written again from the database. The
+file and the database therefore agree after every click.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import urlencode
+
+from lore_gateway.config import Settings
+from lore_gateway.knowledge import export as ex
+from lore_gateway.knowledge import store, sync
+
+log = logging.getLogger("lore.ui")
+
+UI_SOURCE = "lore ui"
+
+
+def categories() -> tuple[str, ...]:
+    return store.CATEGORIES
+
+
+def listing(conn: Any, tenant: str, project: str | None) -> dict[str, Any]:
+    """Entries grouped by project, and every project that has any (for the filter)."""
+    rows = store.entries(conn, tenant, project, include_cross=project is not None)
+    grouped: dict[str, list[store.Entry]] = {}
+    for entry in rows:
+        grouped.setdefault(entry.project, []).append(entry)
+    known = [str(r[0]) for r in conn.execute(
+        "SELECT DISTINCT project FROM knowledge WHERE tenant = ? ORDER BY project", (tenant,))]
+    return {"groups": grouped, "projects": known,
+            "files": {p: _file_of(p) for p in grouped}}
+
+
+def _file_of(project: str) -> str:
+    root = ex.work_tree_root(project)
+    return str(root / ex.FILE_NAME) if root is not None else ""
+
+
+def entry(conn: Any, tenant: str, entry_id: str) -> store.Entry | None:
+    try:
+        return store.get(conn, tenant, entry_id)
+    except store.KnowledgeError:
+        return None
+
+
+def _sync_around(conn: Any, settings: Settings, tenant: str, project: str,
+                 change: Any) -> Any:
+    root = ex.work_tree_root(project) if settings.export else None
+    if root is not None:
+        try:
+            sync.import_edits(conn, tenant, project, root)
+        except OSError as exc:
+            log.warning("ui: could not read %s: %s", root / ex.FILE_NAME, exc)
+    with conn:
+        result = change(conn)
+    if root is not None:
+        try:
+            sync.export(conn, tenant, project, root, None)
+        except OSError as exc:
+            log.warning("ui: could not write %s: %s", root / ex.FILE_NAME, exc)
+    return result
+
+
+def save(memory: Any, settings: Settings, tenant: str, form: dict[str, str]) -> str:
+    """Create or update an entry from the edit form; where to go next. Blocking."""
+    entry_id = form.get("id", "").strip()
+    old = memory.read(lambda c: entry(c, tenant, entry_id)) if entry_id else None
+    project = old.project if old is not None else form.get("project", "").strip()
+    if not project:
+        return "/ui/knowledge/edit?" + urlencode({"problem": "a project is needed"})
+
+    def change(conn: Any) -> store.Entry:
+        saved, _ = store.upsert(
+            conn, tenant=tenant, project=project,
+            category=form.get("category", old.category if old else "decision"),
+            title=form.get("title", ""), content=form.get("content", ""),
+            confidence=old.confidence if old else 1.0, source=UI_SOURCE,
+            cross_project=form.get("cross_project") == "on",
+            entry_id=old.id if old else None)
+        return saved
+
+    try:
+        saved = memory.write_job(lambda c: _sync_around(c, settings, tenant, project, change))
+    except store.KnowledgeError as exc:
+        query = {"id": entry_id, "project": project, "problem": str(exc)}
+        return "/ui/knowledge/edit?" + urlencode({k: v for k, v in query.items() if v})
+    return "/ui/knowledge?" + urlencode({"project": saved.project, "saved": saved.id})
+
+
+def delete(memory: Any, settings: Settings, tenant: str, entry_id: str) -> str:
+    old = memory.read(lambda c: entry(c, tenant, entry_id))
+    if old is None:
+        return "/ui/knowledge"
+    memory.write_job(lambda c: _sync_around(
+        c, settings, tenant, old.project, lambda conn: store.delete(conn, tenant, old.id)))
+    return "/ui/knowledge?" + urlencode({"project": old.project})
