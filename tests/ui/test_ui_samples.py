@@ -56,7 +56,10 @@ def test_pages_are_html_with_a_strict_content_policy(fake_upstream: FakeUpstream
         assert headers["cache-control"] == "no-store"
         status, _, _ = _get(runner.server.url + "/ui/static/htmx.min.js")
         assert status == 200
+        # An encoded separator is refused before routing (docs/reliability.md).
         status, _, _ = _get(runner.server.url + "/ui/static/..%2Fapp.py")
+        assert status == 400
+        status, _, _ = _get(runner.server.url + "/ui/static/app.py")
         assert status == 404
     finally:
         runner.stop()
