@@ -47,6 +47,8 @@ from lore_gateway.protocols.responses_model import (
 from lore_gateway.protocols.usage import Usage, usage_from_responses, usage_to_responses
 from lore_gateway.sse import SSEEvent
 
+# ``response.output_text.annotation.added`` shares the text prefix but carries no text.
+_ANNOTATION_PREFIX = "response.output_text.annotation"
 
 class ResponsesAccumulator:
     """Applies Responses stream events; see the module docstring for the modes."""
@@ -74,6 +76,7 @@ class ResponsesAccumulator:
         self._next_index = 0
         self.rate_limits = RateLimitLog()
         self.error_event: dict[str, Any] | None = None
+        self._touched: Item | None = None
 
     @property
     def done(self) -> bool:
@@ -126,17 +129,37 @@ class ResponsesAccumulator:
             self._apply_lifecycle(name, payload)
         elif name in TERMINAL_EVENTS:
             self._apply_terminal(name, payload)
-        elif name == "response.output_item.added":
-            self._apply_item_added(name, payload)
-        elif name == "response.output_item.done":
-            self._apply_item_done(name, payload)
         else:
-            self._apply_data(name, payload)
+            self.apply_item_event(name, payload)
 
     def close(self) -> None:
         """Signal the end of the stream; a stream must end with a terminal."""
         if self._terminal is None:
             raise ProtocolError("missing terminal response status")
+
+    # --- item state for the live recall interceptor -----------------------------------
+
+    def apply_item_event(self, name: str, payload: dict[str, Any]) -> Item | None:
+        """Apply one ``output_item.*`` or data event; return the item it concerned
+        (None for an event that carries nothing to keep).
+
+        The live recall interceptor keeps each round's items here, so sparse
+        Codex streams (implicit items, missing indices, late identities) are
+        handled in this one place; lifecycle and terminals stay the
+        interceptor's, as it rebuilds them for the client.
+        """
+        self._touched = None
+        if name == "response.output_item.added":
+            self._apply_item_added(name, payload)
+        elif name == "response.output_item.done":
+            self._apply_item_done(name, payload)
+        else:
+            self._apply_data(name, payload)
+        return self._touched
+
+    def snapshot(self, item: Item) -> dict[str, Any]:
+        """One item as it stands (a copy): the done item, or the added one filled in."""
+        return dict(self._final_item(item))
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -332,6 +355,7 @@ class ResponsesAccumulator:
         self._next_index = max(self._next_index, idx + 1)
         if item.id:
             self._by_id.setdefault(item.id, idx)
+        self._touched = item
         return item
 
     def _implicit(self, kind: str, idx: int | None, item_id: str) -> Item:
@@ -362,6 +386,7 @@ class ResponsesAccumulator:
                 raise ProtocolError(f"duplicate Responses output_index {idx}")
             existing.raw.update({k: v for k, v in raw.items() if v not in ("", None, [])})
             self._reconcile_identity(existing, raw)
+            self._touched = existing
             return
         if self.strict:
             self._check_public_item(idx, raw)
@@ -421,6 +446,7 @@ class ResponsesAccumulator:
                     f"Responses message output_item.done has no content for index {item.index}"
                 )
         self._close_item(item, raw)
+        self._touched = item
 
     def _find_sparse(self, kind: str, raw: dict[str, Any]) -> Item | None:
         item_id = as_str(raw.get("id"))
@@ -502,10 +528,11 @@ class ResponsesAccumulator:
                 self._by_id.setdefault(item_id, item.index)
             elif self.strict:
                 raise ProtocolError(f"Responses {name} changed item_id for index {item.index}")
+        self._touched = item
         return item
 
     def _apply_data(self, name: str, payload: dict[str, Any]) -> None:
-        if item_kind(name) is None:
+        if item_kind(name) is None or name.startswith(_ANNOTATION_PREFIX):
             return  # other response.* events (annotations, tool progress) carry nothing to keep
         item = self._locate(name, payload)
         if name.startswith("response.content_part."):
