@@ -40,10 +40,14 @@ class ItemTracking(ClientEmission):
         if item is None:
             item = rnd.items[state.index] = RoundItem(state, rnd.acc)
             item.classify(self._codex)
+            rnd.classified()
             self._retain(len(orjson.dumps(state.raw)))
-        if name in _ITEM_EVENTS and item.reclassify(self._codex):
-            # The deferred events of this item were a recall after all.
-            self._drop_deferred_of(item.index)
+        if name in _ITEM_EVENTS:
+            turned_recall = item.reclassify(self._codex)
+            rnd.classified()
+            if turned_recall:
+                # The deferred events of this item were a recall after all.
+                self._drop_deferred_of(item.index)
         return item
 
     def _indexed(self, payload: dict[str, Any]) -> RoundItem | None:

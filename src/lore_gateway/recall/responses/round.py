@@ -136,9 +136,16 @@ class Round:
     terminal_name: str | None = None
     terminal: dict[str, Any] | None = None
     fresh_ids: FreshIds | None = None  # a recovery answer gets gateway-made ids
+    # Whether a recall or an unresolved call is open: asked on every text delta
+    # (the fast path), so kept current by :meth:`classified` instead of recomputed.
+    holding: bool = False
 
     def recalls(self) -> list[RoundItem]:
         return [i for i in self.items.values() if i.recall]
 
     def open_hold(self) -> bool:
-        return any(i.recall or i.unresolved for i in self.items.values())
+        return self.holding
+
+    def classified(self) -> None:
+        """An item was added or classified again: recompute :attr:`holding`."""
+        self.holding = any(i.recall or i.unresolved for i in self.items.values())
