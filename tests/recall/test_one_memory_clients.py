@@ -103,7 +103,7 @@ def test_personal_mode_one_memory_across_agents_credentials_and_imports(
                            transcript(tmp_path / "claude-projects" / "p" / "s.jsonl",
                                       tmp_path / "work"))
     assert imported.returncode == 0, imported.stderr
-    assert "1 new turns" in imported.stdout
+    assert "1 new turn," in imported.stdout
     wait_for(gw, IMPORTED)
 
     fake_upstream.reset()
