@@ -11,7 +11,6 @@ from lore_gateway.protocols.responses import (
     ResponsesAccumulator,
     new_input_messages,
     output_messages,
-    parse_request,
 )
 from lore_gateway.sse import SSEEvent, encode_event
 
@@ -443,24 +442,6 @@ def test_response_body_from_public_stream_equals_terminal_response() -> None:
     acc = accumulate(evs)
     terminal = json.loads(evs[-1].data)["response"]
     assert acc.response_body() == terminal
-
-
-def test_parse_request_on_captured_codex_requests() -> None:
-    req = parse_request(
-        body_of("codex/captured-requests/apikey_custom_provider__turn1_request.json")
-    )
-    assert req.stream and req.parallel_tool_calls is True and req.store is False
-    assert "exec_command" in req.tool_names and "multi_agent_v1" in req.tool_names
-    assert not req.has_recall_tool and req.instructions is None
-    with pytest.raises(ProtocolError, match="^Responses request needs a non-empty string model$"):
-        parse_request({"input": "hi"})
-    with pytest.raises(ProtocolError, match="^Responses request body must be a JSON object$"):
-        parse_request([])
-    with pytest.raises(ProtocolError, match="^Responses request stream must be a bool$"):
-        parse_request({"model": "m", "stream": "yes"})
-    assert parse_request(
-        {"model": "m", "tools": [{"type": "function", "name": "recall"}]}
-    ).has_recall_tool
 
 
 def test_new_input_messages_on_captured_codex_requests() -> None:

@@ -21,7 +21,6 @@ import logging
 import logging.handlers
 import sys
 import uuid
-from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -188,11 +187,3 @@ def bind_session(session_id: str) -> None:
     """Add the (truncated) session id to the current request's log lines."""
     structlog.contextvars.bind_contextvars(session=session_id[:SESSION_TAG_CHARS])
 
-
-def clear_request() -> None:
-    structlog.contextvars.clear_contextvars()
-
-
-def request_tags() -> MutableMapping[str, Any]:
-    """The tags bound to the current request, e.g. for an ``x-request-id`` header."""
-    return structlog.contextvars.get_contextvars()

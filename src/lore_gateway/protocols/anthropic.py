@@ -29,57 +29,6 @@ _MAX_BLOCKS = 10_000  # a real message has tens of blocks; bounds a runaway stre
 
 
 @dataclass(frozen=True, slots=True)
-class AnthropicRequest:
-    model: str
-    stream: bool
-    tool_names: tuple[str, ...]
-    has_recall_tool: bool
-    disable_parallel_tool_use: bool | None
-    system: str | None
-    max_tokens: int | None
-    thinking: bool
-
-
-def parse_request(body: object) -> AnthropicRequest:
-    """Validate the shape of a Messages request body and extract its facts."""
-    if not isinstance(body, dict):
-        raise ProtocolError("Anthropic request body must be a JSON object")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise ProtocolError("Anthropic request needs a non-empty string model")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages
-    ):
-        raise ProtocolError("Anthropic request messages must be an array of objects with a role")
-    tools = body.get("tools")
-    if tools is not None and (
-        not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)
-    ):
-        raise ProtocolError("Anthropic request tools must be an array of objects")
-    names = tuple(t["name"] for t in tools or [] if isinstance(t.get("name"), str))
-    system = body.get("system")
-    if system is not None and not isinstance(system, str | list):
-        raise ProtocolError("Anthropic request system must be a string or an array of blocks")
-    max_tokens = body.get("max_tokens")
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
-        raise ProtocolError("Anthropic request max_tokens must be an integer")
-    choice = body.get("tool_choice")
-    disable = choice.get("disable_parallel_tool_use") if isinstance(choice, dict) else None
-    thinking = body.get("thinking")
-    return AnthropicRequest(
-        model=model,
-        stream=body.get("stream") is True,
-        tool_names=names,
-        has_recall_tool=RECALL_TOOL_NAME in names,
-        disable_parallel_tool_use=disable if isinstance(disable, bool) else None,
-        system=content_text(system) if system is not None else None,
-        max_tokens=max_tokens,
-        thinking=isinstance(thinking, dict) and thinking.get("type") != "disabled",
-    )
-
-
-@dataclass(frozen=True, slots=True)
 class AnthropicResult:
     id: str
     model: str

@@ -31,57 +31,6 @@ _STOP_REASONS = {
 
 
 @dataclass(frozen=True, slots=True)
-class ChatRequest:
-    model: str
-    stream: bool
-    include_usage: bool
-    tool_names: tuple[str, ...]
-    has_recall_tool: bool
-    parallel_tool_calls: bool | None
-    system: str | None
-
-
-def parse_request(body: object) -> ChatRequest:
-    """Validate the shape of a Chat Completions request body."""
-    if not isinstance(body, dict):
-        raise ProtocolError("Chat Completions request body must be a JSON object")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise ProtocolError("Chat Completions request needs a non-empty string model")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages
-    ):
-        raise ProtocolError(
-            "Chat Completions request messages must be an array of objects with a role"
-        )
-    tools = body.get("tools")
-    if tools is not None and (
-        not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)
-    ):
-        raise ProtocolError("Chat Completions request tools must be an array of objects")
-    names = tuple(
-        t["function"]["name"]
-        for t in tools or []
-        if isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str)
-    )
-    parallel = body.get("parallel_tool_calls")
-    options = body.get("stream_options")
-    systems = [
-        content_text(m.get("content")) for m in messages if m.get("role") in ("system", "developer")
-    ]
-    return ChatRequest(
-        model=model,
-        stream=body.get("stream") is True,
-        include_usage=isinstance(options, dict) and options.get("include_usage") is True,
-        tool_names=names,
-        has_recall_tool=RECALL_TOOL_NAME in names,
-        parallel_tool_calls=parallel if isinstance(parallel, bool) else None,
-        system="\n".join(systems) if systems else None,
-    )
-
-
-@dataclass(frozen=True, slots=True)
 class ChatResult:
     id: str
     model: str

@@ -7,10 +7,9 @@ import one module per protocol.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from lore_gateway.protocols.common import Message, ProtocolError, ToolCall, content_text
+from lore_gateway.protocols.common import Message, ToolCall, content_text
 from lore_gateway.protocols.responses_model import Mode, ResponsesResult
 from lore_gateway.protocols.responses_stream import ResponsesAccumulator
 from lore_gateway.protocols.responses_synth import stream_from_response
@@ -18,19 +17,16 @@ from lore_gateway.protocols.responses_synth import stream_from_response
 __all__ = [
     "Mode",
     "ResponsesAccumulator",
-    "ResponsesRequest",
     "ResponsesResult",
     "ToolCall",
     "items_messages",
     "new_input_messages",
     "output_messages",
-    "parse_request",
     "stream_from_response",
 ]
 
 RECALL_TOOL_NAME = "recall"
 
-_T = TypeVar("_T")
 
 # Codex CLI sends these as ``role: user`` messages, but they are context it
 # injected (working directory, AGENTS.md, skills), not what the user typed;
@@ -44,76 +40,6 @@ _INJECTED_PREFIXES = (
 )
 # Item types the client sends back that the model produced on an earlier turn.
 _USER_SIDE_TYPES = frozenset({"message", "item_reference"})
-
-
-@dataclass(frozen=True, slots=True)
-class ResponsesRequest:
-    """What the gateway needs to know about a Responses request.
-
-    ``parallel_tool_calls`` is None when the client did not send it (the API
-    default is true); the recall injector treats an explicit true as "do not
-    inject" (lore-spec B.8).
-    """
-
-    model: str
-    stream: bool
-    tool_names: tuple[str, ...]
-    has_recall_tool: bool
-    parallel_tool_calls: bool | None
-    instructions: str | None
-    store: bool | None
-    max_output_tokens: int | None
-    previous_response_id: str | None
-    input_items: int
-
-
-def parse_request(body: object) -> ResponsesRequest:
-    """Validate the shape of a Responses request body and extract its facts.
-
-    Only what the gateway relies on is checked; unknown fields and tool types
-    are the provider's business and pass through untouched.
-    """
-    if not isinstance(body, dict):
-        raise ProtocolError("Responses request body must be a JSON object")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise ProtocolError("Responses request needs a non-empty string model")
-    inp = body.get("input")
-    if inp is not None and not isinstance(inp, str | list):
-        raise ProtocolError("Responses request input must be a string or an array of items")
-    if isinstance(inp, list) and not all(isinstance(i, dict) for i in inp):
-        raise ProtocolError("Responses request input items must be objects")
-    tools = body.get("tools")
-    if tools is not None and (
-        not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)
-    ):
-        raise ProtocolError("Responses request tools must be an array of objects")
-    names = tuple(t["name"] for t in tools or [] if isinstance(t.get("name"), str))
-    recall = any(
-        t.get("name") == RECALL_TOOL_NAME and t.get("type") in ("function", "custom")
-        for t in tools or []
-    )
-    return ResponsesRequest(
-        model=model,
-        stream=_optional(body, "stream", bool) is True,
-        tool_names=names,
-        has_recall_tool=recall,
-        parallel_tool_calls=_optional(body, "parallel_tool_calls", bool),
-        instructions=_optional(body, "instructions", str),
-        store=_optional(body, "store", bool),
-        max_output_tokens=_optional(body, "max_output_tokens", int),
-        previous_response_id=_optional(body, "previous_response_id", str),
-        input_items=len(inp) if isinstance(inp, list) else int(inp is not None),
-    )
-
-
-def _optional(body: dict[str, Any], key: str, kind: type[_T]) -> _T | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ProtocolError(f"Responses request {key} must be a {kind.__name__}")
-    return value
 
 
 def _is_assistant_item(item: dict[str, Any]) -> bool:

@@ -25,12 +25,12 @@ from typing import Any
 
 import orjson
 
-from lore_gateway.protocols.common import ProtocolError, TextBuffer, ToolCall
+from lore_gateway.protocols.common import ProtocolError, ToolCall
 from lore_gateway.protocols.ratelimits import RATE_LIMITS_EVENT, RateLimitLog
+from lore_gateway.protocols.responses_items import ResponsesItems
 from lore_gateway.protocols.responses_model import (
     INCOMPLETE_REASONS,
     LIFECYCLE_EVENTS,
-    MAX_OUTPUT_INDEX,
     TERMINAL_EVENTS,
     TERMINAL_STATUSES,
     TOOL_ITEM_TYPES,
@@ -41,15 +41,17 @@ from lore_gateway.protocols.responses_model import (
     as_str,
     conflicts,
     decode_payload,
-    item_kind,
     stop_reason_for,
 )
 from lore_gateway.protocols.usage import Usage, usage_from_responses, usage_to_responses
 from lore_gateway.sse import SSEEvent
 
 
-class ResponsesAccumulator:
-    """Applies Responses stream events; see the module docstring for the modes."""
+class ResponsesAccumulator(ResponsesItems):
+    """Applies Responses stream events; see the module docstring for the modes.
+
+    The item state (items, data events, snapshots) is :class:`ResponsesItems`;
+    this class adds the lifecycle, the terminal and the result."""
 
     def __init__(self, mode: Mode = "public", *, max_text_chars: int | None = None) -> None:
         """``max_text_chars`` bounds the text kept per content part and per tool
@@ -57,8 +59,7 @@ class ResponsesAccumulator:
         is for the lenient ``codex`` mode only, as strict checks need it all."""
         if max_text_chars is not None and mode == "public":
             raise ValueError("max_text_chars needs mode='codex'")
-        self.mode: Mode = mode
-        self._max_text = max_text_chars
+        super().__init__(mode, max_text_chars)
         self._id = ""
         self._model = ""
         self._snapshot: dict[str, Any] = {}
@@ -69,9 +70,6 @@ class ResponsesAccumulator:
         self._error: dict[str, Any] | None = None
         self._usage: Usage | None = None
         self._seq = -1
-        self._items: dict[int, Item] = {}
-        self._by_id: dict[str, int] = {}
-        self._next_index = 0
         self.rate_limits = RateLimitLog()
         self.error_event: dict[str, Any] | None = None
 
@@ -79,10 +77,6 @@ class ResponsesAccumulator:
     def done(self) -> bool:
         """True once a terminal event was applied."""
         return self._terminal is not None
-
-    @property
-    def strict(self) -> bool:
-        return self.mode == "public"
 
     # --- entry points ---------------------------------------------------------------
 
@@ -126,12 +120,8 @@ class ResponsesAccumulator:
             self._apply_lifecycle(name, payload)
         elif name in TERMINAL_EVENTS:
             self._apply_terminal(name, payload)
-        elif name == "response.output_item.added":
-            self._apply_item_added(name, payload)
-        elif name == "response.output_item.done":
-            self._apply_item_done(name, payload)
         else:
-            self._apply_data(name, payload)
+            self.apply_item_event(name, payload)
 
     def close(self) -> None:
         """Signal the end of the stream; a stream must end with a terminal."""
@@ -293,371 +283,7 @@ class ResponsesAccumulator:
             if item.type in TOOL_ITEM_TYPES and not (item.name or item.raw.get("name")):
                 raise ProtocolError("Responses terminal left sparse function identity unresolved")
 
-    # --- items ----------------------------------------------------------------------
-
-    def _allocate_index(self) -> int:
-        idx = self._next_index
-        if idx >= MAX_OUTPUT_INDEX:
-            raise ProtocolError("Responses output_index overflow")
-        return idx
-
-    def _event_index(self, name: str, payload: dict[str, Any]) -> int | None:
-        if "output_index" not in payload or payload["output_index"] is None:
-            if self.strict:
-                raise ProtocolError(f"invalid Responses output_index for {name}")
-            return None
-        idx = as_index(payload["output_index"])
-        if idx is None or not 0 <= idx < MAX_OUTPUT_INDEX:
-            raise ProtocolError(f"invalid Responses output_index for {name}")
-        return idx
-
-    def _new_item(self, idx: int, raw: dict[str, Any], *, done: bool = False) -> Item:
-        item = Item(index=idx, type=as_str(raw.get("type")), raw=dict(raw))
-        item.id = as_str(raw.get("id"))
-        item.call_id = as_str(raw.get("call_id"))
-        item.name = as_str(raw.get("name"))
-        if item.type == "function_call":
-            item.args = as_str(raw.get("arguments"))
-        elif item.type == "custom_tool_call":
-            item.args = as_str(raw.get("input"))
-        content = raw.get("content")
-        if isinstance(content, list):
-            item.parts = {i: dict(p) for i, p in enumerate(content) if isinstance(p, dict)}
-        summary = raw.get("summary")
-        if isinstance(summary, list):
-            item.summaries = {i: dict(p) for i, p in enumerate(summary) if isinstance(p, dict)}
-        item.done = done
-        item.args_done = done
-        self._items[idx] = item
-        self._next_index = max(self._next_index, idx + 1)
-        if item.id:
-            self._by_id.setdefault(item.id, idx)
-        return item
-
-    def _implicit(self, kind: str, idx: int | None, item_id: str) -> Item:
-        """Create the item a sparse Codex data event refers to (lore-spec D.5)."""
-        raw: dict[str, Any] = {"type": kind, "id": item_id}
-        if kind == "message":
-            raw.update(role="assistant", content=[])
-        elif kind == "function_call":
-            raw.update(call_id="", name="", arguments="")
-        elif kind == "custom_tool_call":
-            raw.update(call_id="", name="", input="")
-        elif kind == "reasoning":
-            raw["summary"] = []
-        item = self._new_item(self._allocate_index() if idx is None else idx, raw)
-        item.implicit = True
-        return item
-
-    def _apply_item_added(self, name: str, payload: dict[str, Any]) -> None:
-        raw = payload.get("item")
-        if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
-            raise ProtocolError(f"malformed Responses {name}")
-        idx = self._event_index(name, payload)
-        if idx is None:
-            idx = self._allocate_index()
-        existing = self._items.get(idx)
-        if existing is not None:
-            if self.strict or not existing.implicit or existing.done:
-                raise ProtocolError(f"duplicate Responses output_index {idx}")
-            existing.raw.update({k: v for k, v in raw.items() if v not in ("", None, [])})
-            self._reconcile_identity(existing, raw)
-            return
-        if self.strict:
-            self._check_public_item(idx, raw)
-        self._new_item(idx, raw)
-
-    def _check_public_item(self, idx: int, raw: dict[str, Any]) -> None:
-        item_id = raw.get("id")
-        if not isinstance(item_id, str) or not item_id:
-            raise ProtocolError(f"malformed Responses item identity for index {idx}")
-        if raw["type"] == "function_call":
-            for key in ("call_id", "name"):
-                if not isinstance(raw.get(key), str) or not raw[key]:
-                    raise ProtocolError(f"malformed Responses item identity for index {idx}")
-            if not isinstance(raw.get("arguments"), str):
-                raise ProtocolError(f"malformed Responses item identity for index {idx}")
-            if raw["call_id"] == item_id:
-                raise ProtocolError("duplicate Responses identity within output item")
-        if raw["type"] == "message" and raw.get("role") != "assistant":
-            raise ProtocolError(f"Responses message item at index {idx} is not from the assistant")
-        if item_id in self._by_id:
-            raise ProtocolError("duplicate Responses item identity")
-
-    def _apply_item_done(self, name: str, payload: dict[str, Any]) -> None:
-        raw = payload.get("item")
-        if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
-            raise ProtocolError(f"malformed Responses {name}")
-        idx = self._event_index(name, payload)
-        item = self._items.get(idx) if idx is not None else self._find_sparse(raw["type"], raw)
-        if item is None:
-            if self.strict:
-                raise ProtocolError(
-                    f"Responses {name} arrived before output_item.added for index {idx}"
-                )
-            # A done without an added seeds the item from the done (lore-spec D.5).
-            self._new_item(self._allocate_index() if idx is None else idx, raw, done=True)
-            return
-        if item.done:
-            raise ProtocolError(f"Responses event after output_item.done for index {item.index}")
-        if self.strict:
-            if (
-                raw["type"] != item.type
-                or raw.get("id") != item.id
-                or (
-                    item.type == "function_call"
-                    and (raw.get("call_id") != item.call_id or raw.get("name") != item.name)
-                )
-            ):
-                raise ProtocolError(
-                    f"Responses output_item.done changed item identity for index {item.index}"
-                )
-            if item.active_part is not None:
-                raise ProtocolError(
-                    f"Responses stream ended before output_item.done for index {item.index}"
-                )
-            if item.type == "message" and not isinstance(raw.get("content"), list):
-                raise ProtocolError(
-                    f"Responses message output_item.done has no content for index {item.index}"
-                )
-        self._close_item(item, raw)
-
-    def _find_sparse(self, kind: str, raw: dict[str, Any]) -> Item | None:
-        item_id = as_str(raw.get("id"))
-        if item_id and item_id in self._by_id:
-            return self._items[self._by_id[item_id]]
-        open_items = [i for i in self._items.values() if not i.done and i.type == kind]
-        unbound = [i for i in open_items if not i.id]
-        if len(open_items) == 1:
-            return open_items[0]
-        if len(unbound) == 1:
-            return unbound[0]
-        if open_items:
-            raise ProtocolError(f"ambiguous Responses item for {kind}")
-        return None
-
-    def _reconcile_identity(self, item: Item, raw: dict[str, Any]) -> None:
-        """Codex: earlier and later identities must agree when both are known;
-        otherwise the known one wins. Message and reasoning ids may rotate
-        (Copilot), so only tool identities are held to this."""
-        for key in ("call_id", "name"):
-            value = as_str(raw.get(key))
-            if item.type in TOOL_ITEM_TYPES and conflicts(getattr(item, key), value):
-                raise ProtocolError(
-                    f"Responses output_item.done changed item identity for index {item.index}"
-                )
-            if value and not getattr(item, key):
-                setattr(item, key, value)
-        item_id = as_str(raw.get("id"))
-        if item_id and not item.id:
-            item.id = item_id
-            self._by_id.setdefault(item_id, item.index)
-
-    def _close_item(self, item: Item, raw: dict[str, Any]) -> None:
-        """The done item replaces the added one, filled from what was streamed."""
-        item.settle()
-        if not self.strict:
-            self._reconcile_identity(item, raw)
-        final = dict(raw)
-        if item.type in TOOL_ITEM_TYPES:
-            key = "arguments" if item.type == "function_call" else "input"
-            if item.call_id and not final.get("call_id"):
-                final["call_id"] = item.call_id
-            if item.name and not final.get("name"):
-                final["name"] = item.name
-            if not as_str(final.get(key)) and item.args:
-                final[key] = item.args
-            item.args = as_str(final.get(key))
-            item.args_done = True
-        elif item.type == "message" and not final.get("content") and item.parts:
-            final["content"] = [item.parts[i] for i in sorted(item.parts)]
-        elif item.type == "reasoning" and not final.get("summary") and item.summaries:
-            final["summary"] = [item.summaries[i] for i in sorted(item.summaries)]
-        item.raw = final
-        item.active_part = None
-        item.done = True
-
-    # --- data events ----------------------------------------------------------------
-
-    def _locate(self, name: str, payload: dict[str, Any]) -> Item:
-        kind = item_kind(name) or "message"
-        item_id = as_str(payload.get("item_id"))
-        idx = self._event_index(name, payload)
-        if idx is not None:
-            item = self._items.get(idx)
-            if item is None:
-                if self.strict:
-                    raise ProtocolError(
-                        f"Responses {name} arrived before output_item.added for index {idx}"
-                    )
-                item = self._implicit(kind, idx, item_id)
-        else:
-            found = self._find_sparse(kind, {"id": item_id})
-            item = found if found is not None else self._implicit(kind, None, item_id)
-        if item.done:
-            raise ProtocolError(f"Responses event after output_item.done for index {item.index}")
-        if item_id and item_id != item.id:
-            if not item.id:
-                item.id = item_id
-                self._by_id.setdefault(item_id, item.index)
-            elif self.strict:
-                raise ProtocolError(f"Responses {name} changed item_id for index {item.index}")
-        return item
-
-    def _apply_data(self, name: str, payload: dict[str, Any]) -> None:
-        if item_kind(name) is None:
-            return  # other response.* events (annotations, tool progress) carry nothing to keep
-        item = self._locate(name, payload)
-        if name.startswith("response.content_part."):
-            self._apply_part(name, payload, item)
-        elif name.startswith(("response.output_text.", "response.refusal.")):
-            self._apply_text(name, payload, item)
-        elif name.startswith(
-            ("response.function_call_arguments.", "response.custom_tool_call_input.")
-        ):
-            self._apply_arguments(name, payload, item)
-        elif name.startswith("response.reasoning_text."):
-            self._apply_text(name, payload, item)
-        else:
-            self._apply_summary(name, payload, item)
-
-    def _content_index(self, name: str, payload: dict[str, Any], item: Item) -> int:
-        ci = as_index(payload.get("content_index"))
-        if ci is None or ci < 0:
-            if self.strict:
-                raise ProtocolError(
-                    f"Responses {name} requires content_index for index {item.index}"
-                )
-            if item.active_part is not None:
-                return item.active_part
-            return len(item.parts) if name.endswith(".added") or not item.parts else max(item.parts)
-        return ci
-
-    def _apply_part(self, name: str, payload: dict[str, Any], item: Item) -> None:
-        ci = self._content_index(name, payload, item)
-        part = payload.get("part")
-        if not isinstance(part, dict):
-            raise ProtocolError(f"malformed Responses {name}")
-        item.settle()
-        for key in [k for k in item.texts if k[0] == ci]:
-            del item.texts[key]
-        if name.endswith(".added"):
-            if self.strict and item.active_part is not None:
-                raise ProtocolError(
-                    f"Responses {name} while a content part is active for index {item.index}"
-                )
-            if self.strict and ci in item.parts:
-                raise ProtocolError(f"duplicate Responses content part {ci} for index {item.index}")
-            item.parts[ci] = dict(part)
-            item.active_part = ci
-        else:
-            if self.strict and item.active_part != ci:
-                raise ProtocolError(
-                    f"Responses {name} does not match the active content part "
-                    f"for index {item.index}"
-                )
-            item.parts[ci] = dict(part)
-            item.closed_parts.add(ci)
-            item.active_part = None
-
-    def _apply_text(self, name: str, payload: dict[str, Any], item: Item) -> None:
-        ci = self._content_index(name, payload, item)
-        key = "refusal" if name.startswith("response.refusal.") else "text"
-        part_type = {"refusal": "refusal"}.get(key) or (
-            "reasoning_text" if name.startswith("response.reasoning_text.") else "output_text"
-        )
-        misplaced = item.active_part != ci or ci in item.closed_parts
-        if self.strict and item.type == "message" and misplaced:
-            raise ProtocolError(
-                f"Responses {name} does not match the active content part for index {item.index}"
-            )
-        part = item.parts.setdefault(ci, {"type": part_type, key: ""})
-        if name.endswith(".delta"):
-            delta = payload.get("delta")
-            if not isinstance(delta, str):
-                raise ProtocolError(f"malformed Responses {name}")
-            buf = item.texts.get((ci, key))
-            if buf is None:
-                buf = item.texts[(ci, key)] = TextBuffer(as_str(part.get(key)), self._max_text)
-            buf.append(delta)
-            return
-        text = payload.get(key)
-        if not isinstance(text, str):
-            raise ProtocolError(f"malformed Responses {name}")
-        item.settle()
-        if self.strict and text != as_str(part.get(key)):
-            raise ProtocolError(
-                f"Responses {name} text does not match streamed deltas for index {item.index}"
-            )
-        item.texts.pop((ci, key), None)
-        part[key] = text
-
-    def _apply_arguments(self, name: str, payload: dict[str, Any], item: Item) -> None:
-        key = "input" if item.type == "custom_tool_call" else "arguments"
-        if item.args_done:
-            raise ProtocolError(f"Responses {name} after arguments done for index {item.index}")
-        if name.endswith(".delta"):
-            delta = payload.get("delta")
-            if not isinstance(delta, str):
-                raise ProtocolError(f"malformed Responses {name}")
-            if item.args_buf is None:
-                item.args_buf = TextBuffer(limit=self._max_text)
-            item.args_buf.append(delta)
-            item.args_streamed = True
-            return
-        final = payload.get(key)
-        if not isinstance(final, str):
-            raise ProtocolError(f"malformed Responses {name}")
-        item.settle()
-        item.args_buf = None
-        if self.strict and item.args_streamed and final != item.args:
-            raise ProtocolError(
-                f"Responses {name} arguments do not match streamed deltas for index {item.index}"
-            )
-        item.args = final
-        item.args_done = True
-        if not item.name and as_str(payload.get("name")):
-            item.name = as_str(payload.get("name"))
-
-    def _apply_summary(self, name: str, payload: dict[str, Any], item: Item) -> None:
-        si = as_index(payload.get("summary_index"))
-        if si is None or si < 0:
-            if self.strict:
-                raise ProtocolError(
-                    f"Responses {name} requires summary_index for index {item.index}"
-                )
-            si = max(item.summaries, default=0)
-        if name.startswith("response.reasoning_summary_part."):
-            part = payload.get("part")
-            if not isinstance(part, dict):
-                raise ProtocolError(f"malformed Responses {name}")
-            item.summaries[si] = dict(part)
-            return
-        part = item.summaries.setdefault(si, {"type": "summary_text", "text": ""})
-        if name.endswith(".delta"):
-            part["text"] = as_str(part.get("text")) + as_str(payload.get("delta"))
-        else:
-            part["text"] = as_str(payload.get("text"))
-
     # --- result ---------------------------------------------------------------------
-
-    def _final_item(self, item: Item) -> dict[str, Any]:
-        """The item as it stands: the done item, or the added one filled in."""
-        item.settle()
-        if item.done:
-            return item.raw
-        raw = dict(item.raw)
-        if item.id:
-            raw["id"] = item.id
-        if item.type == "message" or item.parts:
-            raw["content"] = [item.parts[i] for i in sorted(item.parts)]
-        if item.type == "function_call":
-            raw.update(call_id=item.call_id, name=item.name, arguments=item.args)
-        elif item.type == "custom_tool_call":
-            raw.update(call_id=item.call_id, name=item.name, input=item.args)
-        if item.type == "reasoning" and item.summaries:
-            raw["summary"] = [item.summaries[i] for i in sorted(item.summaries)]
-        return raw
 
     def result(self) -> ResponsesResult:
         """The accumulated response so far (complete once :attr:`done`)."""

@@ -19,7 +19,7 @@ from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.protocols.usage import Usage, usage_to_responses
 from lore_gateway.recall.core.chain import RecallFailed, event_object
 from lore_gateway.recall.responses.frames import failed_event, marker_events, marker_item
-from lore_gateway.recall.responses.round import Action, Limits, Round, RoundItem, Send
+from lore_gateway.recall.responses.round import Action, Limits, Round, Send
 from lore_gateway.sse import SSEEvent, encode_event
 
 
@@ -81,9 +81,7 @@ class ClientEmission:
             self._seq = seq + 1
         return [Send(event.raw)]
 
-    def _emit_or_defer(
-        self, event: SSEEvent, name: str, payload: dict[str, Any], item: RoundItem | None = None
-    ) -> list[Action]:
+    def _emit_or_defer(self, event: SSEEvent, name: str, payload: dict[str, Any]) -> list[Action]:
         if self._holding():
             self._hold(event)
             return []

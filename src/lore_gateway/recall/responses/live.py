@@ -25,7 +25,8 @@ included) for storage.
 
 Three layers, one object: :class:`~.emission.ClientEmission` (the client's
 numbering, deferral, spooling and synthetic frames), :class:`~.items.ItemTracking`
-(events applied to round items) and this class (lifecycle, rounds, the recall
+(item events applied to the round's ``ResponsesAccumulator``, recalls marked
+hidden) and this class (lifecycle, rounds, the recall
 chain). The recall policy it shares with every other path (failure categories,
 what is recoverable) comes from :mod:`lore_gateway.recall.core.chain`.
 """
@@ -337,7 +338,8 @@ class LiveInterceptor(ItemTracking):
     def _start_recall(self, recall: RoundItem) -> list[Action]:
         if self._budget.final_round:
             raise RecallFailed("depth_exhausted", "recall requested in the final round")
-        arguments = recall.raw.get("arguments") or recall.arguments
+        snapshot = recall.snapshot()
+        arguments = snapshot.get("arguments") or ""
         args: RecallArgs | None = None
         invalid: RecallArgumentError | None = None
         try:
@@ -356,7 +358,10 @@ class LiveInterceptor(ItemTracking):
                 raise RecallFailed("depth_exhausted", f"recall budget exhausted: {refusal}")
         self._state = "recall"
         self.pending = RunRecall(
-            call_id=recall.call_id, arguments=str(arguments), args=args, invalid=invalid
+            call_id=str(snapshot.get("call_id") or snapshot.get("id") or ""),
+            arguments=str(arguments),
+            args=args,
+            invalid=invalid,
         )
         return [self.pending]
 
@@ -378,7 +383,7 @@ class LiveInterceptor(ItemTracking):
         call = {
             "type": "function_call",
             "call_id": pending.call_id,
-            "name": recall.raw.get("name") or "recall",
+            "name": recall.state.name or "recall",
             "arguments": pending.arguments,
         }
         output = {"type": "function_call_output", "call_id": pending.call_id, "output": tool_result}
