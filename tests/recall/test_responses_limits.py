@@ -41,13 +41,19 @@ async def _stream(http: aiohttp.ClientSession, gw: Any, session: str) -> bytes:
         return await resp.read()
 
 
-def _one_failure(body: bytes, message: str) -> list[str]:
+def _one_failure(body: bytes, message: str, reason: str | None = None) -> list[str]:
+    """One ``response.failed``: the spec's ``message``, then ``: reason`` when the
+    upstream itself failed (issue 15: the client is told why)."""
     events = sse_events(body)
     names = [n for n, _ in events]
     assert names.count("response.created") == 1
     assert names[-1] == "response.failed" and names.count("response.failed") == 1
     response = events[-1][1]["response"]
-    assert response["error"]["message"] == message
+    text = response["error"]["message"]
+    if reason is None:
+        assert text == message
+    else:
+        assert text.startswith(message + ": ") and reason in text, text
     assert response["id"] == events[0][1]["response"]["id"]
     return names
 
@@ -66,7 +72,7 @@ async def test_stream_byte_limit(make_gateway: Any, fake_upstream: FakeUpstream,
     gw = make_gateway(recall_stream_max_bytes=256 * KiB)
     fake_upstream.script(["big-stream:2"])
     body = await _stream(http, gw, "limit-stream")
-    names = _one_failure(body, GATEWAY_FAILED)
+    names = _one_failure(body, GATEWAY_FAILED, "Responses stream exceeded byte limit")
     assert "response.output_text.delta" in names  # it streamed live up to the limit
     assert 128 * KiB < len(body) < 512 * KiB
     assert "Responses stream exceeded byte limit" in caplog.text
@@ -80,7 +86,7 @@ async def test_deferred_event_limit(make_gateway: Any, fake_upstream: FakeUpstre
     gw = make_gateway(recall_deferred_max_bytes=2 * KiB)
     fake_upstream.script(["recall:" + "rotation " * 150])
     body = await _stream(http, gw, "limit-deferred")
-    _one_failure(body, RECALL_FAILED)
+    _one_failure(body, RECALL_FAILED, "recall stream exceeded deferred event limit")
     assert b"function_call" not in body and b"rotation" not in body
     assert len(fake_upstream.model_requests) == 1  # no recall ran, no follow-up
     assert "recall stream exceeded deferred event limit" in caplog.text
@@ -118,7 +124,8 @@ async def test_malformed_json_in_a_response_event(
         caplog: pytest.LogCaptureFixture) -> None:
     fake_upstream.script(["malformed-event"])
     body = await _stream(http, gateway, "e2-malformed")
-    _one_failure(body, GATEWAY_FAILED)
+    _one_failure(body, GATEWAY_FAILED,
+                 "malformed JSON in Responses event response.output_text.delta")
     assert "malformed JSON in Responses event response.output_text.delta" in caplog.text
 
 
@@ -130,7 +137,7 @@ async def test_payload_type_that_does_not_match_its_event(
     name = frames[3].split(b"\n", 1)[0].removeprefix(b"event: ").decode()
     fake_upstream.script([_replay(tmp_path, frames)])
     body = await _stream(http, gateway, "e2-mismatch")
-    _one_failure(body, GATEWAY_FAILED)
+    _one_failure(body, GATEWAY_FAILED, "Responses payload type does not match")
     assert f"Responses payload type does not match {name}" in caplog.text
 
 
@@ -173,7 +180,7 @@ async def test_principal_read_failure_is_not_a_follow_up_failure(
     gw = make_gateway()
     fake_upstream.script(["reset-mid-stream:4"])
     body = await _stream(http, gw, "principal-reset")
-    _one_failure(body, GATEWAY_FAILED)
+    _one_failure(body, GATEWAY_FAILED, "the upstream connection broke mid-response")
     assert "category=principal_transport" in caplog.text
     assert "follow_up_transport" not in caplog.text
 

@@ -275,14 +275,17 @@ def test_invalid_arguments_become_a_tool_result_without_marker() -> None:
 
 def test_malformed_json_and_type_mismatch_fail_the_stream() -> None:
     created = fs.responses_text("x", MODEL).frames[0]
-    for bad in (
-        b"event: response.output_text.delta\ndata: {nope\n\n",
-        b'event: response.output_text.delta\ndata: {"type":"response.other"}\n\n',
+    for bad, reason in (
+        (b"event: response.output_text.delta\ndata: {nope\n\n",
+         "malformed JSON in Responses event response.output_text.delta"),
+        (b'event: response.output_text.delta\ndata: {"type":"response.other"}\n\n',
+         "Responses payload type does not match response.output_text.delta"),
     ):
         icpt = _interceptor()
         out = _client_events(_sent(_feed_all(icpt, created + bad)))
         assert out[-1][0] == "response.failed"
-        assert out[-1][1]["response"]["error"]["message"] == "Gateway request failed"
+        # The spec's words, then why (the upstream's fault, so the client is told).
+        assert out[-1][1]["response"]["error"]["message"] == f"Gateway request failed: {reason}"
     icpt = _interceptor()
     _feed_all(icpt, created + b"event: response.output_text.delta\ndata: {nope\n\n")
     assert icpt.failure == (

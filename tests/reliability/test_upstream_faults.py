@@ -51,15 +51,11 @@ def error_message(body: bytes) -> str:
 # The recall handlers write their own failure events (recall/**, being rebuilt
 # as one chain machine in parallel): they must carry the reason too. Strict, so
 # the marks go the moment the rebuilt machine says why.
-RECALL_OWNED = pytest.mark.xfail(
-    strict=True, reason="recall/ writes its own failure text without the reason (issue 9 rebuild)")
-
-
 @pytest.mark.parametrize("case,tool", [
     *[pytest.param(case, False, id=f"{case}-plain") for case in sorted(CASES)],
     pytest.param("anthropic", True, id="anthropic-recall"),
     pytest.param("chat", True, id="chat-recall"),
-    pytest.param("responses", True, id="responses-recall", marks=RECALL_OWNED),
+    pytest.param("responses", True, id="responses-recall"),
 ])
 async def test_an_upstream_that_disconnects_mid_answer_is_reported_as_such(
     gateway: Any, http: aiohttp.ClientSession, fake_upstream: FakeUpstream,
@@ -73,7 +69,6 @@ async def test_an_upstream_that_disconnects_mid_answer_is_reported_as_such(
     assert OPENAI_KEY not in body.decode()
 
 
-@RECALL_OWNED
 @pytest.mark.parametrize("case", sorted(CASES))
 async def test_a_malformed_upstream_frame_in_recall_mode_says_which_event(
     gateway: Any, http: aiohttp.ClientSession, fake_upstream: FakeUpstream, case: str,

@@ -42,7 +42,7 @@ from lore_gateway.recall.core.tool import (
     parse_arguments,
 )
 from lore_gateway.sse import SSEDecoder, SSEEvent
-from lore_gateway.upstream import UpstreamClient, UpstreamResponse
+from lore_gateway.upstream import UpstreamBroken, UpstreamClient, UpstreamResponse
 
 log = logging.getLogger("lore.recall")
 
@@ -63,6 +63,12 @@ FailureCategory = str
 # Failures a recovery request would only hit again: never recovered.
 NOT_RECOVERABLE: frozenset[str] = frozenset(
     {"parallel_recall", "follow_up_usage_missing", "resource_limit"})
+# Failures of the upstream itself (a broken connection, a malformed or cut
+# stream): the client's error names the reason. Recall's own failures keep the
+# spec's fixed words alone, so nothing of the recall reaches the client.
+UPSTREAM_FAILURES: frozenset[str] = frozenset({
+    "principal_transport", "follow_up_transport", "principal_protocol",
+    "follow_up_protocol", "principal_missing_terminal"})
 
 
 class RecallFailed(Exception):
@@ -252,10 +258,31 @@ def final_round_result(result: str) -> str:
 
 
 def stream_failure_message(exc: Exception) -> str:
-    """What a streaming client is told: a hit limit by name, else the generic line."""
+    """What a streaming client is told: a hit limit by name, else the spec's line
+    with the reason."""
     if isinstance(exc, StateLimitExceeded):
         return f"Lore stopped the response: {exc}; raise LORE_RECALL_RETAINED_MAX_BYTES"
-    return STREAM_RECALL_FAILED
+    upstream = (isinstance(exc, ProtocolError)
+                or getattr(exc, "category", None) in UPSTREAM_FAILURES)
+    return with_reason(STREAM_RECALL_FAILED, str(exc) if upstream else None)
+
+
+def transport_reason(exc: Exception) -> str:
+    """Why reading an upstream body failed, in the words the plain relay uses."""
+    if isinstance(exc, UpstreamBroken):
+        return f"the upstream connection broke mid-response ({exc})"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def with_reason(text: str, reason: str | None) -> str:
+    """``text: reason``, so the client sees why (issue 15) after the spec's fixed
+    words; the reason is the gateway's own wording of an upstream failure, never a
+    header, and is redacted anyway as a last line of defence."""
+    if not reason:
+        return text
+    from lore_gateway.memory.sanitize import redact_credentials
+
+    return f"{text}: {redact_credentials(reason)}"
 
 
 def event_object(event: SSEEvent, *, malformed: str, not_object: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from lore_gateway.recall.core.chain import (
     RecallContext,
     StagedRecall,
     run_recall,
+    transport_reason,
     with_keepalive,
 )
 from lore_gateway.recall.core.followup import FollowUpError, StreamedFollowUp, send_follow_up
@@ -148,7 +149,7 @@ async def _pump(
             batch = await anext(batches, None)
         except Exception as exc:  # the body read failed (protocol errors are handled inside)
             category = "follow_up_transport" if icpt.in_continuation else "principal_transport"
-            return icpt.follow_up_failed(category, type(exc).__name__)
+            return icpt.follow_up_failed(category, transport_reason(exc))
         actions = icpt.end_of_stream() if batch is None else [
             a for event in batch for a in icpt.feed(event)
         ]

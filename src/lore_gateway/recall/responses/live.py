@@ -48,8 +48,10 @@ from lore_gateway.protocols.usage import (
 from lore_gateway.recall.core.budget import RecallChainBudget
 from lore_gateway.recall.core.chain import (
     NOT_RECOVERABLE,
+    UPSTREAM_FAILURES,
     FailureCategory,
     RecallFailed,
+    with_reason,
 )
 from lore_gateway.recall.core.tool import (
     RecallArgs,
@@ -466,7 +468,8 @@ class LiveInterceptor(ItemTracking):
         self._state = "done"
         self._terminal_sent = True
         recall_involved = self.depth > 0 or any(r.recalls() for r in self._rounds)
-        text = RECALL_FAILED_MESSAGE if recall_involved else GATEWAY_FAILED_MESSAGE
+        text = with_reason(RECALL_FAILED_MESSAGE if recall_involved else GATEWAY_FAILED_MESSAGE,
+                           message if category in UPSTREAM_FAILURES else None)
         return [Send(self._failed_frame(text)), Done(ok=False, category=category)]
 
     # --- results for the shell ----------------------------------------------------
