@@ -25,13 +25,14 @@ import re
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import apsw
 
+from lore_gateway.bench.ingest import Progress, find_data, ingest
 from lore_gateway.config import Settings
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message, Role
@@ -43,10 +44,6 @@ KS = (1, 5, 10)
 TOLERANCE = 2
 ROLES: dict[str, Role] = {"user": "user", "assistant": "assistant", "tool": "tool",
                           "system": "system"}
-# Turns allowed in the writer's queue before the benchmark waits (its bound is 10,000).
-BACKLOG = 5_000
-
-Progress = Callable[[str, int, int], None]
 
 
 def held_out(key: str) -> bool:
@@ -120,18 +117,7 @@ class CodingReport:
 
 
 def resolve_data_path(path: Path | None) -> Path:
-    """``--data`` as given, else the default relative to the cwd, then to the repo root."""
-    if path is not None:
-        if not path.is_file():
-            raise FileNotFoundError(f"coding set not found at {path}; pass --data PATH")
-        return path
-    repo_root = Path(__file__).resolve().parents[3]
-    for candidate in (Path.cwd() / DEFAULT_DATA, repo_root / DEFAULT_DATA):
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError(
-        f"coding set not found at {DEFAULT_DATA} (relative to the current directory or "
-        f"to {repo_root}); pass --data PATH")
+    return find_data(path, DEFAULT_DATA, "coding set")
 
 
 def load(path: Path) -> tuple[list[Session], list[Question]]:
@@ -199,21 +185,10 @@ def run(data: Path | None = None, *, embeddings: bool = True,
         memory = Memory.open(settings, embedder="auto" if embeddings else None)
         try:
             report.embeddings = memory.embedder is not None
-            started = time.perf_counter()
             total = sum(len(s.messages) for s in sessions)
-            done = 0
-            for s in sessions:
-                for record in turn_records(s):
-                    # The benchmark may wait for the writer; the proxy never does.
-                    while memory.queue_depth > BACKLOG:
-                        time.sleep(0.005)
-                    if not memory.submit_turn(record):
-                        raise RuntimeError("the memory writer refused a turn; see the log")
-                    done += 1
-                if progress is not None:
-                    progress("ingest", done, total)
-            memory.flush()
-            report.ingest_s = time.perf_counter() - started
+            report.ingest_s = ingest(memory, settings,
+                                     (r for s in sessions for r in turn_records(s)),
+                                     total, progress)
             report.messages = total
             asked = 0
             for s in sessions:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lore_gateway.bench.ingest import find_data
 from lore_gateway.distill import extractive, prompts
 from lore_gateway.distill import format as fmt
 from lore_gateway.distill.extractive import SourceMessage
@@ -37,15 +38,7 @@ Distiller = Callable[[list[SourceMessage]], tuple[str, int, int]]
 
 
 def resolve_data_path(path: Path | None) -> Path:
-    if path is not None:
-        if not path.is_file():
-            raise FileNotFoundError(f"coding sessions not found at {path}; pass --data PATH")
-        return path
-    repo_root = Path(__file__).resolve().parents[3]
-    for candidate in (Path.cwd() / DEFAULT_DATA, repo_root / DEFAULT_DATA):
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError(f"coding sessions not found at {DEFAULT_DATA}; pass --data PATH")
+    return find_data(path, DEFAULT_DATA, "coding sessions")
 
 
 def segments(messages: list[SourceMessage], max_tokens: int = MAX_SEGMENT_TOKENS

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lore_gateway.bench.ingest import find_data
 from lore_gateway.config import Settings
 from lore_gateway.memory.importers import claude_code, import_files
 from lore_gateway.memory.service import Memory
@@ -61,16 +62,7 @@ class ImportReport:
 
 
 def resolve_data_path(path: Path | None) -> Path:
-    if path is not None:
-        if not path.is_file():
-            raise FileNotFoundError(f"coding sessions not found at {path}; pass --data PATH")
-        return path
-    repo_root = Path(__file__).resolve().parents[3]
-    for candidate in (Path.cwd() / DEFAULT_DATA, repo_root / DEFAULT_DATA):
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError(f"coding sessions not found at {DEFAULT_DATA} (relative to the "
-                            f"current directory or to {repo_root}); pass --data PATH")
+    return find_data(path, DEFAULT_DATA, "coding sessions")
 
 
 def write_transcripts(data: Path, out: Path) -> list[Path]:

@@ -20,36 +20,30 @@ development half), which were not looked at while tuning the ranking.
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import re
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from lore_gateway.bench.coding import held_out
+from lore_gateway.bench.ingest import Progress, find_data, ingest
 from lore_gateway.config import Settings
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message, Role
 
 TENANT = "bench-locomo"
-# How often the embedding progress is read while the ingest is flushed.
-FLUSH_POLL_S = 0.5
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop",
                   5: "adversarial"}
 DEFAULT_DATA = Path("../shared/data/locomo/locomo10_dev.json")
 _SESSION_KEY = re.compile(r"session_(\d+)")
 _DIA = re.compile(r"D(\d+):(\d+)")
 
-# Turns allowed in the writer's queue before the benchmark waits (its bound is 10,000).
-BACKLOG = 5_000
-
-Progress = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,18 +125,7 @@ def _percentile(values: list[float], pct: float) -> float:
 
 
 def resolve_data_path(path: Path | None) -> Path:
-    """``--data`` as given, else the default relative to the cwd, then to the repo root."""
-    if path is not None:
-        if not path.is_file():
-            raise FileNotFoundError(f"LoCoMo data not found at {path}; pass --data PATH")
-        return path
-    repo_root = Path(__file__).resolve().parents[3]
-    for candidate in (Path.cwd() / DEFAULT_DATA, repo_root / DEFAULT_DATA):
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError(
-        f"LoCoMo data not found at {DEFAULT_DATA} (relative to the current directory or "
-        f"to {repo_root}); pass --data PATH")
+    return find_data(path, DEFAULT_DATA, "LoCoMo data")
 
 
 def clean_evidence(raw: list[str], valid: set[str]) -> tuple[str, ...]:
@@ -220,21 +203,10 @@ def run(data: Path | None = None, *, embeddings: bool = True,
         memory = Memory.open(settings, embedder="auto" if embeddings else None)
         try:
             report.embeddings = memory.embedder is not None
-            started = time.perf_counter()
             total_turns = sum(len(c.turns) for c in convs)
-            done = 0
-            for conv in convs:
-                for record in turn_records(conv):
-                    # The benchmark may wait for the writer; the proxy never does.
-                    while memory.queue_depth > BACKLOG:
-                        time.sleep(0.005)
-                    if not memory.submit_turn(record):
-                        raise RuntimeError("the memory writer refused a turn; see the log")
-                    done += 1
-                    if progress is not None and done % 100 == 0:
-                        progress("ingest", done, total_turns)
-            _flush(memory, settings, progress)
-            report.ingest_s = time.perf_counter() - started
+            report.ingest_s = ingest(memory, settings,
+                                     (r for conv in convs for r in turn_records(conv)),
+                                     total_turns, progress)
             report.messages = total_turns
             total_q = sum(len(c.questions) for c in convs)
             asked = 0
@@ -253,33 +225,6 @@ def run(data: Path | None = None, *, embeddings: bool = True,
         finally:
             memory.close()
     return report
-
-
-def _flush(memory: Any, settings: Settings, progress: Progress | None) -> None:
-    """``memory.flush()``, reporting the embedding of the ingested messages: on a small
-    machine that is most of the benchmark's time."""
-    if progress is None or memory.embedder is None:
-        memory.flush()
-        return
-    from lore_gateway.memory import db
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        flushing = pool.submit(memory.flush)
-        conn = db.connect(settings.db_path, readonly=True)
-        try:
-            finished = False
-            while not finished:
-                try:
-                    flushing.result(timeout=FLUSH_POLL_S)
-                    finished = True
-                except concurrent.futures.TimeoutError:
-                    pass
-                row = conn.execute("SELECT (SELECT COUNT(*) FROM messages), "
-                                   "(SELECT COUNT(*) FROM embeddings)").fetchone()
-                if row is not None:
-                    progress("embedding", int(row[1]), int(row[0]))
-        finally:
-            conn.close()
 
 
 def _score(report: LocomoReport, q: Question, ranked: list[str], *, holdout: bool) -> None:

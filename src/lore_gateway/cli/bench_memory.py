@@ -27,7 +27,7 @@ def locomo(
     try:
         path = bench.resolve_data_path(data)
     except FileNotFoundError as exc:
-        raise output.UserError(f"{exc}; pass --data <file>") from None
+        raise output.UserError(str(exc)) from None
     with output.stages() as update:
         report = bench.run(path, embeddings=embeddings, progress=update)
     figures = report.as_dict()
@@ -66,7 +66,7 @@ def coding(
     try:
         path = bench.resolve_data_path(data)
     except FileNotFoundError as exc:
-        raise output.UserError(f"{exc}; pass --data <file>") from None
+        raise output.UserError(str(exc)) from None
     with output.stages() as update:
         report = bench.run(path, embeddings=embeddings, progress=update)
     figures = report.as_dict()
@@ -140,7 +140,7 @@ def distill_bench(
     try:
         path = bench.resolve_data_path(data)
     except FileNotFoundError as exc:
-        raise output.UserError(f"{exc}; pass --data <file>") from None
+        raise output.UserError(str(exc)) from None
     arms: list[tuple[str, bench.Distiller]] = [("extractive", bench.extractive_distiller)]
     if worker is not None:
         key = os.environ.get(key_env or "", "").strip()
