@@ -130,6 +130,8 @@ class Proxy:
         tail = _SentTail(send)
         client = ClientChannel(tail)
         timing = RequestTiming()
+        # Every request already running may still store a turn: room for all of them.
+        await self.turns.admit(len(self._relays) + 1)
         try:
             exchange = await self._read_exchange(scope, receive, route)
         except ClientDisconnected:

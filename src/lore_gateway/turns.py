@@ -9,8 +9,10 @@ client still gets every byte and the turn is stored as incomplete.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
@@ -30,6 +32,12 @@ from lore_gateway.routing import Family, Protocol, Route, family_of
 from lore_gateway.sse import SSEDecoder, looks_like_sse
 
 log = logging.getLogger("lore.turns")
+
+# Longest a new request waits for the memory writer to catch up (TurnSink.admit):
+# long enough to ride out a burst, short enough that an overloaded disk never
+# stops the agent for long. Polled, since the writer is another thread.
+ADMIT_WAIT_S = 30.0
+ADMIT_POLL_S = 0.02
 
 class _Model:
     """How the collector drives one protocol model: the accumulator to build
@@ -192,6 +200,20 @@ class TurnSink:
         self.memory = memory
         self._max_json_bytes = max_json_bytes
         self._max_stored_chars = max_stored_chars
+
+    async def admit(self, in_flight: int) -> None:
+        """Back-pressure: while the writer's queue could not take the turns of the
+        ``in_flight`` requests already running, hold this request back (at most
+        ``ADMIT_WAIT_S``), so a writer that falls behind slows new traffic instead
+        of dropping stored turns. Forwarding never waits longer than that: past
+        it the request goes on and a full queue drops (and counts) its turn."""
+        if self.memory is None or not self.memory.backlogged(in_flight):
+            return
+        deadline = time.monotonic() + ADMIT_WAIT_S
+        log.info("memory writer is behind (%d queued); holding a request back",
+                 self.memory.queue_depth)
+        while self.memory.backlogged(in_flight) and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(ADMIT_POLL_S)
 
     def identify(self, route: Route, headers: Mapping[str, str],
                  payload: dict[str, Any]) -> Identity | None:

@@ -225,6 +225,11 @@ class Memory:
     def queue_depth(self) -> int:
         return self._writer.queue_depth
 
+    def backlogged(self, in_flight: int) -> bool:
+        """Whether ``in_flight`` more turns might not fit in the writer's queue
+        (the proxy then holds new requests back rather than drop turns later)."""
+        return self._writer.queue_depth > self._writer.capacity - in_flight
+
     @property
     def dropped_turns(self) -> int:
         return self._writer.dropped

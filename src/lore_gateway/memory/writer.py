@@ -120,6 +120,10 @@ class TurnWriter:
     def queue_depth(self) -> int:
         return self._queue.qsize()
 
+    @property
+    def capacity(self) -> int:
+        return self._queue.maxsize
+
     def submit(self, turn: TurnRecord, *, wait: bool = False) -> bool:
         """Queue a turn; ``False`` (and a warning) when the queue is full or closed.
 
