@@ -86,6 +86,11 @@ class GatewayApp:
             raw = (scope.get("raw_path") or path.encode()).decode("latin-1")
             route = dataclasses.replace(
                 route, upstream_path=raw + (f"?{query}" if query else ""))
+        if route is None and method == "GET" and path == "/":
+            # A person opening the gateway's address in a browser: the memory browser.
+            await ClientChannel(send).respond(302, b"", [(b"location", b"/ui")])
+            metrics.record_request("unmatched", 302, "", None, None)
+            return
         if route is None:
             await ClientChannel(send).respond(
                 404, error_body("not_found", f"No route for {method} {path}")

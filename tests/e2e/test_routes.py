@@ -24,6 +24,14 @@ async def test_head_root_and_health(gateway: Any, http: aiohttp.ClientSession) -
         assert orjson.loads(await response.read()) == {"status": "ok", "version": __version__}
 
 
+async def test_the_root_page_leads_a_browser_to_the_memory_browser(
+    gateway: Any, http: aiohttp.ClientSession
+) -> None:
+    async with http.get(gateway.url + "/", allow_redirects=False) as response:
+        assert response.status == 302
+        assert response.headers["location"] == "/ui"
+
+
 async def test_unknown_route_is_404_with_the_route_named(
     gateway: Any, http: aiohttp.ClientSession, fake_upstream: FakeUpstream
 ) -> None:
