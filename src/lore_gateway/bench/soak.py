@@ -45,6 +45,10 @@ CLIENT_TIMEOUT_S = 60.0
 # client's turns, not every stored row.
 TEXT_BODY = (b'{"model":"gpt-soak","stream":true,"input":[{"role":"user","content":'
              b'"question %d about topic%d and its deployment"}]}')
+# A recall the gateway refused (memory busy) or gave up on (timeout) still ends
+# in a complete answer, so it is no error; it is counted apart, since a recall
+# that never searched is not the latency being measured.
+WITHOUT_MEMORY = (b"Recall is unavailable right now", b"Recall timed out")
 RECALL_BODY = (b'{"model":"gpt-soak","stream":true,"input":[{"role":"user","content":'
                b'"what did we decide (%d) about topic%d?"}],"tools":[{"type":'
                b'"function","name":"read_file","parameters":{"type":"object"}}]}')
@@ -54,10 +58,12 @@ RECALL_BODY = (b'{"model":"gpt-soak","stream":true,"input":[{"role":"user","cont
 class Kind:
     latencies: list[float] = field(default_factory=list)
     errors: int = 0
+    without_memory: int = 0
     error_samples: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         return {"completed": len(self.latencies), "errors": self.errors,
+                "without_memory": self.without_memory,
                 "p50_ms": round(_pct(self.latencies, 50) * 1e3, 1),
                 "p99_ms": round(_pct(self.latencies, 99) * 1e3, 1),
                 "max_ms": round(max(self.latencies, default=0.0) * 1e3, 1),
@@ -125,6 +131,8 @@ async def _client(session: aiohttp.ClientSession, url: str, number: int, recall:
                 # The hidden call never reaches the client, and the search answered
                 # (a failed search still ends in a complete, apologetic answer).
                 ok = b"function_call" not in data and b"Recall search failed" not in data
+                if ok and any(text in data for text in WITHOUT_MEMORY):
+                    kind.without_memory += 1
         except (aiohttp.ClientError, TimeoutError) as exc:
             if stop.is_set():
                 return  # killed on purpose: not the gateway's error

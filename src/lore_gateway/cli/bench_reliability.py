@@ -35,11 +35,12 @@ def soak(
     console = Console()
     table = Table(title=f"lore bench soak ({clients} clients, {seconds:g} s, "
                         f"{result['config']['recall_clients']} recall)")
-    for column in ("kind", "completed", "errors", "p50", "p99", "max"):
+    for column in ("kind", "completed", "errors", "without memory", "p50", "p99", "max"):
         table.add_column(column, justify="right")
     for kind in ("text", "recall"):
         s = result[kind]
-        table.add_row(kind, str(s["completed"]), str(s["errors"]), f"{s['p50_ms']:.0f} ms",
+        table.add_row(kind, str(s["completed"]), str(s["errors"]), str(s["without_memory"]),
+                      f"{s['p50_ms']:.0f} ms",
                       f"{s['p99_ms']:.0f} ms", f"{s['max_ms']:.0f} ms")
     console.print(table)
     rss = ", ".join(f"{t:.0f}s {mb:.0f}" for t, mb in result["rss_mb"])
