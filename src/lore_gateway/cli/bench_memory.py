@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,10 +25,7 @@ def locomo(
     """Retrieval quality of memory search on LoCoMo: recall@5/10 and MRR per category."""
     from lore_gateway.bench import locomo as bench
 
-    try:
-        path = bench.resolve_data_path(data)
-    except FileNotFoundError as exc:
-        raise output.UserError(str(exc)) from None
+    path = _data_path(bench.resolve_data_path, data)
     with output.stages() as update:
         report = bench.run(path, embeddings=embeddings, progress=update)
     figures = report.as_dict()
@@ -63,10 +61,7 @@ def coding(
     and MRR, against the naive FTS5 baseline computed in the same run."""
     from lore_gateway.bench import coding as bench
 
-    try:
-        path = bench.resolve_data_path(data)
-    except FileNotFoundError as exc:
-        raise output.UserError(str(exc)) from None
+    path = _data_path(bench.resolve_data_path, data)
     with output.stages() as update:
         report = bench.run(path, embeddings=embeddings, progress=update)
     figures = report.as_dict()
@@ -137,10 +132,7 @@ def distill_bench(
     from lore_gateway.bench import distill as bench
     from lore_gateway.config import Settings
 
-    try:
-        path = bench.resolve_data_path(data)
-    except FileNotFoundError as exc:
-        raise output.UserError(str(exc)) from None
+    path = _data_path(bench.resolve_data_path, data)
     arms: list[tuple[str, bench.Distiller]] = [("extractive", bench.extractive_distiller)]
     if worker is not None:
         key = os.environ.get(key_env or "", "").strip()
@@ -183,3 +175,11 @@ def _distill_table(path: Path, figures: dict[str, Any]) -> None:
         [output.Column("figure"), output.Column("value", "right", False)], rows,
         title=f"Distillation ({path.name}: {figures['sessions']} sessions, "
               f"{figures['segments']} segments, {figures['method']})")
+
+
+def _data_path(resolve: Callable[[Path | None], Path], data: Path | None) -> Path:
+    """The bench's data set, or a one-line error naming where it was looked for."""
+    try:
+        return resolve(data)
+    except FileNotFoundError as exc:
+        raise output.UserError(str(exc)) from None
