@@ -108,8 +108,11 @@ class RecallService:
             # upstream sees it (anchors expanded), before the pure transforms run.
             expanded = pipeline.expand_anchors(payload, ctx)
             view = await self.knowledge.view(ctx.family, expanded, identity, headers)
-            ctx = dataclasses.replace(ctx, knowledge=view)
-        upstream = pipeline.run(payload, ctx)
+            # Expanded once: the pipeline's own expand step then has nothing to do.
+            ctx = dataclasses.replace(ctx, knowledge=view, anchors=None)
+            upstream = pipeline.run(expanded, ctx)
+        else:
+            upstream = pipeline.run(payload, ctx)
         return Prepared(None if upstream is payload else upstream,
                         pipeline.carries_recall(ctx.family, payload, upstream))
 
