@@ -279,7 +279,9 @@ def _layout(family: Family, payload: dict[str, Any], items: list[Any], sizes: li
             truncate: int, distilled: list[Distilled], rule: LayerRule, budget: int,
             reason: str, ratio: float, fixed: int) -> tuple[SessionState, Action, str, int]:
     cut_at = _cut_time(st.marks, cut)
-    rows = _select([d for d in distilled if d.last_at < cut_at], rule,
+    # First-level logs of messages still in the raw tail would repeat it; merged
+    # logs (generation 1+) hold the oldest history and always qualify.
+    rows = _select([d for d in distilled if d.generation > 0 or d.last_at < cut_at], rule,
                    int(budget * rule.distilled_share))
     pair = h.starts_with_user(family, items[cut])
     request = "" if pair else _request_before(family, items, lead, cut)
@@ -328,9 +330,10 @@ def _select(rows: list[Distilled], rule: LayerRule, budget_tokens: int) -> list[
     used = 0
     for row in reversed(rows):
         cost = len(row.text) // BYTES_PER_TOKEN_TEXT + 1
-        if (rule.max_rows is not None and len(chosen) >= rule.max_rows) or \
-                used + cost > budget_tokens:
+        if rule.max_rows is not None and len(chosen) >= rule.max_rows:
             break
+        if used + cost > budget_tokens:
+            continue
         chosen.append(row)
         used += cost
     return chosen[::-1]
