@@ -551,7 +551,9 @@ class FakeUpstream:
         if scenario.name == "slow":
             await asyncio.sleep(float(scenario.arg or "1"))
         answer = self._canned(shape, scenario, body)
-        if self.metered and "x-lore-worker" not in record.headers:
+        if self.metered and "x-lore-worker" in record.headers:
+            answer = _metered(answer, shape, len(record.body) // BYTES_PER_TOKEN, 0)
+        elif self.metered:
             tokens = len(record.body) // BYTES_PER_TOKEN
             if self.window is not None and tokens > self.window:
                 return web.Response(status=400, body=overflow_body(shape, tokens, self.window),
