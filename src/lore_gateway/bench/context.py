@@ -3,7 +3,8 @@
 The coding sessions in ``shared/data/coding-sessions`` (read in place) are
 concatenated into one Anthropic agent session: each task is a user message,
 each recorded model reply becomes an assistant turn with a ``bash`` tool call,
-each shell output its tool result. The driver resends the whole history for
+each shell output its tool result. The fake model answers each request with
+the recorded reply (so memory stores what the model said). The driver resends the whole history for
 every assistant turn, as an agent does, through a real gateway to the metered
 fake upstream (input tokens = request bytes / 4, bytes shared with the previous
 request = cache reads; ``testing/fake_upstream.py``).
@@ -146,6 +147,11 @@ def _drive(gw: Any, fake: FakeUpstream, history: list[dict[str, Any]], sends: li
         body = orjson.dumps({"model": MODEL, "max_tokens": 1024, "system": SYSTEM,
                              "tools": TOOLS, "messages": history[:end]})
         passthrough.append(len(body) // BYTES_PER_TOKEN)
+        # The fake model answers with the recorded reply, so memory stores what
+        # the agent's model said (the client appends the same reply).
+        reply = history[end] if end < len(history) else None
+        if reply is not None and reply["role"] == "assistant":
+            fake.script([f"text:{reply['content'][0]['text']}"])
         conn.request("POST", "/v1/messages", body, headers)
         resp = conn.getresponse()
         answer = resp.read()
