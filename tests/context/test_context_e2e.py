@@ -120,7 +120,7 @@ def metered(fake_upstream: FakeUpstream) -> FakeUpstream:
 
 
 def test_a_long_anthropic_session_stays_in_budget_and_extends_between_rewrites(
-        make_gateway: Any, metered: FakeUpstream) -> None:
+        make_gateway: Any, metered: FakeUpstream, monkeypatch: pytest.MonkeyPatch) -> None:
     gw = make_gateway(context_window=WINDOW, worker=True, distill_segment_tokens=400,
                       distill_idle_s=3600, worker_max_attempts=1, worker_retry_base_s=0.05)
     agent = AnthropicAgent(gw, "ctx-e2e-anthropic")
@@ -158,6 +158,27 @@ def test_a_long_anthropic_session_stays_in_budget_and_extends_between_rewrites(
     state = gw.background.context.current("personal", "ctx-e2e-anthropic")
     assert state.samples > 10 and 0.2 < state.ratio < 0.3
     assert state.layer >= 1 and state.cache_read_share > 0.5
+    # `lore status` (the gateway's document) and `lore data show` report them.
+    gw.memory.flush(10)
+    with urllib.request.urlopen(gw.url + "/lore/status") as resp:
+        section = orjson.loads(resp.read())["context"]
+    assert section["enabled"] and section["sessions_managed"] == 1
+    assert section["latest"]["session"] == "ctx-e2e-anthropic"
+    assert section["latest"]["layer"] == state.layer
+    shown = cli(gw.settings.data_dir, monkeypatch, "data", "show", "ctx-e2e-anthropic")
+    assert shown.exit_code == 0, shown.output
+    assert f"context: layer {state.layer}, cache-read share" in shown.output
+
+
+def cli(data_dir: Any, monkeypatch: pytest.MonkeyPatch, *args: str) -> Any:
+    from typer.testing import CliRunner
+
+    from lore_gateway.cli.main import _register, app
+
+    _register()
+    monkeypatch.setenv("LORE_DATA_DIR", str(data_dir))
+    monkeypatch.setenv("LORE_EMBEDDINGS", "false")
+    return CliRunner().invoke(app, list(args))
 
 
 def test_recall_and_marker_expansion_work_on_a_rewritten_context(

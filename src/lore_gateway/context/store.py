@@ -66,3 +66,29 @@ def distilled(conn: Any, tenant: str, session: str) -> list[Distilled]:
             times[int(mid)] = float(created)
     return [Distilled(d.id, d.text, d.generation,
                       times.get(last.get(d.id, -1), d.created_at)) for d in rows]
+
+
+def for_session(conn: Any, tenant: str | None, session: str) -> SessionState | None:
+    """The session's state (any tenant when ``tenant`` is None: the CLI's view)."""
+    row = conn.execute("SELECT state FROM context_sessions WHERE session = ? AND"
+                       " (?2 IS NULL OR tenant = ?2) ORDER BY updated_at DESC LIMIT 1",
+                       (session, tenant)).fetchone()
+    return from_json(str(row[0])) if row else None
+
+
+def describe(state: SessionState) -> dict[str, Any]:
+    """What ``lore status`` and ``lore data show`` print about a session."""
+    share = state.cache_read_share
+    return {"layer": state.layer, "rewrites": state.rewrites,
+            "cache_read_share": None if share is None else round(share, 4),
+            "calibrated_tokens_per_byte": round(state.ratio, 4), "samples": state.samples}
+
+
+def summary(conn: Any) -> dict[str, Any]:
+    """Managed sessions, and the most recently active one (for ``lore status``)."""
+    managed = conn.execute("SELECT count(*) FROM context_sessions WHERE"
+                           " json_extract(state, '$.layer') > 0").fetchone()
+    row = conn.execute("SELECT session, state FROM context_sessions ORDER BY updated_at"
+                       " DESC LIMIT 1").fetchone()
+    latest = {"session": str(row[0]), **describe(from_json(str(row[1])))} if row else None
+    return {"sessions_managed": int(managed[0]) if managed else 0, "latest": latest}
