@@ -67,7 +67,10 @@ class ContextService:
         if result.action == "load":
             rows = await asyncio.to_thread(self.memory.read, lambda c: cstore.distilled(
                 c, identity.tenant, identity.session))
-            result = planner.plan(family, payload, body_len, state, limits, now, rows)
+            # A rewrite measures every history item (tens of ms on a 400K-token
+            # body): off the loop. The payload is only read.
+            result = await asyncio.to_thread(planner.plan, family, payload, body_len, state,
+                                             limits, now, rows)
         self._keep(key, result.state)
         if result.action == "rewrite":
             metrics.record_context_rewrite(result.reason, result.state.layer)
