@@ -65,8 +65,8 @@ class AnthropicAgent:
             {"role": "user", "content": [{"type": "text", "text": FACT}]}]
         self.rounds = 0
 
-    def send(self, scenario: str | None = None) -> tuple[int, bytes]:
-        body = {"model": "claude-test", "max_tokens": 256, "stream": True, "system": SYSTEM,
+    def send(self, scenario: str | None = None, *, stream: bool = True) -> tuple[int, bytes]:
+        body = {"model": "claude-test", "max_tokens": 256, "stream": stream, "system": SYSTEM,
                 "tools": TOOLS, "messages": self.messages}
         headers = {"x-api-key": ANTHROPIC_KEY, "anthropic-version": "2023-06-01",
                    "x-lore-session-id": self.session, "x-lore-project": "/work/ctx-e2e"}
@@ -195,17 +195,25 @@ def test_recall_and_marker_expansion_work_on_a_rewritten_context(
     agent.messages.append({"role": "assistant", "content": [{"type": "text", "text": "Done."}]})
     agent.messages.append({"role": "user", "content": [
         {"type": "text", "text": "Which port does staging deploy to?"}]})
-    status, raw = agent.send("recall:staging deploy port tangerine")
+    status, raw = agent.send("recall:staging deploy port tangerine", stream=False)
     assert status == 200
-    text = "".join(orjson.loads(line[6:]).get("delta", {}).get("text", "")
-                   for line in raw.splitlines() if line.startswith(b"data: {")
-                   and b"text_delta" in line)
-    assert "8417" in text
+    answer = orjson.loads(raw)
+    assert "8417" in "".join(b.get("text", "") for b in answer["content"])
     # The follow-up that carried the recall result kept the rewritten layout.
     follow = agent_requests(metered)[-1].json["messages"]
     assert "lore-gateway: session history" in orjson.dumps(follow[0]).decode()
     assert any(b.get("type") == "tool_result" and "8417" in orjson.dumps(b).decode()
                for m in follow[-1:] for b in m["content"])
+    # Next turn: the client's marker is expanded back into the exact recall pair,
+    # inside the rewritten context, and the request extends the follow-up.
+    wait_until(lambda: gw.memory.read(lambda c: c.execute(
+        "SELECT count(*) FROM recall_anchors").fetchone()[0]), "the recall anchor")
+    agent.messages.append({"role": "assistant", "content": answer["content"]})
+    agent.messages.append({"role": "user", "content": [{"type": "text", "text": "Thanks."}]})
+    assert agent.send()[0] == 200
+    nxt = agent_requests(metered)[-1]
+    assert b"lore-recall" not in nxt.body
+    assert orjson.dumps(nxt.json["messages"]).startswith(orjson.dumps(follow)[:-1])
 
 
 def test_a_context_length_error_is_retried_once_at_a_higher_layer(
@@ -263,4 +271,32 @@ def test_a_long_responses_session_keeps_instructions_first(
     assert last[-1] == items[-1]
     breaks = sum(1 for a, b in itertools.pairwise(sent)
                  if not extends(a.json["input"], b.json["input"]))
+    assert 1 <= breaks <= 6
+
+
+def test_a_long_chat_session_keeps_the_system_message_first(
+        make_gateway: Any, metered: FakeUpstream) -> None:
+    gw = make_gateway(context_window=WINDOW)
+    tools = [{"type": "function", "function": {
+        "name": "shell", "parameters": {"type": "object", "properties": {}}}}]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
+                                      {"role": "user", "content": FACT}]
+    for i in range(60):
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"call_{i}", "type": "function",
+             "function": {"name": "shell", "arguments": "{}"}}]})
+        messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": output(i)})
+        status, _ = post(gw.url + "/v1/chat/completions", {
+            "model": "gpt-test", "stream": True, "tools": tools, "messages": messages},
+            {"authorization": f"Bearer {OPENAI_KEY}", "x-lore-session-id": "ctx-e2e-chat"})
+        assert status == 200
+    sent = agent_requests(metered)
+    assert max(len(r.body) // BYTES_PER_TOKEN for r in sent) <= 0.75 * WINDOW
+    last = sent[-1].json["messages"]
+    assert last[0] == messages[0] and last[-1] == messages[-1]
+    assert last[1]["role"] == "user" and "session history" in last[1]["content"]
+    calls = {c["id"] for m in last for c in m.get("tool_calls") or []}
+    assert calls == {m["tool_call_id"] for m in last if m["role"] == "tool"}
+    breaks = sum(1 for a, b in itertools.pairwise(sent)
+                 if not extends(a.json["messages"], b.json["messages"]))
     assert 1 <= breaks <= 6
