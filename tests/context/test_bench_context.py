@@ -38,7 +38,8 @@ def test_bench_context_reports_savings_peak_stability_and_early_facts(tmp_path: 
     assert figures["upstream_vs_passthrough"] < 0.65
     assert figures["peak_share_of_window"] <= 0.75
     assert figures["extends_previous_share"] > 0.9
-    assert figures["rewrites"].get("budget", 0) >= 1
+    assert figures["rewrites"].get("budget/prefix kept", 0) >= 1
+    assert figures["prefix_rerenders"] == 1  # once, the first time; then only the tail moves
     assert figures["early_facts"] == {"questions": 1, "in_context": 0, "via_recall": 1,
                                       "answerable": 1, "share": 1.0}
     assert "upstream input tokens / passthrough" in result.output

@@ -109,8 +109,11 @@ def extends(prev: list[Any], new: list[Any]) -> bool:
 def rewrites(gw: Any) -> dict[str, float]:
     with urllib.request.urlopen(gw.url + "/metrics") as resp:
         text = resp.read().decode()
-    return {m[1]: float(m[2]) for m in re.finditer(
-        r'^lore_context_rewrites_total\{reason="(\w+)"\} ([\d.e+]+)$', text, re.M)} | {}
+    out: dict[str, float] = {}
+    for m in re.finditer(r'^lore_context_rewrites_total\{prefix="\w+",reason="(\w+)"\}'
+                         r' ([\d.e+]+)$', text, re.M):
+        out[m[1]] = out.get(m[1], 0.0) + float(m[2])
+    return out
 
 
 @pytest.fixture

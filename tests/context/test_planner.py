@@ -88,9 +88,10 @@ def test_mid_turn_cut_keeps_the_users_request_in_the_prefix() -> None:
     payload = body(anthropic_history(30))
     state = run(payload, calibrated()).state
     out = planner.render(Family.ANTHROPIC, payload, state)
-    assert "Fix the failing test." in out["messages"][0]["content"][0]["text"]
-    # The tail starts with an assistant round: the prefix is a single user message.
-    assert out["messages"][1]["role"] == "assistant"
+    assert "Fix the failing test." in out["messages"][2]["content"][0]["text"]
+    # The tail starts inside the turn: prefix pair, then the request repeated.
+    assert [m["role"] for m in out["messages"][:4]] == ["user", "assistant", "user",
+                                                        "assistant"]
 
 
 def test_between_rewrites_each_request_extends_the_previous_one() -> None:
@@ -254,6 +255,6 @@ def test_calibration_moves_the_ratio_towards_reported_usage() -> None:
 def test_knowledge_update_positions_follow_the_rewrite() -> None:
     payload = body(anthropic_history(30))
     state = run(payload, calibrated()).state
-    assert planner.remap(state, state.cut) == 1  # after the single prefix message
-    assert planner.remap(state, state.cut + 5) == 6
-    assert planner.remap(state, 0) == 1
+    assert planner.remap(state, state.cut) == 3  # after the prefix pair and the request
+    assert planner.remap(state, state.cut + 5) == 8
+    assert planner.remap(state, 0) == 3

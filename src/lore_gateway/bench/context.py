@@ -171,7 +171,7 @@ def _drive(gw: Any, fake: FakeUpstream, history: list[dict[str, Any]], sends: li
     cached = [c for _, c in fake.metered_log]
     counts = {k: v - before.get(k, 0) for k, v in _rewrite_counts().items()
               if v - before.get(k, 0)}
-    self_caused = sum(v for k, v in counts.items() if k in SELF_CAUSED)
+    self_caused = sum(v for k, v in counts.items() if k.split("/")[0] in SELF_CAUSED)
     turns = len(sends)
     worker = _worker_tokens(gw)
     state = gw.background.context.current("personal", SESSION)
@@ -189,6 +189,7 @@ def _drive(gw: Any, fake: FakeUpstream, history: list[dict[str, Any]], sends: li
         "extends_previous_share": round(extends / max(1, turns - 1), 4),
         "rewrites": counts,
         "self_caused_rewrites": self_caused,
+        "prefix_rerenders": sum(v for k, v in counts.items() if k.endswith("rendered")),
         "self_caused_per_50_turns": round(50 * self_caused / max(1, turns), 3),
         "final_layer": state.layer if state is not None else 0,
         "worker_tokens": worker,
@@ -208,7 +209,8 @@ def _rewrite_counts() -> dict[str, float]:
     for family in metrics.context_rewrites_total.collect():
         for sample in family.samples:
             if sample.name.endswith("_total"):
-                out[sample.labels["reason"]] = sample.value
+                key = f"{sample.labels['reason']}/prefix {sample.labels['prefix']}"
+                out[key] = sample.value
     return out
 
 

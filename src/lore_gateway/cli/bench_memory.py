@@ -219,6 +219,7 @@ def context_bench(
         ("rewrites by reason", ", ".join(f"{k} {int(v)}" for k, v in
                                          sorted(figures["rewrites"].items())) or "none"),
         ("self-caused rewrites per 50 warm turns", str(figures["self_caused_per_50_turns"])),
+        ("distilled-prefix re-renders", str(int(figures["prefix_rerenders"]))),
         ("final layer", str(figures["final_layer"])),
         ("worker tokens (share of upstream input)",
          f"{figures['worker_tokens']:,} ({figures['worker_share_of_upstream']:.1%})"),

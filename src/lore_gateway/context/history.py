@@ -27,6 +27,7 @@ EMERGENCY_OUTPUT_CHARS = 24_000
 # Anthropic allows 4 cache_control breakpoints per request.
 MAX_BREAKPOINTS = 4
 PREFIX_ACK = "Understood. I have the earlier session history above and can recall details."
+REQUEST_HEAD = "[lore-gateway] The user's current request (its work continues below):"
 
 
 def items_key(family: Family) -> str:
@@ -157,29 +158,39 @@ def strip_output(family: Family, item: Any, truncate_to: int | None = None) -> A
     return {**item, "content": out} if changed else item
 
 
-def prefix_items(family: Family, text: str, *, pair: bool,
+def prefix_items(family: Family, text: str, *, request: str = "",
                  cache_ttl: str | None = None, breakpoint: bool = False) -> list[Item]:
-    """The distilled prefix as history items: a user message holding it and,
-    when the raw tail starts with a user message (``pair``), an assistant
-    acknowledgement, so roles alternate on both sides."""
+    """The distilled prefix as history items: a user message holding it and an
+    assistant acknowledgement (the frozen pair; an Anthropic breakpoint on the
+    user message's block), then, when the raw tail starts inside an agent turn,
+    a user message repeating that turn's ``request``. Roles alternate on both
+    sides either way, and the pair's bytes never depend on where the tail starts."""
+    request_text = f"{REQUEST_HEAD}\n{request}" if request else ""
     if family is Family.RESPONSES:
-        user: Item = {"type": "message", "role": "user",
-                      "content": [{"type": "input_text", "text": text}]}
-        ack: Item = {"type": "message", "role": "assistant",
-                     "content": [{"type": "output_text", "text": PREFIX_ACK}]}
-        return [user, ack] if pair else [user]
+        out: list[Item] = [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+            {"type": "message", "role": "assistant",
+             "content": [{"type": "output_text", "text": PREFIX_ACK}]}]
+        if request_text:
+            out.append({"type": "message", "role": "user",
+                        "content": [{"type": "input_text", "text": request_text}]})
+        return out
     if family is Family.CHAT:
-        return ([{"role": "user", "content": text}, {"role": "assistant", "content": PREFIX_ACK}]
-                if pair else [{"role": "user", "content": text}])
-    marker: dict[str, Any] = {"type": "ephemeral"}
-    if cache_ttl:
-        marker["ttl"] = cache_ttl
+        out = [{"role": "user", "content": text}, {"role": "assistant", "content": PREFIX_ACK}]
+        if request_text:
+            out.append({"role": "user", "content": request_text})
+        return out
     user_block: Item = {"type": "text", "text": text}
-    ack_block: Item = {"type": "text", "text": PREFIX_ACK}
     if breakpoint:
-        (ack_block if pair else user_block)["cache_control"] = marker
-    user_msg: Item = {"role": "user", "content": [user_block]}
-    return [user_msg, {"role": "assistant", "content": [ack_block]}] if pair else [user_msg]
+        marker: dict[str, Any] = {"type": "ephemeral"}
+        if cache_ttl:
+            marker["ttl"] = cache_ttl
+        user_block["cache_control"] = marker
+    out = [{"role": "user", "content": [user_block]},
+           {"role": "assistant", "content": [{"type": "text", "text": PREFIX_ACK}]}]
+    if request_text:
+        out.append({"role": "user", "content": [{"type": "text", "text": request_text}]})
+    return out
 
 
 def repair_boundary(family: Family, tail: list[Any]) -> list[Any]:

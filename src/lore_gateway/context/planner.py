@@ -95,7 +95,7 @@ class SessionState:
     fingerprint: str = ""
     prefix: str = ""
     prefix_ids: tuple[int, ...] = ()
-    pair: bool = True
+    request: str = ""  # the user's request of the turn the tail starts inside
     breakpoint: bool = False
     ttl: str = ""
     dropped_bytes: int = 0  # client bytes not sent, net of the prefix added
@@ -119,6 +119,7 @@ class Plan:
     action: Action
     reason: str = ""
     estimate: int = 0  # estimated upstream input tokens
+    rendered: bool = False  # a rewrite that re-rendered the distilled prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,8 +207,8 @@ def render(family: Family, payload: dict[str, Any], state: SessionState) -> dict
                 if limit is not None or state.cut + i < state.strip_end else item
                 for i, item in enumerate(tail)]
     tail = h.repair_boundary(family, tail)
-    prefix = h.prefix_items(family, state.prefix, pair=state.pair, cache_ttl=state.ttl or None,
-                            breakpoint=state.breakpoint)
+    prefix = h.prefix_items(family, state.prefix, request=state.request,
+                            cache_ttl=state.ttl or None, breakpoint=state.breakpoint)
     new_items = [*items[:state.lead], *prefix, *tail]
     out = dict(payload)
     if family is Family.ANTHROPIC:
@@ -222,7 +223,7 @@ def prefix_length(state: SessionState) -> int:
     """History items the prefix adds (0 when the session is not managed)."""
     if state.layer == 0:
         return 0
-    return 2 if state.pair else 1
+    return 3 if state.request else 2
 
 
 def remap(state: SessionState, position: int) -> int:
@@ -259,8 +260,12 @@ def _rewrite(family: Family, payload: dict[str, Any], items: list[Any], body_len
         eff = _effective_sizes(family, items, sizes, strip_before=protect if rule.strip else 0,
                                truncate=truncate)
         suffix = _suffix(eff)
-        rows = _select(distilled, rule, int(budget * rule.distilled_share))
-        prefix_tokens = sum(len(d.text) for d in rows) // BYTES_PER_TOKEN_TEXT + 100
+        keep = reason == "budget" and layer == st.layer and bool(st.prefix)
+        if keep:
+            prefix_tokens = len(st.prefix) // BYTES_PER_TOKEN_TEXT + 100
+        else:
+            rows = _select(distilled, rule, int(budget * rule.distilled_share))
+            prefix_tokens = sum(len(d.text) for d in rows) // BYTES_PER_TOKEN_TEXT + 100
         cut = next((c for c in cands if (fixed + suffix[c]) * ratio + prefix_tokens <= target),
                    None)
         if cut is None:
@@ -270,25 +275,31 @@ def _rewrite(family: Family, payload: dict[str, Any], items: list[Any], body_len
             reason = "emergency"
         return Plan(*_layout(family, payload, items, sizes, eff, st, layer, lead, cut,
                              protect if rule.strip else 0, truncate, distilled, rule, budget,
-                             reason, ratio, fixed))
+                             reason, ratio, fixed, keep))
     raise AssertionError("unreachable: the emergency layer always returns")
 
 
 def _layout(family: Family, payload: dict[str, Any], items: list[Any], sizes: list[int],
             eff: list[int], st: SessionState, layer: int, lead: int, cut: int, strip_end: int,
             truncate: int, distilled: list[Distilled], rule: LayerRule, budget: int,
-            reason: str, ratio: float, fixed: int) -> tuple[SessionState, Action, str, int]:
-    cut_at = _cut_time(st.marks, cut)
-    # First-level logs of messages still in the raw tail would repeat it; merged
-    # logs (generation 1+) hold the oldest history and always qualify.
-    rows = _select([d for d in distilled if d.generation > 0 or d.last_at < cut_at], rule,
-                   int(budget * rule.distilled_share))
-    pair = h.starts_with_user(family, items[cut])
-    request = "" if pair else _request_before(family, items, lead, cut)
-    text = render_prefix(rows, request)
+            reason: str, ratio: float, fixed: int,
+            keep_prefix: bool) -> tuple[SessionState, Action, str, int, bool]:
     tail = items[cut:]
-    ttl = (h.first_ttl_after(tail) or "") if family is Family.ANTHROPIC else ""
-    prefix = h.prefix_items(family, text, pair=pair, cache_ttl=ttl or None,
+    if keep_prefix:
+        # Warm: the frozen prefix keeps its bytes (and its cache); only the
+        # boundary of the raw tail moves.
+        text, ids, ttl = st.prefix, st.prefix_ids, st.ttl
+    else:
+        cut_at = _cut_time(st.marks, cut)
+        # First-level logs of messages still in the raw tail would repeat it;
+        # merged logs (generation 1+) hold the oldest history and always qualify.
+        rows = _select([d for d in distilled if d.generation > 0 or d.last_at < cut_at], rule,
+                       int(budget * rule.distilled_share))
+        text, ids = render_prefix(rows), tuple(d.id for d in rows)
+        ttl = (h.first_ttl_after(tail) or "") if family is Family.ANTHROPIC else ""
+    request = "" if h.starts_with_user(family, items[cut]) else _request_before(
+        family, items, lead, cut)[:REQUEST_KEEP_CHARS]
+    prefix = h.prefix_items(family, text, request=request, cache_ttl=ttl or None,
                             breakpoint=family is Family.ANTHROPIC)
     prefix_bytes = sum(len(orjson.dumps(p)) + 1 for p in prefix)
     kept = sum(eff[cut:])
@@ -296,11 +307,11 @@ def _layout(family: Family, payload: dict[str, Any], items: list[Any], sizes: li
     state = dataclasses.replace(
         st, layer=layer, force_min=0, lead=lead, cut=cut, strip_end=max(strip_end, 0),
         truncate_to=truncate, fingerprint=_fingerprint(items, cut), prefix=text,
-        prefix_ids=tuple(d.id for d in rows), pair=pair,
+        prefix_ids=ids, request=request,
         breakpoint=family is Family.ANTHROPIC, ttl=ttl, dropped_bytes=dropped,
         rewrites=st.rewrites + 1)
     estimate = int((fixed + kept + prefix_bytes) * ratio)
-    return state, "rewrite", reason, estimate
+    return state, "rewrite", reason, estimate, not keep_prefix
 
 
 def _effective_sizes(family: Family, items: list[Any], sizes: list[int], *,
@@ -346,14 +357,8 @@ PREFIX_HEAD = (
     " tool for any detail not shown here.")
 
 
-def render_prefix(rows: list[Distilled], request: str) -> str:
-    parts = [PREFIX_HEAD]
-    for row in rows:
-        parts.append(row.text.strip())
-    if request:
-        parts.append("The user's current request (its work continues below):\n"
-                     + request[:REQUEST_KEEP_CHARS])
-    return "\n\n".join(parts)
+def render_prefix(rows: list[Distilled]) -> str:
+    return "\n\n".join([PREFIX_HEAD, *(row.text.strip() for row in rows)])
 
 
 def _request_before(family: Family, items: list[Any], lead: int, cut: int) -> str:

@@ -73,10 +73,10 @@ class ContextService:
                                              limits, now, rows)
         self._keep(key, result.state)
         if result.action == "rewrite":
-            metrics.record_context_rewrite(result.reason, result.state.layer)
-            log.info("context: session %s rewritten at layer %d (%s), ~%d tokens",
+            metrics.record_context_rewrite(result.reason, result.rendered)
+            log.info("context: session %s rewritten at layer %d (%s, prefix %s), ~%d tokens",
                      identity.session[:16], result.state.layer, result.reason,
-                     result.estimate)
+                     "re-rendered" if result.rendered else "kept", result.estimate)
             self._persist(key, result.state)
         if result.action in ("steady", "rewrite"):
             metrics.record_context_layer(result.state.layer)

@@ -188,11 +188,12 @@ knowledge_injections_total = Counter(
 )
 context_rewrites_total = Counter(
     "lore_context_rewrites",
-    "Rewrites of a session's distilled prefix and raw-tail boundary (issue 13), by "
-    "reason: budget (the estimate passed the budget while warm: self-caused), cold "
-    "(the provider cache had expired), overflow (after a context-length error), "
-    "client_changed (the client replaced its history), emergency.",
-    ["reason"],
+    "Rewrites of a session's upstream context (issue 13), by reason: budget (the "
+    "estimate passed the budget while warm: self-caused), cold (the provider cache had "
+    "expired), overflow (after a context-length error), client_changed (the client "
+    "replaced its history), emergency; prefix: rendered (the distilled prefix was "
+    "re-rendered) or kept (only the raw tail's boundary moved).",
+    ["reason", "prefix"],
     registry=REGISTRY,
 )
 context_requests_total = Counter(
@@ -399,9 +400,10 @@ def render() -> tuple[bytes, str]:
 set_queue_depth_source(None)
 
 
-def record_context_rewrite(reason: str, layer: int) -> None:
+def record_context_rewrite(reason: str, rendered: bool) -> None:
     try:
-        context_rewrites_total.labels(_bounded("reason", reason)).inc()
+        context_rewrites_total.labels(_bounded("reason", reason),
+                                      "rendered" if rendered else "kept").inc()
     except Exception:
         log.exception("metrics: record_context_rewrite failed")
 
