@@ -1,9 +1,10 @@
 """Per-session context state and the distillations it renders (plain SQL).
 
 One table, ``context_sessions`` (migration ``_V9_CONTEXT`` in memory/schema.py):
-a session's planner state as one JSON document, so another gateway instance
-(issue 17) continues the same layout byte for byte. Synchronous: run on the
-reader connection or as a writer job.
+a session's planner state as one JSON document (plus its layer, for counting),
+so another gateway instance (issue 17) continues the same layout byte for byte.
+Plain SQL (``?`` parameters, ``ON CONFLICT ... DO UPDATE``), portable to
+Postgres. Synchronous: run on the reader connection or as a writer job.
 """
 
 from __future__ import annotations
@@ -42,14 +43,10 @@ def load(conn: Any, tenant: str, session: str) -> SessionState | None:
 
 def save(conn: Any, tenant: str, session: str, state: SessionState) -> None:
     conn.execute(
-        "INSERT INTO context_sessions(tenant, session, state, updated_at) VALUES (?,?,?,?)"
-        " ON CONFLICT(tenant, session) DO UPDATE SET state = excluded.state,"
-        " updated_at = excluded.updated_at", (tenant, session, to_json(state), time.time()))
-
-
-def forget(conn: Any, tenant: str | None, session: str) -> None:
-    conn.execute("DELETE FROM context_sessions WHERE session = ? AND (?2 IS NULL OR"
-                 " tenant = ?2)", (session, tenant))
+        "INSERT INTO context_sessions(tenant, session, layer, state, updated_at)"
+        " VALUES (?,?,?,?,?) ON CONFLICT(tenant, session) DO UPDATE SET"
+        " layer = excluded.layer, state = excluded.state, updated_at = excluded.updated_at",
+        (tenant, session, state.layer, to_json(state), time.time()))
 
 
 def distilled(conn: Any, tenant: str, session: str) -> list[Distilled]:
@@ -71,8 +68,8 @@ def distilled(conn: Any, tenant: str, session: str) -> list[Distilled]:
 def for_session(conn: Any, tenant: str | None, session: str) -> SessionState | None:
     """The session's state (any tenant when ``tenant`` is None: the CLI's view)."""
     row = conn.execute("SELECT state FROM context_sessions WHERE session = ? AND"
-                       " (?2 IS NULL OR tenant = ?2) ORDER BY updated_at DESC LIMIT 1",
-                       (session, tenant)).fetchone()
+                       " (? IS NULL OR tenant = ?) ORDER BY updated_at DESC LIMIT 1",
+                       (session, tenant, tenant)).fetchone()
     return from_json(str(row[0])) if row else None
 
 
@@ -86,8 +83,7 @@ def describe(state: SessionState) -> dict[str, Any]:
 
 def summary(conn: Any) -> dict[str, Any]:
     """Managed sessions, and the most recently active one (for ``lore status``)."""
-    managed = conn.execute("SELECT count(*) FROM context_sessions WHERE"
-                           " json_extract(state, '$.layer') > 0").fetchone()
+    managed = conn.execute("SELECT count(*) FROM context_sessions WHERE layer > 0").fetchone()
     row = conn.execute("SELECT session, state FROM context_sessions ORDER BY updated_at"
                        " DESC LIMIT 1").fetchone()
     latest = {"session": str(row[0]), **describe(from_json(str(row[1])))} if row else None

@@ -409,6 +409,7 @@ _V9_CONTEXT = """
 CREATE TABLE context_sessions(
     tenant TEXT NOT NULL,
     session TEXT NOT NULL,
+    layer INTEGER NOT NULL,
     state TEXT NOT NULL,
     updated_at REAL NOT NULL,
     PRIMARY KEY (tenant, session)
