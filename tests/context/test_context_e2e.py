@@ -15,7 +15,13 @@ import pytest
 
 from lore_gateway.context import history as h
 from lore_gateway.distill import store as dstore
-from lore_gateway.testing import ANTHROPIC_KEY, OPENAI_KEY, FakeUpstream
+from lore_gateway.testing import (
+    ANTHROPIC_KEY,
+    OPENAI_KEY,
+    BackgroundServer,
+    FakeUpstream,
+    gateway_settings,
+)
 from lore_gateway.testing.fake_upstream import BYTES_PER_TOKEN
 
 SYSTEM = ("You are a coding agent working in a git repository. Read files before editing "
@@ -305,3 +311,28 @@ def test_a_long_chat_session_keeps_the_system_message_first(
     breaks = sum(1 for a, b in itertools.pairwise(sent)
                  if not extends(a.json["messages"], b.json["messages"]))
     assert 1 <= breaks <= 6
+
+
+def test_another_gateway_on_the_same_database_continues_the_layout(
+        make_gateway: Any, metered: FakeUpstream) -> None:
+    first = make_gateway(context_window=WINDOW)
+    agent = AnthropicAgent(first, "ctx-e2e-shared")
+    agent.first_turn()
+    for _ in range(40):
+        agent.tool_round()
+        assert agent.send()[0] == 200
+    before = agent_requests(metered)[-1].json["messages"]
+    assert "session history" in orjson.dumps(before[0]).decode()
+    first.memory.flush(10)
+    from lore_gateway.server import Gateway
+
+    runner = BackgroundServer(Gateway(gateway_settings(
+        metered, first.settings.data_dir, context_window=WINDOW)), name="second-gateway")
+    agent.gw = runner.start()
+    try:
+        agent.tool_round()
+        assert agent.send()[0] == 200
+    finally:
+        runner.stop()
+    after = agent_requests(metered)[-1].json["messages"]
+    assert extends(before, after)  # the persisted state renders the same bytes
