@@ -258,3 +258,23 @@ def test_knowledge_update_positions_follow_the_rewrite() -> None:
     assert planner.remap(state, state.cut) == 3  # after the prefix pair and the request
     assert planner.remap(state, state.cut + 5) == 8
     assert planner.remap(state, 0) == 3
+
+
+def test_codex_backend_shape_keeps_instructions_cache_key_and_reasoning_pairs() -> None:
+    items: list[dict[str, Any]] = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Go."}]}]
+    for i in range(30):
+        items += [{"type": "reasoning", "id": f"rs_{i}", "summary": [],
+                   "encrypted_content": "gAAAA" + "q" * 200},
+                  {"type": "function_call", "call_id": f"c{i}", "name": "shell",
+                   "arguments": "{}"},
+                  {"type": "function_call_output", "call_id": f"c{i}", "output": "z" * 900}]
+    payload = {"model": "gpt-5.1-codex", "instructions": SYSTEM, "input": items,
+               "tools": [], "prompt_cache_key": "thread-1", "store": False, "stream": True}
+    result = run(payload, calibrated(), family=Family.RESPONSES)
+    out = planner.render(Family.RESPONSES, payload, result.state)
+    assert out["instructions"] is payload["instructions"]
+    assert out["prompt_cache_key"] == "thread-1"
+    tail = out["input"][3:]  # prefix pair, the request of the cut turn, then raw items
+    assert tail[0]["type"] == "reasoning"  # a round starts with its reasoning item
+    assert tail == items[-len(tail):]
