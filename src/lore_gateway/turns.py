@@ -105,7 +105,7 @@ class TurnCollector:
         try:
             if self._sse is None and self._json is None:
                 if looks_like_sse(chunk[:64]):
-                    self._sse = SSEDecoder()
+                    self._sse = SSEDecoder(skip_suffix=b".delta" if self._skip_deltas else None)
                     self._acc = self._model.accumulator(self._max_text)
                 else:
                     self._json = bytearray()
