@@ -150,8 +150,9 @@ class TurnCollector:
         usage = None
         with contextlib.suppress(Exception):
             for acc in [*self._earlier, self._acc]:
-                if acc is not None and acc.result().usage is not None:
-                    usage = acc.result().usage
+                found = acc.result().usage if acc is not None else None
+                if found is not None:
+                    usage = found
         if usage is not None:
             metrics.record_usage(protocol, usage.prompt_tokens, usage.cache_read or 0,
                                  usage.output_tokens)
