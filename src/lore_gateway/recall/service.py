@@ -102,7 +102,8 @@ class RecallService:
         transforms, the recall tool injected when the request qualifies)."""
         assert route.protocol is not None
         anchors = await self.replay.session_for(identity, body)
-        ctx = pipeline.request_context(route.protocol, headers, identity, anchors)
+        ctx = pipeline.request_context(route.protocol, headers, identity, anchors,
+                                       body_bytes=len(body))
         if self.knowledge is not None:
             # The one async step of the knowledge slot, on the history as the
             # upstream sees it (anchors expanded), before the pure transforms run.
