@@ -14,7 +14,7 @@ size of one event and the total size, each failing with an exact message.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from lore_gateway.protocols.common import ProtocolError
 
@@ -36,9 +36,9 @@ class SSELimitError(ProtocolError):
     """A stream exceeded one of the decoder's limits. Never retried."""
 
 
-@dataclass(frozen=True, slots=True)
-class SSEEvent:
-    """One SSE frame.
+class SSEEvent(NamedTuple):
+    """One SSE frame (a named tuple: immutable, and built several times faster than
+    a frozen dataclass, which matters at one per upstream event).
 
     ``event`` is the value of the ``event:`` field, or None when the frame has
     none. ``data`` is the ``data:`` lines joined with ``"\\n"``; ``has_data`` is
