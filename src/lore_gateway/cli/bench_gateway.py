@@ -150,7 +150,8 @@ def _print_big_session(tokens: int, as_json: bool) -> None:
          for step, t in result["steps"].items()],
         title=f"lore bench overhead --big-session ({result['body_mb']:.1f} MB, "
               f"{result['items']} items, ~{result['tokens']:,} tokens)")
-    output.line(f"prepared (decode to upstream bytes) p50 {result['prepare_p50_ms']:.1f} ms; "
+    output.line(f"prepared (decode to upstream bytes) p50 {result['prepare_p50_ms']:.1f} ms "
+                f"(CPU {result['prepare_cpu_p50_ms']:.1f} ms); "
                 f"longest the event loop was held {result['loop_block_max_ms']:.1f} ms")
     if as_json:
         print(json.dumps(result, separators=(",", ":")))
