@@ -21,7 +21,6 @@ class Exchange:
     """
 
     route: Route
-    request_id: str
     headers: RawHeaders
     header_map: dict[str, str]
     body: bytes

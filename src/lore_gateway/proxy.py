@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
@@ -186,7 +185,6 @@ class Proxy:
         upstream_payload, upstream_stream = _upstream_rules(route, payload, changed)
         return Exchange(
             route=route,
-            request_id=hmap.get("x-request-id") or uuid.uuid4().hex[:16],
             headers=headers,
             header_map=hmap,
             body=body,

@@ -106,7 +106,7 @@ class TurnCollector:
         try:
             if self._sse is None and self._json is None:
                 if looks_like_sse(chunk[:64]):
-                    self._sse = SSEDecoder()
+                    self._sse = SSEDecoder(skip_suffix=b".delta" if self._skip_deltas else None)
                     self._acc = self._model.accumulator(self._max_text)
                 else:
                     self._json = bytearray()
@@ -151,8 +151,9 @@ class TurnCollector:
         usage = None
         with contextlib.suppress(Exception):
             for acc in [*self._earlier, self._acc]:
-                if acc is not None and acc.result().usage is not None:
-                    usage = acc.result().usage
+                found = acc.result().usage if acc is not None else None
+                if found is not None:
+                    usage = found
         return usage
 
     def report_usage(self, protocol: str) -> None:

@@ -123,3 +123,19 @@ def test_recorded_fixtures_round_trip_byte_for_byte(path: Path) -> None:
         events = decode_all(chunks)
         assert b"".join(e.raw for e in events) == data
         assert any(e.has_data for e in events)
+
+
+def test_skip_suffix_leaves_out_matching_frames_and_still_counts_them() -> None:
+    stream = (b"event: response.created\ndata: {\"a\":1}\n\n"
+              b"event: response.output_text.delta\ndata: {\"d\":\"x\"}\n\n"
+              b"event: response.output_text.delta\ndata: \xff\xfe not even utf-8\n\n"
+              b"event: response.completed\ndata: {\"b\":2}\n\n")
+    decoder = SSEDecoder(skip_suffix=b".delta")
+    events = [e for i in range(0, len(stream), 7) for e in decoder.feed(stream[i:i + 7])]
+    events += decoder.close()
+    assert [e.event for e in events] == ["response.created", "response.completed"]
+    assert events[1].raw == b"event: response.completed\ndata: {\"b\":2}\n\n"
+    assert decoder.frames == 4
+    limited = SSEDecoder(skip_suffix=b".delta", max_frames=2)
+    with pytest.raises(SSELimitError, match="frame limit"):
+        limited.feed(stream)

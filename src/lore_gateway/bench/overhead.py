@@ -1,11 +1,19 @@
-"""``lore bench overhead``: what the gateway adds to a streamed request.
+"""``lore bench overhead``: what the gateway adds to a streamed request, against a floor.
 
-The fake upstream and the gateway run as separate processes, as in production;
-this process is the client. Identical streamed Responses requests go to the
-fake directly and through the gateway, alternating in small rounds so that
-machine drift hits both paths alike, first one at a time (c=1), then with 16 in
-flight (c=16). The figures that matter are the differences and ratios between
-the two paths measured in the same run: absolute numbers move with the machine.
+Three targets serve the same fake upstream, each in its own process as in
+production: the fake itself (``direct``), a bare aiohttp streaming relay
+(``relay``, :mod:`lore_gateway.bench.relay`: the floor any Python proxy pays)
+and the gateway, with storage, embeddings and recall on as users run it. This
+process is the client. For each protocol (Responses, Chat, Anthropic), plain and
+with one client tool (then the gateway injects recall and watches the stream),
+identical streamed requests go to the three targets in alternating rounds, first
+one at a time (c=1), then 16 in flight (c=16), so machine drift hits all of them
+alike.
+
+The figures that matter are the gateway's against the relay's from the same
+run: its added latency (over ``direct``) minus the relay's, its requests/s and
+CPU per request as a ratio of the relay's. Absolute numbers move with the
+machine; these move much less.
 """
 
 from __future__ import annotations
@@ -26,15 +34,59 @@ from typing import Any
 
 import aiohttp
 
-REQUEST_BODY = (
-    b'{"model":"gpt-bench","stream":true,"input":[{"role":"user","content":"say hi"}],'
-    b'"tools":[{"type":"function","name":"read_file","parameters":{"type":"object",'
-    b'"properties":{"path":{"type":"string"}}}}]}'
-)
+from lore_gateway.bench import procstat
+
 HEADERS = {"content-type": "application/json", "authorization": "Bearer sk-bench-not-a-key"}
+ANTHROPIC_HEADERS = {"content-type": "application/json", "x-api-key": "sk-ant-bench-not-a-key",
+                     "anthropic-version": "2023-06-01"}
+_SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}}
+PROTOCOLS = ("responses", "chat", "anthropic")
+SHAPES = ("plain", "tool")
+TARGETS = ("direct", "relay", "gateway")
+
+# The acceptance targets (issue 14), all with one client tool offered.
+ADDED_P50_LIMIT_MS = {"responses": 0.3, "chat": 0.5, "anthropic": 0.5}  # over the relay's
+MIN_RPS_RATIO_C16 = 0.8  # of the relay's
 
 # ``progress(stage, done, total)``: the CLI draws it; None is silent.
 Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """One kind of request: a protocol, with or without a client tool."""
+
+    protocol: str
+    tool: bool
+    path: str
+    body: bytes
+    headers: dict[str, str]
+
+    @property
+    def name(self) -> str:
+        return f"{self.protocol}/{'tool' if self.tool else 'plain'}"
+
+
+def workload(protocol: str, tool: bool) -> Workload:
+    """The request a coding agent sends, reduced to one short user message."""
+    message = [{"role": "user", "content": "say hi"}]
+    if protocol == "responses":
+        body: dict[str, Any] = {"model": "gpt-bench", "stream": True, "input": message}
+        tools: list[Any] = [{"type": "function", "name": "read_file", "parameters": _SCHEMA}]
+        path, headers = "/v1/responses", HEADERS
+    elif protocol == "chat":
+        body = {"model": "gpt-bench", "stream": True, "messages": message}
+        tools = [{"type": "function", "function": {"name": "read_file", "parameters": _SCHEMA}}]
+        path, headers = "/v1/chat/completions", HEADERS
+    elif protocol == "anthropic":
+        body = {"model": "claude-bench", "max_tokens": 1024, "stream": True, "messages": message}
+        tools = [{"name": "read_file", "input_schema": _SCHEMA}]
+        path, headers = "/v1/messages", ANTHROPIC_HEADERS
+    else:
+        raise ValueError(f"unknown protocol {protocol!r}; use one of {', '.join(PROTOCOLS)}")
+    if tool:
+        body["tools"] = tools
+    return Workload(protocol, tool, path, json.dumps(body).encode(), headers)
 
 
 @dataclass
@@ -87,49 +139,64 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -
     raise RuntimeError(f"{url} did not answer within {timeout} s")
 
 
+@dataclass(frozen=True, slots=True)
+class Servers:
+    """Base URLs of the three targets, and the pids of the two that are measured."""
+
+    urls: dict[str, str]
+    pids: dict[str, int]
+
+
 @contextlib.contextmanager
-def running_servers(*, events: int, store: bool, recall_tool: bool,
-                    data_dir: Path) -> Iterator[tuple[str, str, int]]:
-    """Start the fake upstream and the gateway; yield (direct, gateway, gateway pid)."""
-    fake_port, gw_port = free_port(), free_port()
+def running_servers(*, events: int, store: bool, data_dir: Path,
+                    relay: bool = True) -> Iterator[Servers]:
+    """Start the fake upstream, the bare relay and the gateway, each its own process."""
+    fake_port, relay_port, gw_port = free_port(), free_port(), free_port()
+    fake_url = f"http://127.0.0.1:{fake_port}"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    fake = subprocess.Popen(
+    quiet: dict[str, Any] = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    procs = {"direct": subprocess.Popen(
         [sys.executable, "-m", "lore_gateway.testing.fake_upstream",
-         "--port", str(fake_port), "--events", str(events)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+         "--port", str(fake_port), "--events", str(events)], env=env, **quiet)}
+    if relay:
+        procs["relay"] = subprocess.Popen(
+            [sys.executable, "-m", "lore_gateway.bench.relay", "--port", str(relay_port),
+             "--upstream", fake_url], env=env, **quiet)
     gw_env = {
         **env,
-        "LORE_UPSTREAM_OPENAI": f"http://127.0.0.1:{fake_port}",
-        "LORE_UPSTREAM_ANTHROPIC": f"http://127.0.0.1:{fake_port}",
+        "LORE_UPSTREAM_OPENAI": fake_url,
+        "LORE_UPSTREAM_ANTHROPIC": fake_url,
         "LORE_DATA_DIR": str(data_dir),
         "LORE_STORE": "true" if store else "false",
-        "LORE_RECALL": "true" if recall_tool else "false",
         "LORE_LOG_LEVEL": "warning",
     }
-    gateway = subprocess.Popen(
+    procs["gateway"] = subprocess.Popen(
         [sys.executable, "-m", "lore_gateway", "serve", "--port", str(gw_port)],
-        env=gw_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+        env=gw_env, **quiet)
+    urls = {"direct": fake_url, "relay": f"http://127.0.0.1:{relay_port}",
+            "gateway": f"http://127.0.0.1:{gw_port}"}
     try:
-        _wait_http(f"http://127.0.0.1:{fake_port}/v1/models", fake)
-        _wait_http(f"http://127.0.0.1:{gw_port}/health", gateway)
-        yield (f"http://127.0.0.1:{fake_port}", f"http://127.0.0.1:{gw_port}", gateway.pid)
+        _wait_http(fake_url + "/v1/models", procs["direct"])
+        if relay:
+            _wait_http(urls["relay"] + "/v1/models", procs["relay"])
+        _wait_http(urls["gateway"] + "/health", procs["gateway"])
+        yield Servers({k: v for k, v in urls.items() if k in procs},
+                      {k: p.pid for k, p in procs.items() if k != "direct"})
     finally:
-        for proc in (gateway, fake):
+        for proc in procs.values():
             proc.terminate()
-        for proc in (gateway, fake):
+        for proc in procs.values():
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
 
 
-async def _one(session: aiohttp.ClientSession, url: str, stats: PathStats,
-               headers: dict[str, str]) -> None:
+async def _one(session: aiohttp.ClientSession, url: str, work: Workload,
+               stats: PathStats) -> None:
     start = time.perf_counter()
     try:
-        async with session.post(url, data=REQUEST_BODY, headers=headers) as resp:
+        async with session.post(url, data=work.body, headers=work.headers) as resp:
             first: float | None = None
             async for _ in resp.content.iter_any():
                 if first is None:
@@ -145,64 +212,159 @@ async def _one(session: aiohttp.ClientSession, url: str, stats: PathStats,
     stats.total.append(end - start)
 
 
-async def _round(session: aiohttp.ClientSession, url: str, stats: PathStats, n: int,
-                 concurrency: int, headers: dict[str, str]) -> None:
+async def _round(session: aiohttp.ClientSession, url: str, work: Workload, stats: PathStats,
+                 n: int, concurrency: int) -> None:
     queue = iter(range(n))
 
     async def worker() -> None:
         for _ in queue:
-            await _one(session, url, stats, headers)
+            await _one(session, url, work, stats)
 
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     stats.busy += time.perf_counter() - start
 
 
-async def measure(direct: str, gateway: str, *, requests: int, concurrency: int,
-                  round_size: int, warmup: int = 20,
-                  headers: dict[str, str] | None = None,
-                  progress: Progress | None = None) -> dict[str, PathStats]:
-    """Alternate rounds of ``round_size`` requests between the two paths."""
-    stage = f"requests at c={concurrency}"
-    headers = headers or HEADERS
+@dataclass
+class Measured:
+    """One workload at one concurrency: per target, its latencies and the CPU its
+    process tree used over the whole interleaved run (background work included)."""
+
+    stats: dict[str, PathStats]
+    cpu: dict[str, tuple[float, float]]  # target -> (root, tree) CPU seconds
+
+
+async def measure(servers: Servers, work: Workload, *, requests: int, concurrency: int,
+                  round_size: int, warmup: int = 20, progress: Progress | None = None,
+                  stage: str = "") -> Measured:
+    """Alternate rounds of ``round_size`` requests between the targets, rotating
+    which goes first, so that no target always follows the same one."""
+    targets = list(servers.urls)
     connector = aiohttp.TCPConnector(limit=concurrency * 2)
     async with aiohttp.ClientSession(connector=connector) as session:
-        urls = {"direct": direct + "/v1/responses", "gateway": gateway + "/v1/responses"}
-        for url in urls.values():
-            await _round(session, url, PathStats(), warmup, concurrency, headers)
-        stats = {name: PathStats() for name in urls}
-        done = 0
+        for name in targets:
+            await _round(session, servers.urls[name] + work.path, work, PathStats(),
+                         warmup, concurrency)
+        stats = {name: PathStats() for name in targets}
+        before = {name: procstat.sample(pid) for name, pid in servers.pids.items()}
+        done = turn = 0
         while done < requests:
             n = min(round_size, requests - done)
-            for name, url in urls.items():
-                await _round(session, url, stats[name], n, concurrency, headers)
+            order = targets[turn % len(targets):] + targets[:turn % len(targets)]
+            for name in order:
+                await _round(session, servers.urls[name] + work.path, work, stats[name], n,
+                             concurrency)
             done += n
+            turn += 1
             if progress is not None:
-                progress(stage, 2 * done, 2 * requests)
-        return stats
+                progress(stage, done, requests)
+        after = {name: procstat.sample(pid) for name, pid in servers.pids.items()}
+    cpu = {name: procstat.cpu_between(before[name], after[name]) for name in servers.pids}
+    return Measured(stats, cpu)
 
 
-def compare(stats: dict[str, PathStats]) -> dict[str, Any]:
-    d, g = stats["direct"].summary(), stats["gateway"].summary()
-    return {
-        "direct": d,
-        "gateway": g,
-        "added_p50_ms": g["total_p50_ms"] - d["total_p50_ms"],
-        "added_p99_ms": g["total_p99_ms"] - d["total_p99_ms"],
-        "added_ttfb_p50_ms": g["ttfb_p50_ms"] - d["ttfb_p50_ms"],
-        "latency_ratio_p50": g["total_p50_ms"] / d["total_p50_ms"] if d["total_p50_ms"] else 0.0,
-        "throughput_ratio": g["rps"] / d["rps"] if d["rps"] else 0.0,
-    }
+def compare(measured: Measured) -> dict[str, Any]:
+    """Per target its summary and added latency over ``direct``; then the gateway
+    against the relay, as a difference and as a ratio."""
+    direct = measured.stats["direct"].summary()
+    out: dict[str, Any] = {"direct": direct}
+    for name, stats in measured.stats.items():
+        if name == "direct":
+            continue
+        s: dict[str, Any] = dict(stats.summary())
+        s["added_p50_ms"] = s["total_p50_ms"] - direct["total_p50_ms"]
+        s["added_p99_ms"] = s["total_p99_ms"] - direct["total_p99_ms"]
+        s["added_ttfb_p50_ms"] = s["ttfb_p50_ms"] - direct["ttfb_p50_ms"]
+        s["rps_vs_direct"] = _ratio(s["rps"], direct["rps"])
+        root, tree = measured.cpu.get(name, (0.0, 0.0))
+        n = max(1, int(s["requests"]))
+        s["cpu_ms_per_request"] = tree * 1e3 / n
+        s["cpu_ms_per_request_main"] = root * 1e3 / n
+        out[name] = s
+    if "relay" in out and "gateway" in out:
+        r, g = out["relay"], out["gateway"]
+        out["gateway_vs_relay"] = {
+            "added_p50_diff_ms": g["added_p50_ms"] - r["added_p50_ms"],
+            "added_p99_diff_ms": g["added_p99_ms"] - r["added_p99_ms"],
+            "added_p50_ratio": _ratio(g["added_p50_ms"], r["added_p50_ms"]),
+            "added_p99_ratio": _ratio(g["added_p99_ms"], r["added_p99_ms"]),
+            "rps_ratio": _ratio(g["rps"], r["rps"]),
+            "cpu_ms_diff": g["cpu_ms_per_request"] - r["cpu_ms_per_request"],
+            "cpu_ratio": _ratio(g["cpu_ms_per_request"], r["cpu_ms_per_request"]),
+        }
+    return out
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b > 0 else None
+
+
+def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The acceptance checks of issue 14 (one client tool offered) on one run."""
+    checks: list[dict[str, Any]] = []
+    for protocol in PROTOCOLS:
+        key = f"{protocol}/tool"
+        c1 = result.get("c1", {}).get(key, {}).get("gateway_vs_relay")
+        if c1 is not None:
+            limit = ADDED_P50_LIMIT_MS[protocol]
+            checks.append({"check": f"c=1 {key}: added p50 over the relay's", "unit": "ms",
+                           "value": c1["added_p50_diff_ms"], "limit": f"<= {limit}",
+                           "met": c1["added_p50_diff_ms"] <= limit})
+        c16 = result.get("c16", {}).get(key, {}).get("gateway_vs_relay")
+        if c16 is not None and c16["rps_ratio"] is not None:
+            checks.append({"check": f"c=16 {key}: req/s as a ratio of the relay's", "unit": "x",
+                           "value": c16["rps_ratio"], "limit": f">= {MIN_RPS_RATIO_C16}",
+                           "met": c16["rps_ratio"] >= MIN_RPS_RATIO_C16})
+    return checks
 
 
 def rss_bytes(pid: int) -> tuple[int, int]:
     """(current RSS, peak RSS) of a process, from /proc."""
-    fields: dict[str, int] = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        name, _, value = line.partition(":")
-        if name in ("VmRSS", "VmHWM"):
-            fields[name] = int(value.split()[0]) * 1024
-    return fields.get("VmRSS", 0), fields.get("VmHWM", 0)
+    s = procstat.sample(pid)
+    return s.root_rss, s.root_peak
+
+
+def _memory(servers: Servers) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, pid in servers.pids.items():
+        s = procstat.sample(pid)
+        out[name] = {"peak_rss_mb": s.root_peak / 1e6, "rss_mb": s.root_rss / 1e6,
+                     "tree_peak_rss_mb": s.tree_peak / 1e6, "tree_rss_mb": s.tree_rss / 1e6,
+                     "processes": len(s.cpu)}
+    return out
+
+
+def run(*, requests_c1: int = 300, requests_c16: int = 600, events: int = 41,
+        store: bool = True, protocols: tuple[str, ...] = PROTOCOLS,
+        shapes: tuple[str, ...] = SHAPES, concurrencies: tuple[int, ...] = (1, 16),
+        big_mb: int = 0, progress: Progress | None = None) -> dict[str, Any]:
+    """The whole benchmark; returns the figures (see ``lore bench overhead --help``)."""
+    works = [workload(p, s == "tool") for p in protocols for s in shapes]
+    result: dict[str, Any] = {
+        "config": {"events": events, "store": store, "requests_c1": requests_c1,
+                   "requests_c16": requests_c16, "protocols": list(protocols),
+                   "shapes": list(shapes), "cpus": os.cpu_count(),
+                   "load_before": list(os.getloadavg())},
+    }
+    with tempfile.TemporaryDirectory(prefix="lore-bench-") as tmp, running_servers(
+        events=events, store=store, data_dir=Path(tmp)
+    ) as servers:
+        for c in concurrencies:
+            phase: dict[str, Any] = {}
+            for work in works:
+                measured = asyncio.run(measure(
+                    servers, work, requests=requests_c1 if c == 1 else requests_c16,
+                    concurrency=c, round_size=25 if c == 1 else 100, progress=progress,
+                    stage=f"c={c} {work.name}"))
+                phase[work.name] = compare(measured)
+            result[f"c{c}"] = phase
+        result["memory"] = _memory(servers)
+        if big_mb:
+            result["big_stream"] = asyncio.run(
+                big_stream(servers.urls["gateway"], servers.pids["gateway"], big_mb, progress))
+    result["config"]["load_after"] = list(os.getloadavg())
+    result["targets"] = targets(result)
+    return result
 
 
 async def big_stream(gateway: str, pid: int, megabytes: int,
@@ -211,10 +373,11 @@ async def big_stream(gateway: str, pid: int, megabytes: int,
     _, peak_before = rss_bytes(pid)
     received = 0
     start = time.perf_counter()
-    headers = {**HEADERS, "x-fake-scenario": f"big-stream:{megabytes}"}
+    work = workload("responses", True)
+    headers = {**work.headers, "x-fake-scenario": f"big-stream:{megabytes}"}
     timeout = aiohttp.ClientTimeout(total=600)
     async with aiohttp.ClientSession(timeout=timeout) as session, session.post(
-        gateway + "/v1/responses", data=REQUEST_BODY, headers=headers
+        gateway + work.path, data=work.body, headers=headers
     ) as resp:
         async for chunk in resp.content.iter_any():
             received += len(chunk)
@@ -227,10 +390,6 @@ async def big_stream(gateway: str, pid: int, megabytes: int,
         "seconds": elapsed,
         "peak_rss_growth_mb": (peak_after - peak_before) / 1e6,
     }
-
-
-ANTHROPIC_HEADERS = {"content-type": "application/json", "x-api-key": "sk-ant-bench-not-a-key",
-                     "anthropic-version": "2023-06-01"}
 
 
 async def _stream_seconds(session: aiohttp.ClientSession, url: str, body: bytes,
@@ -251,11 +410,8 @@ async def watched_stream(gateway: str, megabytes: float, delta_bytes: int,
     gateway, recall-watched (the request offers a tool, so the gateway injects
     recall and watches the stream) against plain passthrough (no tool), alternating;
     medians and their ratio."""
-    tool = {"name": "Read", "input_schema": {"type": "object", "properties": {}}}
-    base = {"model": "claude-bench", "max_tokens": 1024, "stream": True,
-            "messages": [{"role": "user", "content": "say a lot"}]}
-    bodies = {"plain": json.dumps(base).encode(),
-              "watched": json.dumps({**base, "tools": [tool]}).encode()}
+    bodies = {"plain": workload("anthropic", False).body,
+              "watched": workload("anthropic", True).body}
     headers = {**ANTHROPIC_HEADERS, "x-fake-scenario": f"big-stream:{megabytes}@{delta_bytes}"}
     times: dict[str, list[float]] = {"plain": [], "watched": []}
     received = 0
@@ -276,29 +432,7 @@ def run_watched(*, megabytes: float, delta_bytes: int = 16, repeats: int = 5) ->
     """The watched-stream benchmark alone, on its own servers (recall needs the
     store; both paths store their turn, so the difference is the interception)."""
     with tempfile.TemporaryDirectory(prefix="lore-bench-") as tmp, running_servers(
-        events=41, store=True, recall_tool=True, data_dir=Path(tmp)
-    ) as (_direct, gateway, _pid):
-        return asyncio.run(watched_stream(gateway, megabytes, delta_bytes, repeats))
-
-
-def run(*, requests_c1: int = 300, requests_c16: int = 600, events: int = 41,
-        store: bool = True, recall_tool: bool = False, big_mb: int = 0,
-        progress: Progress | None = None) -> dict[str, Any]:
-    """The whole benchmark; returns the figures (see ``lore bench overhead --help``)."""
-    with tempfile.TemporaryDirectory(prefix="lore-bench-") as tmp, running_servers(
-        events=events, store=store, recall_tool=recall_tool, data_dir=Path(tmp)
-    ) as (direct, gateway, pid):
-        c1 = asyncio.run(measure(direct, gateway, requests=requests_c1, concurrency=1,
-                                 round_size=25, progress=progress))
-        c16 = asyncio.run(measure(direct, gateway, requests=requests_c16, concurrency=16,
-                                  round_size=100, progress=progress))
-        result: dict[str, Any] = {
-            "config": {"events": events, "store": store, "recall_tool": recall_tool,
-                       "requests_c1": requests_c1, "requests_c16": requests_c16},
-            "c1": compare(c1),
-            "c16": compare(c16),
-        }
-        if big_mb:
-            result["big_stream"] = asyncio.run(big_stream(gateway, pid, big_mb, progress))
-        result["gateway_rss_mb"] = rss_bytes(pid)[0] / 1e6
-    return result
+        events=41, store=True, data_dir=Path(tmp), relay=False
+    ) as servers:
+        return asyncio.run(watched_stream(servers.urls["gateway"], megabytes, delta_bytes,
+                                          repeats))

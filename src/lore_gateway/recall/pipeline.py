@@ -61,6 +61,9 @@ class RequestContext:
     knowledge: KnowledgeView | None = None
     # The session's planned context layout (None: history passes through).
     context: SessionState | None = None
+    # Length of the client's decoded body in bytes (0 when unknown): a size
+    # estimate for the ``context`` slot without re-serialising the payload.
+    body_bytes: int = 0
 
     @property
     def family(self) -> Family:
@@ -89,10 +92,12 @@ def is_codex_client(headers: Mapping[str, str]) -> bool:
 
 
 def request_context(protocol: Protocol, headers: Mapping[str, str], identity: Identity,
-                    anchors: SessionRecalls | None = None) -> RequestContext:
+                    anchors: SessionRecalls | None = None, *,
+                    body_bytes: int = 0) -> RequestContext:
     view = headers if isinstance(headers, MappingProxyType) else MappingProxyType(dict(headers))
     return RequestContext(protocol=protocol, identity=identity, headers=view,
-                          codex_client=is_codex_client(headers), anchors=anchors)
+                          codex_client=is_codex_client(headers), anchors=anchors,
+                          body_bytes=body_bytes)
 
 
 # --- the transforms -------------------------------------------------------------

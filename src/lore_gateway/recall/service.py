@@ -108,7 +108,8 @@ class RecallService:
         transforms, the recall tool injected when the request qualifies)."""
         assert route.protocol is not None
         anchors = await self.replay.session_for(identity, body)
-        ctx = pipeline.request_context(route.protocol, headers, identity, anchors)
+        ctx = pipeline.request_context(route.protocol, headers, identity, anchors,
+                                       body_bytes=len(body))
         # The async steps run on the history as the upstream sees it (anchors
         # expanded once, here), before the pure transforms run.
         expanded = payload

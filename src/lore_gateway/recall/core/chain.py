@@ -297,14 +297,18 @@ def event_object(event: SSEEvent, *, malformed: str, not_object: str) -> dict[st
     return payload
 
 
-async def sse_events(resp: UpstreamResponse) -> AsyncIterator[SSEEvent]:
-    """The decoded events of an upstream SSE body."""
+async def sse_batches(resp: UpstreamResponse) -> AsyncIterator[list[SSEEvent]]:
+    """The decoded events of an upstream SSE body, those of one body chunk together
+    (so a relay answers one upstream read with one client write, as a bare relay
+    does, instead of one write per event)."""
     decoder = SSEDecoder()
     async for chunk in resp.chunks():
-        for event in decoder.feed(chunk):
-            yield event
-    for event in decoder.close():
-        yield event
+        events = decoder.feed(chunk)
+        if events:
+            yield events
+    tail = decoder.close()
+    if tail:
+        yield tail
 
 
 async def read_json_principal(resp: UpstreamResponse) -> dict[str, Any]:

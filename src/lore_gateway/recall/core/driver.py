@@ -36,7 +36,7 @@ from lore_gateway.recall.core.chain import (
     StagedRecall,
     execute_recall,
     send_counted,
-    sse_events,
+    sse_batches,
     stream_failure_message,
     with_keepalive,
 )
@@ -179,18 +179,33 @@ async def _execute(ctx: RecallContext, machine: ChainMachine, label: str, call: 
 # --- live streams --------------------------------------------------------------------
 
 
-async def relay(adapter: StreamAdapter, events: AsyncIterator[SSEEvent],
+async def relay(adapter: StreamAdapter, batches: AsyncIterator[list[SSEEvent]],
                 client: ClientWriter) -> None:
     """Feed an upstream stream through the adapter, writing what the client may
-    see as it arrives."""
-    async for event in events:
-        out = adapter.feed(event)
+    see as it arrives: one write per batch of events (one upstream read). An
+    event the adapter refuses still lets the client have what came before it."""
+    async for batch in batches:
+        out: list[bytes] = []
+        try:
+            for event in batch:
+                data = adapter.feed(event)
+                if data:
+                    out.append(data)
+        except Exception:
+            if out:
+                await client.write(b"".join(out))
+            raise
         if out:
-            await client.write(out)
+            await client.write(out[0] if len(out) == 1 else b"".join(out))
+
+
+async def _one_by_one(events: AsyncIterator[SSEEvent]) -> AsyncIterator[list[SSEEvent]]:
+    async for event in events:
+        yield [event]
 
 
 async def run_streamed(ctx: RecallContext, adapter: StreamAdapter,
-                       principal: AsyncIterator[SSEEvent], client: ClientWriter) -> bytes:
+                       principal: AsyncIterator[list[SSEEvent]], client: ClientWriter) -> bytes:
     """Relay the principal live, run its recalls and relay their continuations;
     return the closing bytes. Raises :class:`RecallFailed`, ``FollowUpError`` or
     ``ProtocolError`` (the caller ends the stream with the protocol's error)."""
@@ -229,7 +244,7 @@ async def _stream_follow_up(ctx: RecallContext, machine: ChainMachine, adapter: 
         return _count(adapter.label, action, machine, counted=True)
     assert isinstance(answer, StreamedFollowUp)
     try:
-        await relay(adapter, answer.events, client)
+        await relay(adapter, _one_by_one(answer.events), client)
         return _count(adapter.label, machine.round(adapter.round()), machine)
     finally:
         answer.close()
@@ -336,7 +351,7 @@ async def serve_stream(ctx: RecallContext, adapter: ServedStream, principal: Ups
     closing bytes, or the protocol's error event (never a success terminal)."""
     await client.start(200, headers)
     try:
-        closing = await run_streamed(ctx, adapter, sse_events(principal), client)
+        closing = await run_streamed(ctx, adapter, sse_batches(principal), client)
     except (RecallFailed, FollowUpError, ProtocolError) as exc:
         log.warning("%s recall stream failed: %s", adapter.label,
                     getattr(exc, "category", type(exc).__name__))
