@@ -81,15 +81,16 @@ def test_hits_carry_refs_that_detail_resolves(memory: Memory) -> None:
 
 
 def test_answer_is_found_through_the_question_it_answers(memory: Memory) -> None:
-    """context_fts: the reply shares no words with the query, its predecessor does."""
+    """The reply shares no words with the query, its predecessor does; the question
+    itself holds no answer, so the reply ranks first (context, window, question lift)."""
     _store(memory,
            _turn(ALICE, ("user", "Which database engine did we pick for the ledger service?"),
                  ("assistant", "Postgres 16, with logical replication to the warehouse.")),
            _turn(ALICE, ("user", "unrelated: rename the CI job"), ("assistant", "Done.")))
     hits = memory.search_sync("ledger service database engine", identity=ALICE).hits
     contents = [h.content for h in hits]
-    assert contents[0].startswith("Which database engine")
-    assert "Postgres 16, with logical replication to the warehouse." in contents[:2]
+    assert contents[0] == "Postgres 16, with logical replication to the warehouse."
+    assert contents[1].startswith("Which database engine")
 
 
 def test_fts_syntax_in_queries_is_plain_text(memory: Memory) -> None:
@@ -192,8 +193,9 @@ def test_a_version_3_store_migrates_forward_and_stays_searchable(tmp_path: Path)
     me = Identity("personal", ALICE.project, ALICE.session)  # v5 merged the tenants
     try:
         hits = mem.search_sync("billing worker queue", identity=me, scope="project").hits
-        assert [h.content for h in hits] == ["Which queue does the billing worker use?",
-                                             "RabbitMQ, the durable one."]
+        # The answer first: the question lifts it (search.QUESTION_NEXT_WEIGHT).
+        assert [h.content for h in hits] == ["RabbitMQ, the durable one.",
+                                             "Which queue does the billing worker use?"]
         assert {h.project for h in
                 mem.search_sync("billing worker", identity=me, scope="all").hits} == {
             "proj-x", "proj-y"}

@@ -13,7 +13,11 @@ The ranking (measured on LoCoMo, see docs/search.md) scores each candidate messa
 - ``vec(m)``: cosine to the query above the cosine of the ``VECTOR_FLOOR_RANK``-th
   best message, divided by the best margin (only clearly similar messages count);
 - the neighbour terms let a strong match lift the adjacent messages of the same
-  session, which is where its answer or its question usually is.
+  session, which is where its answer or its question usually is;
+- a message that asks a question (ends with ``?``) shares the query's words but
+  rarely holds the answer, the message after it does: a question counts
+  ``QUESTION_FACTOR`` of its score and lifts the next message by
+  ``QUESTION_NEXT_WEIGHT`` × its BM25 (instead of ``PREV_WEIGHT``).
 
 Weighted sums of normalised scores beat reciprocal rank fusion here: RRF throws
 away how much better the first BM25 hit is than the tenth, and on LoCoMo it lost
@@ -65,6 +69,13 @@ VECTOR_FLOOR_RANK = 50
 # Neighbours are looked up for this many of the best BM25 hits only: further down,
 # PREV/NEXT_WEIGHT × a small score cannot move anything into the top results.
 NEIGHBOUR_SOURCES = 40
+# Questions among the candidates (see the module docstring): the share of its own
+# score a question keeps, the weight of its BM25 in the next message's score, and
+# how many of the best candidates are checked. On LoCoMo's tuning part a factor of
+# 0.7-0.9 and a weight of 0.7-1.5 all gained (docs/search.md).
+QUESTION_FACTOR = 0.8
+QUESTION_NEXT_WEIGHT = 1.0
+QUESTION_CANDIDATES = 100
 MAX_LIMIT = 100
 # Candidates loaded beyond ``limit`` so skipped rows (recall traffic) leave no gap.
 SPARE_HITS = 10
@@ -177,10 +188,16 @@ class Searcher:
             scores[mid] = scores.get(mid, 0.0) + CONTEXT_WEIGHT * s
         for mid, s in vec.items():
             scores[mid] = scores.get(mid, 0.0) + VECTOR_WEIGHT * s
+        best = sorted(scores, key=lambda mid: -scores[mid])[:QUESTION_CANDIDATES]
+        questions = _questions(conn, {*best, *prev_next})
+        for mid in questions:
+            if mid in scores:
+                scores[mid] *= QUESTION_FACTOR
         for mid, (prev_id, next_id) in prev_next.items():
             s = own[mid]
             if next_id is not None:  # mid is the previous message of next_id
-                scores[next_id] = scores.get(next_id, 0.0) + PREV_WEIGHT * s
+                lift = QUESTION_NEXT_WEIGHT if mid in questions else PREV_WEIGHT
+                scores[next_id] = scores.get(next_id, 0.0) + lift * s
             if prev_id is not None:
                 scores[prev_id] = scores.get(prev_id, 0.0) + NEXT_WEIGHT * s
         _boost_intent(conn, scores, intent_phrases(query))
@@ -370,6 +387,16 @@ def _boost_intent(conn: apsw.Connection, scores: dict[int, float],
     for row in conn.execute(f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
                             f" AND rowid IN ({marks})", (expression, *best)):
         scores[int(row[0])] *= 1.0 + INTENT_BOOST
+
+
+def _questions(conn: apsw.Connection, mids: set[int]) -> set[int]:
+    """The messages of ``mids`` that end with a question mark (trailing space aside)."""
+    if not mids:
+        return set()
+    marks = ",".join("?" * len(mids))
+    return {int(r[0]) for r in conn.execute(
+        f"SELECT id FROM messages WHERE id IN ({marks})"
+        " AND substr(rtrim(content, char(32, 9, 10, 13)), -1) = '?'", tuple(mids))}
 
 
 def _neighbours(conn: apsw.Connection, own: dict[int, float],
