@@ -22,6 +22,8 @@ import orjson
 
 from lore_gateway.body import ClientDisconnected, decode_body, read_body
 from lore_gateway.channel import ClientChannel, ClientGone, Receive, Send, watch
+from lore_gateway.compaction.channel import ScaledUsageChannel
+from lore_gateway.compaction.service import CompactionService, usage_cap
 from lore_gateway.config import Settings
 from lore_gateway.errors import GatewayError, error_body, invalid_request
 from lore_gateway.exchange import Exchange
@@ -101,6 +103,8 @@ class Proxy:
         # Called once the client has the whole (2xx) response: background work
         # (docs/knowledge.md) starts there and never earlier.
         self.on_response_ended: Callable[[Exchange], None] | None = None
+        # Compaction requests answered from memory (compaction/; None: no memory).
+        self.compaction: CompactionService | None = None
         # Relays in flight, so that shutdown can end them once the grace is over.
         self._relays: set[asyncio.Task[None]] = set()
         self._idle = asyncio.Event()
@@ -140,6 +144,16 @@ class Proxy:
             await client.respond(exc.status, exc.body(), exc.headers())
             timing.status = exc.status
             return timing
+        if self.compaction is not None:
+            answered = await self.compaction.answer(exchange.protocol, exchange.payload,
+                                                    exchange.header_map, exchange.identity)
+            if answered is not None:
+                await client.respond(answered.status, answered.body, answered.headers)
+                timing.status = client.status
+                return timing
+        cap = usage_cap(self.settings, exchange.protocol, exchange.header_map, exchange.payload)
+        if cap is not None:
+            client = ScaledUsageChannel(tail, cap)
         pending = self.turns.begin(exchange)
         relay = asyncio.ensure_future(self._forward(exchange, client, tail, timing, pending))
         self._relays.add(relay)
@@ -322,6 +336,39 @@ class Proxy:
         if cut:
             headers.append((b"x-lore-body-truncated", b"true"))
         await client.respond(resp.status, body, headers)
+
+    async def handle_compact(self, scope: dict[str, Any], receive: Receive, send: Send,
+                             route: Route) -> int:
+        """Codex's ``POST …/responses/compact``: the new history from memory, or
+        (no memory of the session) the request forwarded as is."""
+        client = ClientChannel(send)
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        hmap = header_map(headers)
+        limit = self.settings.max_request_bytes
+        try:
+            raw = await read_body(receive, limit=limit, content_length=hmap.get("content-length"))
+            body = decode_body(raw, hmap.get("content-encoding"), limit=limit)
+            payload = orjson.loads(body) if body else {}
+        except ClientDisconnected:
+            return 0
+        except GatewayError as exc:
+            await client.respond(exc.status, exc.body())
+            return exc.status
+        except orjson.JSONDecodeError as exc:
+            await client.respond(400, error_body("invalid_request_error",
+                                                 f"Invalid JSON body: {exc}"))
+            return 400
+        answer = None
+        if self.compaction is not None and isinstance(payload, dict):
+            identity = self.turns.identify(route, hmap, payload)
+            answer = await self.compaction.compact_endpoint(identity)
+        if answer is not None:
+            await client.respond(200, answer)
+            return client.status
+        url = self.upstream.url(route.upstream, route.upstream_path)  # type: ignore[arg-type]
+        with contextlib.suppress(ClientGone):
+            await watch(receive, self._passthrough("POST", url, headers, body, client))
+        return client.status
 
     # -- everything else under /v1/ -------------------------------------------------
 
