@@ -23,7 +23,7 @@ import orjson
 from lore_gateway.body import ClientDisconnected, decode_body, read_body
 from lore_gateway.channel import ClientChannel, ClientGone, Receive, Send, watch
 from lore_gateway.compaction.channel import ScaledUsageChannel
-from lore_gateway.compaction.service import CompactionService, usage_cap
+from lore_gateway.compaction.service import CompactionAnswer, CompactionService, usage_cap
 from lore_gateway.config import Settings
 from lore_gateway.errors import GatewayError, error_body, invalid_request
 from lore_gateway.exchange import Exchange
@@ -137,24 +137,22 @@ class Proxy:
         # Every request already running may still store a turn: room for all of them.
         await self.turns.admit(len(self._relays) + 1)
         try:
-            exchange = await self._read_exchange(scope, receive, route)
+            exchange, compaction = await self._read_exchange(scope, receive, route)
         except ClientDisconnected:
             return timing
         except GatewayError as exc:
             await client.respond(exc.status, exc.body(), exc.headers())
             timing.status = exc.status
             return timing
-        if self.compaction is not None:
-            answered = await self.compaction.answer(exchange.protocol, exchange.payload,
-                                                    exchange.header_map, exchange.identity)
-            if answered is not None:
-                await client.respond(answered.status, answered.body, answered.headers)
-                timing.status = client.status
-                return timing
+        if compaction is not None and compaction.body is not None:
+            await client.respond(compaction.status, compaction.body, compaction.headers)
+            timing.status = client.status
+            return timing
         cap = usage_cap(self.settings, exchange.protocol, exchange.header_map, exchange.payload)
         if cap is not None:
             client = ScaledUsageChannel(tail, cap)
-        pending = self.turns.begin(exchange)
+        # A compaction passed through is not a turn of the conversation: not stored.
+        pending = self.turns.begin(exchange) if compaction is None else None
         relay = asyncio.ensure_future(self._forward(exchange, client, tail, timing, pending))
         self._relays.add(relay)
         self._idle.clear()
@@ -181,7 +179,10 @@ class Proxy:
         return timing
 
     async def _read_exchange(self, scope: dict[str, Any], receive: Receive,
-                             route: Route) -> Exchange:
+                             route: Route) -> tuple[Exchange, CompactionAnswer | None]:
+        """The parsed request and what goes upstream; a compaction request
+        (compaction/) skips the request pipeline: answered from memory, or
+        forwarded as the client sent it."""
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         hmap = header_map(headers)
         limit = self.settings.max_request_bytes
@@ -190,8 +191,11 @@ class Proxy:
         assert route.protocol is not None
         payload = await _parse_json(body, route.protocol)
         identity = self.turns.identify(route, hmap, payload)
+        compaction = None
+        if self.compaction is not None:
+            compaction = await self.compaction.answer(route.protocol, payload, hmap, identity)
         prepared: Prepared | None = None
-        if self.recall is not None and identity is not None:
+        if self.recall is not None and identity is not None and compaction is None:
             prepared = await self.recall.prepare(route, hmap, payload, identity, body)
         changed = prepared.upstream_payload if prepared is not None else None
         upstream_payload, upstream_stream = _upstream_rules(route, payload, changed)
@@ -210,7 +214,7 @@ class Proxy:
             identity=identity,
             upstream_payload=upstream_payload,
             recall=prepared is not None and prepared.inject,
-        )
+        ), compaction
 
     async def _forward(self, exchange: Exchange, client: ClientChannel, tail: _SentTail,
                        timing: RequestTiming, pending: Any) -> None:

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lore_gateway.channel import JSON_HEADERS, SSE_HEADERS, RawHeaders
@@ -30,10 +30,13 @@ log = logging.getLogger("lore.compaction")
 
 @dataclass(frozen=True, slots=True)
 class CompactionAnswer:
+    """A compaction request's fate: the answer from memory, or (``body`` None, no
+    memory of the session) forwarded untouched and not stored as a turn."""
+
     flow: Flow
-    status: int
-    headers: RawHeaders
-    body: bytes
+    status: int = 200
+    headers: RawHeaders = field(default_factory=list)
+    body: bytes | None = None
 
 
 # Answered and passed-through counts since start, per flow (for the status).
@@ -72,7 +75,8 @@ class CompactionService:
     async def answer(self, protocol: Protocol, payload: dict[str, Any],
                      headers: Mapping[str, str],
                      identity: Identity | None) -> CompactionAnswer | None:
-        """The answer from memory when this request is a compaction, else None."""
+        """None for any request but a compaction; for a compaction, the answer
+        from memory (or, with no memory, one without a body: pass it through)."""
         if not self.settings.compaction_from_memory:
             return None
         flow = detect.detect(family_of(protocol).value, payload, headers)
@@ -82,7 +86,7 @@ class CompactionService:
         if text is None:
             _count(flow, "passthrough")
             log.info("compaction (%s) with no memory of the session: passed through", flow)
-            return None
+            return CompactionAnswer(flow)
         _count(flow, "answered")
         log.info("compaction (%s) answered from memory (%d chars)", flow, len(text))
         stream = payload.get("stream") is True
