@@ -119,3 +119,35 @@ def test_claude_code_compact_is_answered_from_memory_and_the_session_goes_on(
     # The continued session starts from the gateway's summary, fact included.
     assert SUMMARY_HEADING.encode() in opening.body
     assert FACT.encode() in opening.body
+
+
+def overflowing_session(binary: Path, tmp: Path, url: str, fake: FakeUpstream) -> Any:
+    """Two turns (the fact, a tool call), then a third the provider refuses as
+    too long for the window: Claude Code's own reactive compaction."""
+    first = claude(binary, tmp, url, f"Remember this: {FACT}", resume=False)
+    assert first.returncode == 0, first.stderr[-3000:]
+    fake.script(['tool:Bash {"command":"echo one"}', "text"])
+    second = claude(binary, tmp, url, "Run echo one.", resume=True)
+    assert second.returncode == 0, second.stderr[-3000:]
+    fake.reset()
+    fake.script(["too-long", "text", "text", "text"])
+    third = claude(binary, tmp, url, "Go on.", resume=True)
+    assert third.returncode == 0, third.stderr[-3000:]
+    return third
+
+
+def test_claude_code_compacts_on_a_context_overflow_without_the_gateway(
+        fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+    binary = agent_binary("LORE_TEST_CLAUDE_BIN", CLAUDE_BIN)
+    overflowing_session(binary, tmp_path, fake_upstream.url, fake_upstream)
+    assert summary_requests(fake_upstream), "Claude Code did not compact on the overflow"
+
+
+def test_claude_code_overflow_compaction_is_answered_from_memory(
+        make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+    binary = agent_binary("LORE_TEST_CLAUDE_BIN", CLAUDE_BIN)
+    gw = make_gateway()
+    overflowing_session(binary, tmp_path, gw.url, fake_upstream)
+    assert summary_requests(fake_upstream) == []
+    retried = [r for r in fake_upstream.model_requests if r.route == "/v1/messages"][-1]
+    assert SUMMARY_HEADING.encode() in retried.body and FACT.encode() in retried.body

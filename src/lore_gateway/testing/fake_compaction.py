@@ -22,6 +22,9 @@ from lore_gateway.testing import fake_streams as fs
 
 FAKE_SUMMARY = "Summary written by the fake upstream's compaction."
 FAKE_ENCRYPTED = "fake-upstream-encrypted-compaction"
+# The providers' context-overflow messages: [OpenAI, Anthropic].
+TOO_LONG = ("Your input exceeds the context window of this model (context_length_exceeded).",
+            "prompt is too long: 1012345 tokens > 1000000 maximum")
 
 
 def is_compaction_trigger(body: Any) -> bool:

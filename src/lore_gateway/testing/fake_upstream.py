@@ -30,6 +30,8 @@ Scenarios (``name`` or ``name:argument``; see docs/testing.md):
 ``big-stream:<MiB>[@<n>]`` that many MiB of text deltas of n bytes (default
                           4096), generated on the fly
 ``slow:<seconds>``        wait that long before the response headers, then text
+``too-long``              400 context overflow ("prompt is too long" /
+                          "context_length_exceeded"), as the providers word it
 ``tool:<name> <json>``    a call to the client's own tool ``name`` with those
                           arguments (script the answer that follows its output)
 
@@ -474,6 +476,9 @@ class FakeUpstream:
             job = record.headers.get("x-lore-worker", "")
             scenario = Scenario("text", fake_worker.answer(job, body))
         stream = body.get("stream") is True
+        if scenario.name == "too-long":
+            return self._error(shape, 400, fake_compaction.TOO_LONG[shape == "anthropic"],
+                               headers)
         if scenario.name.startswith("status-"):
             code = int(scenario.name.removeprefix("status-"))
             headers |= {"retry-after": "7"}
