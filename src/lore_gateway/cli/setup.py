@@ -22,7 +22,11 @@ def setup_command(
     status: bool = typer.Option(False, "--status", help="Show which agents point at lore."),
     as_json: bool = typer.Option(False, "--json", help="With --status: print one JSON object."),
 ) -> None:
-    """Point an agent at the gateway permanently (with a backup), or undo it exactly."""
+    """Point an agent at the gateway permanently (with a backup), or undo it exactly.
+
+    For Claude Code this also sets DISABLE_AUTO_COMPACT=1 in settings.json (unless
+    you set it): the gateway manages the context and answers /compact from memory.
+    """
     settings = preflight.settings()
     console = Console()
     if status:
