@@ -123,7 +123,8 @@ class Gateway:
         if self.memory is not None:
             from lore_gateway.compaction.service import CompactionService
 
-            self.proxy.compaction = CompactionService(self.settings, self.memory)
+            self.proxy.compaction = CompactionService(self.settings, self.memory,
+                                                      expands=self.recall is not None)
         self.background = await Background.attach(self.settings, self.memory, self.upstream,
                                                   self.proxy, self.recall)
         app = self._app = GatewayApp(self.proxy, memory_degraded=self._memory_degraded)

@@ -146,3 +146,15 @@ def test_our_compaction_item_is_expanded_before_forwarding_and_openais_kept() ->
     assert orjson.dumps(pipeline.expand_compaction(payload, ctx)) == orjson.dumps(out)
     plain = {"input": [theirs, user]}
     assert pipeline.expand_compaction(plain, ctx) is plain
+
+
+def test_claude_code_fallback_summary_path_is_detected() -> None:
+    prompt = CLAUDE_COMPACT["messages"][-1]["content"][-1]["text"]
+    fallback = {"model": "claude-opus-4-8", "max_tokens": 20000,
+                "system": [{"type": "text", "text": "You are a helpful AI assistant tasked with"
+                            " summarizing conversations."}],
+                "tools": [{"name": "Read", "input_schema": {"type": "object"}}],
+                "messages": [{"role": "user", "content": "earlier work"},
+                             {"role": "assistant", "content": "done"},
+                             {"role": "user", "content": [{"type": "text", "text": prompt}]}]}
+    assert detect("anthropic", fallback, {}) is Flow.CLAUDE_SUMMARY

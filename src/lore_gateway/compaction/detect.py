@@ -70,18 +70,14 @@ def is_claude_summary(payload: Mapping[str, Any]) -> bool:
     if last.get("role") != "user":
         return False
     text = _last_text(last.get("content"))
-    if text is None:
+    if text is None or not all(m in text for m in CLAUDE_SUMMARY_MARKERS):
         return False
-    if _system_text(payload.get("system")).strip().endswith(CLAUDE_FALLBACK_SYSTEM) or (
-            CLAUDE_FALLBACK_SYSTEM in _system_text(payload.get("system"))[:200]):
-        return all(m in text for m in CLAUDE_SUMMARY_MARKERS)
-    if not text.startswith(CLAUDE_SUMMARY_PREAMBLE):
-        return False
-    if not all(m in text for m in CLAUDE_SUMMARY_MARKERS):
-        return False
-    # The fork moves the cache marker off the appended prompt (skipCacheWrite).
-    return not _has_cache_marker(last) and any(
-        _has_cache_marker(m) for m in messages[:-1] if isinstance(m, dict))
+    if text.startswith(CLAUDE_SUMMARY_PREAMBLE):
+        # The fork moves the cache marker off the appended prompt (skipCacheWrite).
+        return not _has_cache_marker(last) and any(
+            _has_cache_marker(m) for m in messages[:-1] if isinstance(m, dict))
+    # The fallback path: the one-line summarizer system prompt instead of the agent's.
+    return CLAUDE_FALLBACK_SYSTEM in _system_text(payload.get("system"))[:1000]
 
 
 def _last_text(content: Any) -> str | None:
@@ -110,7 +106,7 @@ def _system_text(system: Any) -> str:
 
 def _codex_request_kind(headers: Mapping[str, str]) -> str | None:
     raw = headers.get("x-codex-turn-metadata")
-    if not raw:
+    if not raw or "compaction" not in raw:  # parsed only when it may say so
         return None
     try:
         kind = json.loads(raw).get("request_kind")

@@ -68,9 +68,13 @@ def usage_cap(settings: Settings, protocol: Protocol, headers: Mapping[str, str]
 
 
 class CompactionService:
-    def __init__(self, settings: Settings, memory: Any) -> None:
+    def __init__(self, settings: Settings, memory: Any, *, expands: bool = True) -> None:
+        """``expands``: the request pipeline runs (recall on), so a compaction item
+        of ours that comes back is expanded; without it, ``compaction_trigger``
+        goes upstream, since our handle must never reach the provider."""
         self.settings = settings
         self.memory = memory
+        self.expands = expands
 
     async def answer(self, protocol: Protocol, payload: dict[str, Any],
                      headers: Mapping[str, str],
@@ -80,7 +84,7 @@ class CompactionService:
         if not self.settings.compaction_from_memory:
             return None
         flow = detect.detect(family_of(protocol).value, payload, headers)
-        if flow is None:
+        if flow is None or (flow is Flow.CODEX_TRIGGER and not self.expands):
             return None
         text = await self._summary(identity)
         if text is None:
