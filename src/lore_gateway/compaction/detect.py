@@ -72,12 +72,12 @@ def is_claude_summary(payload: Mapping[str, Any]) -> bool:
     text = _last_text(last.get("content"))
     if text is None or not all(m in text for m in CLAUDE_SUMMARY_MARKERS):
         return False
-    if text.startswith(CLAUDE_SUMMARY_PREAMBLE):
-        # The fork moves the cache marker off the appended prompt (skipCacheWrite).
-        return not _has_cache_marker(last) and any(
-            _has_cache_marker(m) for m in messages[:-1] if isinstance(m, dict))
     # The fallback path: the one-line summarizer system prompt instead of the agent's.
-    return CLAUDE_FALLBACK_SYSTEM in _system_text(payload.get("system"))[:1000]
+    if CLAUDE_FALLBACK_SYSTEM in _system_text(payload.get("system"))[:1000]:
+        return True
+    # The fork moves the cache marker off the appended prompt (skipCacheWrite).
+    return text.startswith(CLAUDE_SUMMARY_PREAMBLE) and not _has_cache_marker(last) and any(
+        _has_cache_marker(m) for m in messages[:-1] if isinstance(m, dict))
 
 
 def _last_text(content: Any) -> str | None:
