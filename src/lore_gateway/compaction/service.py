@@ -124,7 +124,9 @@ class CompactionService:
                                         identity.session, tokens)
 
         try:
-            remembered = await asyncio.to_thread(self.memory.read, read)
+            # On the writer, behind the turns still queued: the turn that ended
+            # just before the agent asked is part of the summary.
+            remembered = await asyncio.to_thread(self.memory.write_job, read)
         except Exception:
             log.exception("compaction: could not read the session's memory; passed through")
             return None

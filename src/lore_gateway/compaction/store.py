@@ -1,4 +1,5 @@
-"""Reading a session's memory for a compaction answer (synchronous; a reader thread).
+"""Reading a session's memory for a compaction answer (synchronous; run on the
+writer thread, behind the turns still queued, so the last turn is included).
 
 Read-only, plain SQL in one place: the distillations through ``distill.store``,
 the messages no distillation covers yet (turned into an extractive log, not
