@@ -21,7 +21,14 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recall"))
-from agent_cli import CODEX_BIN, agent_binary, codex_apikey_config, codex_exec
+from agent_cli import (
+    CODEX_BIN,
+    agent_binary,
+    chatgpt_auth_json,
+    codex_apikey_config,
+    codex_chatgpt_config,
+    codex_exec,
+)
 from test_codex_recall import resume_last, with_recall_header
 
 from lore_gateway.compaction.answers import HANDLE_PREFIX
@@ -73,12 +80,13 @@ def wait_for_fact(gw: Any) -> None:
     pytest.fail("the first turn was not stored")
 
 
-def long_session(codex: Path, tmp: Path, config: str, fake: FakeUpstream) -> Any:
+def long_session(codex: Path, tmp: Path, config: str, fake: FakeUpstream,
+                 auth_json: str | None = None) -> Any:
     """Turn 1 states the fact; turn 2 reads two big files while the fake reports
     300K tokens per answer. Returns the second run."""
     big_files(tmp / "work")
     first = codex_exec(codex, tmp, config, f"Remember this: {FACT}",
-                       extra_env={"FAKE_API_KEY": API_KEY})
+                       extra_env={"FAKE_API_KEY": API_KEY}, auth_json=auth_json)
     assert first.returncode == 0, first.stderr[-3000:]
     fake.reset()
     fake.reported_input_tokens = LARGE_USAGE
@@ -95,12 +103,20 @@ def test_codex_compacts_on_its_own_without_the_gateway(
     assert compaction_requests(fake_upstream), "Codex did not compact past its threshold"
 
 
+@pytest.mark.parametrize("mode", ["apikey", "chatgpt"])
 def test_codex_never_compacts_through_the_gateway_and_keeps_the_first_fact(
-        make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+        make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path, mode: str) -> None:
     codex = agent_binary("LORE_TEST_CODEX_BIN", CODEX_BIN)
     gw = make_gateway()
-    config = codex_apikey_config(gw.url)
-    second = long_session(codex, tmp_path, config, fake_upstream)
+    auth_json = None
+    if mode == "apikey":
+        config = codex_apikey_config(gw.url)
+    else:  # the ChatGPT login: the Codex backend's path through the gateway
+        auth_json, _ = chatgpt_auth_json()
+        config = codex_chatgpt_config(gw.url, fake_upstream.url + "/backend-api/")
+    second = long_session(codex, tmp_path, config, fake_upstream, auth_json)
+    route = "/v1/responses" if mode == "apikey" else "/backend-api/codex/responses"
+    assert {r.route for r in fake_upstream.model_requests} == {route}
     assert compaction_requests(fake_upstream) == []
     # The big files really went upstream, and Codex was shown the capped usage.
     bodies = b"".join(r.body for r in fake_upstream.model_requests)
