@@ -179,3 +179,22 @@ async def test_responses_compact_endpoint_from_memory_or_passed_through(
     assert status == 200 and fake_upstream.requests == []
     (item,) = orjson.loads(raw)["output"]
     assert item["type"] == "message" and FACT in item["content"][0]["text"]
+
+
+async def test_an_sdk_clients_own_summary_prompt_is_never_intercepted(
+        make_gateway: Any, fake_upstream: FakeUpstream, http: aiohttp.ClientSession) -> None:
+    gw = make_gateway()
+    session = "sdk-summary"
+    body, _ = _claude_turn(session, f"Remember this: {FACT}")
+    sdk = {"x-api-key": "sk-ant-x", "anthropic-version": "2023-06-01",
+           "x-lore-session-id": session}
+    await _post(http, gw.url + "/v1/messages", body, sdk)
+    deadline = time.monotonic() + 10
+    while not any(FACT in m.content for m in gw.memory.session_messages(None, session)):
+        assert time.monotonic() < deadline
+        gw.memory.flush(timeout=10)
+        await asyncio.sleep(0.02)
+    fake_upstream.reset()
+    status, _ = await _post(http, gw.url + "/v1/messages", CLAUDE_COMPACT, sdk)
+    assert status == 200
+    assert len(fake_upstream.model_requests) == 1  # went upstream: not Claude Code

@@ -51,6 +51,11 @@ def _count(flow: Flow, outcome: str) -> None:
     metrics.record_compaction(flow.value, outcome)
 
 
+# The agent whose structure a flow recognises (a compaction_trigger is answered
+# for any client: it asks for exactly that).
+_AGENT_OF = {Flow.CLAUDE_SUMMARY: Agent.CLAUDE_CODE, Flow.CODEX_LOCAL: Agent.CODEX}
+
+
 def usage_cap(settings: Settings, protocol: Protocol, headers: Mapping[str, str],
               payload: Mapping[str, Any]) -> UsageCap | None:
     """The cap on the usage this client is shown (None: its usage is not touched)."""
@@ -85,6 +90,10 @@ class CompactionService:
             return None
         flow = detect.detect(family_of(protocol).value, payload, headers)
         if flow is None or (flow is Flow.CODEX_TRIGGER and not self.expands):
+            return None
+        # A summary prompt from any other client (an SDK user's own) is theirs.
+        expected = _AGENT_OF.get(flow)
+        if expected is not None and client_agent(headers) is not expected:
             return None
         text = await self._summary(identity)
         if text is None:
