@@ -44,6 +44,9 @@ def setup_command(
             path = setup_state.setup(agent, settings.data_dir, settings.base_url,
                                      gateway_key=key)
             note = "" if key is None else " Your gateway key is stored there as a header."
+            if agent == "claude":
+                note += (" Its auto-compaction is off (DISABLE_AUTO_COMPACT=1, unless you set"
+                         " it): the gateway manages the context and answers /compact.")
             console.print(
                 f"{agent} now uses lore at {settings.base_url} ({path}).{note} "
                 f"Undo with `lore setup --undo {agent}`."
