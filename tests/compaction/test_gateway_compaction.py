@@ -198,3 +198,35 @@ async def test_an_sdk_clients_own_summary_prompt_is_never_intercepted(
     status, _ = await _post(http, gw.url + "/v1/messages", CLAUDE_COMPACT, sdk)
     assert status == 200
     assert len(fake_upstream.model_requests) == 1  # went upstream: not Claude Code
+
+
+def test_the_summary_holds_the_sessions_distillations_and_knowledge(
+        make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+    """With the worker on, the session's distillations (and the curated knowledge)
+    make up the summary a compaction gets."""
+    import sys
+
+    sys.path.insert(0, str(HERE.parent / "knowledge"))
+    from kit import AnthropicSession, git_project, post, read, wait_until
+
+    from lore_gateway.distill import store as dstore
+
+    gw = make_gateway(worker=True, distill_segment_tokens=1, distill_idle_s=3600)
+    project = git_project(tmp_path / "work")
+    chat = AnthropicSession(gw, project, "distilled-session")
+    chat.say(f"Decision: {FACT} Main is frozen.")
+    distilled = wait_until(lambda: read(gw, lambda c: dstore.active(
+        c, "personal", "distilled-session")), "a distillation")
+    compact = {**CLAUDE_COMPACT, "system": chat.system,
+               "messages": [*chat.messages, CLAUDE_COMPACT["messages"][-1]]}
+    compact["messages"][0] = {"role": "user", "content": [
+        {"type": "text", "text": chat.messages[0]["content"][0]["text"],
+         "cache_control": {"type": "ephemeral"}}]}
+    fake_upstream.reset()
+    raw = post(gw.url + "/v1/messages?beta=true", compact, {
+        **CLAUDE_HEADERS, "x-lore-session-id": "distilled-session"})
+    assert not [r for r in fake_upstream.model_requests if "x-lore-worker" not in r.headers]
+    text = "".join(e["delta"].get("text", "") for e in _events(raw)
+                   if e["type"] == "content_block_delta")
+    assert "## Conversation history" in text
+    assert distilled[0].text.splitlines()[-1] in text
