@@ -353,18 +353,20 @@ class Proxy:
             raw = await read_body(receive, limit=limit, content_length=hmap.get("content-length"))
             body = decode_body(raw, hmap.get("content-encoding"), limit=limit)
             payload = orjson.loads(body) if body else {}
+            # Team mode: a request without a valid gateway key is refused here (401).
+            identity = (self.turns.identify(route, hmap, payload)
+                        if isinstance(payload, dict) else None)
         except ClientDisconnected:
             return 0
         except GatewayError as exc:
-            await client.respond(exc.status, exc.body())
+            await client.respond(exc.status, exc.body(), exc.headers())
             return exc.status
         except orjson.JSONDecodeError as exc:
             await client.respond(400, error_body("invalid_request_error",
                                                  f"Invalid JSON body: {exc}"))
             return 400
         answer = None
-        if self.compaction is not None and isinstance(payload, dict):
-            identity = self.turns.identify(route, hmap, payload)
+        if self.compaction is not None:
             answer = await self.compaction.compact_endpoint(identity)
         if answer is not None:
             await client.respond(200, answer)
