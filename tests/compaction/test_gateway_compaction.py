@@ -230,3 +230,50 @@ def test_the_summary_holds_the_sessions_distillations_and_knowledge(
                    if e["type"] == "content_block_delta")
     assert "## Conversation history" in text
     assert distilled[0].text.splitlines()[-1] in text
+
+
+async def test_compaction_trigger_without_memory_goes_upstream_with_memory_ours(
+        make_gateway: Any, fake_upstream: FakeUpstream, http: aiohttp.ClientSession) -> None:
+    from lore_gateway.compaction.answers import HANDLE_PREFIX, summary_of_handle
+    from lore_gateway.testing.fake_compaction import FAKE_ENCRYPTED
+
+    gw = make_gateway()
+    session = "trigger-session"
+    headers = {**CODEX_HEADERS, "session-id": session}
+    tools = [{"type": "function", "name": "exec_command", "parameters": {}}]
+    history = [{"type": "message", "role": "developer", "content": [
+        {"type": "input_text", "text": "You are Codex, a coding agent. " * 20}]},
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": f"Remember this: {FACT}"}]}]
+    trigger = {"model": "gpt-5", "stream": True, "tools": tools,
+               "input": [*history, {"type": "compaction_trigger"}]}
+    status, raw = await _post(http, gw.url + "/v1/responses", trigger, headers)
+    assert status == 200
+    (forwarded,) = fake_upstream.model_requests
+    assert orjson.loads(forwarded.body) == trigger  # untouched: no memory yet
+    assert FAKE_ENCRYPTED.encode() in raw
+
+    await _post(http, gw.url + "/v1/responses", {"model": "gpt-5", "stream": True,
+                                                  "tools": tools, "input": history}, headers)
+    deadline = time.monotonic() + 10
+    while not any(FACT in m.content for m in gw.memory.session_messages(None, session)):
+        assert time.monotonic() < deadline
+        gw.memory.flush(timeout=10)
+        await asyncio.sleep(0.02)
+    fake_upstream.reset()
+    status, raw = await _post(http, gw.url + "/v1/responses", trigger, headers)
+    assert status == 200 and fake_upstream.model_requests == []
+    items = [e["item"] for e in _events(raw) if e["type"] == "response.output_item.done"]
+    assert [i["type"] for i in items] == ["compaction"]
+    assert items[0]["encrypted_content"].startswith(HANDLE_PREFIX)
+    assert FACT in (summary_of_handle(items[0]["encrypted_content"]) or "")
+
+    # The next turn carries our item; upstream gets the summary in its place.
+    follow = {"model": "gpt-5", "stream": True, "tools": tools,
+              "input": [history[0], items[0], {"type": "message", "role": "user",
+                                                "content": "go on"}]}
+    status, _ = await _post(http, gw.url + "/v1/responses", follow, headers)
+    assert status == 200
+    (sent,) = fake_upstream.model_requests
+    assert HANDLE_PREFIX.encode() not in sent.body
+    assert SUMMARY_HEADING.encode() in sent.body and FACT.encode() in sent.body
