@@ -139,6 +139,12 @@ class Settings(BaseSettings):
     distill_segment_tokens: int = 16_384
     distill_idle_s: float = 60.0
     distill_consolidate_after: int = 8
+    # Context management (docs/context.md): keep each session's upstream context
+    # under a share of the model's window (0 < share <= 0.95); the window comes
+    # from the model table unless context_window (tokens) overrides it.
+    context: bool = True
+    context_budget_share: float = Field(default=0.7, gt=0.0, le=0.95)
+    context_window: int = Field(default=0, ge=0)
     # Long-term knowledge in the prompt, its budget, and the .lore.md export.
     knowledge: bool = True
     knowledge_block_tokens: int = 2_000

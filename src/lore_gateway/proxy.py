@@ -25,11 +25,14 @@ from lore_gateway.channel import ClientChannel, ClientGone, Receive, Send, watch
 from lore_gateway.compaction.channel import ScaledUsageChannel
 from lore_gateway.compaction.service import CompactionAnswer, CompactionService, usage_cap
 from lore_gateway.config import Settings
+from lore_gateway.context import overflow as context_overflow
+from lore_gateway.context.service import ContextService
 from lore_gateway.errors import GatewayError, error_body, invalid_request
 from lore_gateway.exchange import Exchange
 from lore_gateway.headers import client_response_headers, header_map, upstream_request_headers
 from lore_gateway.memory.sanitize import redact_credentials, storable
 from lore_gateway.protocols.common import ProtocolError
+from lore_gateway.protocols.usage import Usage
 from lore_gateway.recall.service import Prepared, RecallService
 from lore_gateway.request_shape import check_request
 from lore_gateway.routing import Protocol, Route
@@ -223,6 +226,11 @@ class Proxy:
             resp = await self.upstream.send(
                 "POST", exchange.upstream_url, exchange.upstream_headers, exchange.upstream_body
             )
+            if resp.status in (400, 413) and self._context(exchange) is not None:
+                retry = await self._overflow_retry(exchange, resp, client)
+                if retry is None:
+                    return
+                resp = retry
         except UpstreamUnavailable as exc:
             await client.respond(502, _unreachable(exchange, exc))
             return
@@ -250,6 +258,47 @@ class Proxy:
         finally:
             resp.close()
 
+    def _context(self, exchange: Exchange) -> ContextService | None:
+        context = self.recall.context if self.recall is not None else None
+        return context if exchange.identity is not None else None
+
+    async def _overflow_retry(self, exchange: Exchange, resp: UpstreamResponse,
+                              client: ClientChannel) -> UpstreamResponse | None:
+        """A context-length error forces a higher context layer; the request is
+        sent once more, rebuilt (the new response). Any other error is relayed
+        here as read (then None)."""
+        body, cut = await resp.read(self.settings.max_error_body_bytes)
+        overflow = None if cut else context_overflow.detect(resp.status, body)
+        if overflow is None:
+            headers = client_response_headers(resp.raw_headers)
+            if cut:
+                headers.append((b"x-lore-body-truncated", b"true"))
+            resp.close()
+            await client.respond(resp.status, body, headers)
+            return None
+        resp.close()
+        context, recall = self._context(exchange), self.recall
+        assert context is not None and recall is not None and exchange.identity is not None
+        log.warning("upstream context overflow (ratio %s); retrying at a higher layer",
+                    overflow.ratio)
+        context.overflow(exchange.identity, overflow.ratio, overflow.limit)
+        prepared = await recall.prepare(exchange.route, exchange.header_map, exchange.payload,
+                                        exchange.identity, exchange.body)
+        payload, _stream = _upstream_rules(exchange.route, exchange.payload,
+                                           prepared.upstream_payload)
+        exchange.upstream_payload = payload
+        exchange.upstream_body = exchange.body if payload is None else orjson.dumps(payload)
+        exchange.recall = prepared.inject
+        return await self.upstream.send("POST", exchange.upstream_url,
+                                        exchange.upstream_headers, exchange.upstream_body)
+
+    def _observe(self, exchange: Exchange, usage: Usage | None) -> None:
+        """Calibrate the session's context estimate with the real usage."""
+        context = self._context(exchange)
+        if context is not None and usage is not None and exchange.identity is not None:
+            context.observe(exchange.identity, len(exchange.upstream_body), usage.prompt_tokens,
+                            usage.cache_read or 0)
+
     async def _deliver(self, exchange: Exchange, resp: UpstreamResponse, client: ClientChannel,
                        timing: RequestTiming, pending: Any,
                        collector: TurnCollector | None) -> None:
@@ -261,13 +310,16 @@ class Proxy:
             outcome = await self.recall.respond(
                 exchange, resp, client, exchange.upstream_payload, collector)
             self.turns.finish(pending, outcome.outputs, complete=outcome.complete)
+            self._observe(exchange, outcome.usage)
         elif exchange.client_stream or not exchange.upstream_stream:
             if await self._relay(exchange, resp, client, collector, timing):
                 self.turns.completed(pending, collector)
+                self._observe(exchange, collector.usage() if collector else None)
             else:
                 self.turns.abandoned(pending, collector)
         elif await self._answer_json_from_stream(resp, client, collector, timing):
             self.turns.completed(pending, collector)
+            self._observe(exchange, collector.usage() if collector else None)
 
     async def _relay(self, exchange: Exchange, resp: UpstreamResponse, client: ClientChannel,
                      collector: TurnCollector | None, timing: RequestTiming) -> bool:

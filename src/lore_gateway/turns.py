@@ -28,6 +28,7 @@ from lore_gateway.obs import metrics
 from lore_gateway.obs.logging import bind_session
 from lore_gateway.protocols import anthropic, chat, responses
 from lore_gateway.protocols.common import Message
+from lore_gateway.protocols.usage import Usage
 from lore_gateway.routing import Family, Protocol, Route, family_of
 from lore_gateway.sse import SSEDecoder, looks_like_sse
 
@@ -145,13 +146,18 @@ class TurnCollector:
             raise ValueError("the upstream sent no event stream")
         return self._model.response_body(self._acc)
 
-    def report_usage(self, protocol: str) -> None:
-        """Feed the prompt-cache metrics from the usage the upstream reported."""
+    def usage(self) -> Usage | None:
+        """The usage the upstream reported last (None when it sent none)."""
         usage = None
         with contextlib.suppress(Exception):
             for acc in [*self._earlier, self._acc]:
                 if acc is not None and acc.result().usage is not None:
                     usage = acc.result().usage
+        return usage
+
+    def report_usage(self, protocol: str) -> None:
+        """Feed the prompt-cache metrics from the usage the upstream reported."""
+        usage = self.usage()
         if usage is not None:
             metrics.record_usage(protocol, usage.prompt_tokens, usage.cache_read or 0,
                                  usage.output_tokens)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from lore_gateway.context.transform import manage_context
 from lore_gateway.memory.records import Identity
 from lore_gateway.recall import pipeline
 from lore_gateway.recall.pipeline import RequestContext
@@ -26,7 +27,7 @@ def test_slots_are_named_and_ordered() -> None:
     assert [name for name, _ in pipeline.REQUEST_PIPELINE] == [
         "expand_compaction", "expand_anchors", "context", "knowledge", "inject_tool"]
     slots = dict(pipeline.REQUEST_PIPELINE)
-    assert slots["context"] is None  # issue 13 plugs in here
+    assert slots["context"] is manage_context  # issue 13
     assert slots["knowledge"] is pipeline.add_knowledge
 
 

@@ -183,3 +183,53 @@ def _data_path(resolve: Callable[[Path | None], Path], data: Path | None) -> Pat
         return resolve(data)
     except FileNotFoundError as exc:
         raise output.UserError(str(exc)) from None
+
+
+@bench_app.command("context")
+def context_bench(
+    data: Annotated[Path | None, typer.Option(
+        "--data", help="coding_eval.json [default: ../shared/data/coding-sessions/"
+                       "coding_eval.json].")] = None,
+    sessions: int = typer.Option(0, "--sessions", min=0,
+                                 help="Only the first N sessions (default: all 30)."),
+    window: int = typer.Option(200_000, "--window", min=8_000,
+                               help="The model's context window in tokens."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object as the last line."),
+) -> None:
+    """Context management on one >1M-token session (the coding sessions
+    concatenated) through the gateway and the metered fake upstream."""
+    from lore_gateway.bench import context as bench
+
+    path = _data_path(bench.resolve_data_path, data)
+    with output.stages() as update:
+        figures = bench.run(path, limit=sessions, window=window,
+                            progress=lambda done, total: update("turns", done, total))
+    facts = figures["early_facts"]
+    rows = [
+        ("turns (requests)", str(figures["turns"])),
+        ("session size at the end (passthrough tokens)", f"{figures['session_tokens']:,}"),
+        ("upstream input tokens / passthrough", f"{figures['upstream_vs_passthrough']:.3f}×"),
+        ("  upstream input tokens", f"{figures['upstream_input_tokens']:,}"),
+        ("  passthrough input tokens", f"{figures['passthrough_input_tokens']:,}"),
+        ("cache-read share of upstream input", f"{figures['cache_read_share']:.1%}"),
+        ("peak request / window", f"{figures['peak_share_of_window']:.3f} (passthrough "
+                                  f"{figures['passthrough_peak_share_of_window']:.2f})"),
+        ("turns extending the previous request byte for byte",
+         f"{figures['extends_previous_share']:.1%}"),
+        ("rewrites by reason", ", ".join(f"{k} {int(v)}" for k, v in
+                                         sorted(figures["rewrites"].items())) or "none"),
+        ("self-caused rewrites per 50 warm turns", str(figures["self_caused_per_50_turns"])),
+        ("distilled-prefix re-renders", str(int(figures["prefix_rerenders"]))),
+        ("final layer", str(figures["final_layer"])),
+        ("worker tokens (share of upstream input)",
+         f"{figures['worker_tokens']:,} ({figures['worker_share_of_upstream']:.1%})"),
+        ("early facts answerable (in context + via recall)",
+         f"{facts['answerable']}/{facts['questions']} ({facts['in_context']} + "
+         f"{facts['via_recall']})"),
+        ("client compactions", str(figures["client_compactions"])),
+        ("elapsed", f"{figures['elapsed_s']} s"),
+    ]
+    output.print_table([output.Column("figure"), output.Column("value", "right", False)], rows,
+                       title=f"Context management ({path.name}, window {window:,})")
+    if as_json:
+        typer.echo(json.dumps(figures))

@@ -178,10 +178,11 @@ def data_show(
         chosen = resolve_tenant(memory, tenant, key_env, all_tenants)
         session = resolve_session(memory, chosen, session)
         messages = memory.session_messages(chosen, session)
+        context = _context_of(memory, chosen, session)
     if not messages:
         raise fail(f"no stored session {session!r}; see `lore data list`")
     if as_json:
-        typer.echo(json.dumps({"session": session, "messages": [
+        typer.echo(json.dumps({"session": session, "context": context, "messages": [
             {"ref": m.ref, "turn": m.turn_id, "role": m.role, "content": m.content,
              "tokens": m.tokens, "created_at": m.created_at, "truncated": m.truncated,
              "complete": m.complete} for m in messages]}, ensure_ascii=False))
@@ -203,6 +204,22 @@ def data_show(
         else:
             output.line(f"{m.role} ({m.ref})")
             output.line(m.content)
+    if context is not None:
+        share = context["cache_read_share"]
+        output.line(f"context: layer {context['layer']}, cache-read share "
+                    f"{'n/a' if share is None else f'{share:.1%}'}, "
+                    f"{output.plural(context['rewrites'], 'rewrite')}")
+
+
+def _context_of(memory: Any, tenant: str | None, session: str) -> dict[str, Any] | None:
+    """The session's context-management state (docs/context.md), if it has one."""
+    from lore_gateway.context import store as cstore
+
+    try:
+        state = memory.read(lambda c: cstore.for_session(c, tenant, session))
+    except Exception:
+        return None
+    return cstore.describe(state) if state is not None else None
 
 
 @data_app.command("delete")

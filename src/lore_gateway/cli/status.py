@@ -99,6 +99,19 @@ def _compaction(section: dict[str, Any]) -> str:
     return f"{scaling}; {answered} answered from memory, {passed} passed through"
 
 
+def _context(section: dict[str, Any]) -> str:
+    if not section.get("enabled"):
+        return "off"
+    text = f"on, budget {section.get('budget_share', 0):.0%} of the window"
+    latest = section.get("latest")
+    if latest:
+        share = latest.get("cache_read_share")
+        text += (f"; {output.plural(int(section.get('sessions_managed', 0)), 'session')}"
+                 f" managed; latest {str(latest['session'])[:16]}: layer {latest['layer']},"
+                 f" cache reads {'n/a' if share is None else f'{share:.0%}'}")
+    return text
+
+
 def _database(db: dict[str, Any]) -> str:
     if not db.get("exists"):
         return f"{db.get('path')} not created yet (made on first start)"
@@ -132,6 +145,7 @@ def fields(document: dict[str, Any]) -> list[tuple[str, str]]:
             ("data dir", document["data_dir"]), ("database", _database(document["database"])),
             ("storage", store), ("recall", _on(document["recall"].get("enabled"))),
             ("embeddings", _embeddings(document)), ("worker", _worker(document.get("worker", {}))),
+            ("context", _context(document.get("context", {}))),
             ("tenancy", str(document.get("tenancy", "personal")))]
     if "compaction" in document:
         rows.append(("compaction", _compaction(document["compaction"])))

@@ -226,6 +226,11 @@ def forget(conn: apsw.Connection, tenant: str | None, *, session: str | None = N
     a project its own knowledge entries (cross-project ones stay with the user)."""
     column, value = ("session", session) if session is not None else ("project", project)
     with conn:
+        # Context state (context/store.py) holds a rendered prefix: it goes too.
+        conn.execute("DELETE FROM context_sessions WHERE (?2 IS NULL OR tenant = ?2) AND"
+                     " (session = ?1 OR session IN (SELECT session FROM distillations WHERE"
+                     " project = ?3 UNION SELECT session FROM knowledge_sessions WHERE"
+                     " project = ?3))", (session, tenant, project))
         for table in ("distillations", "knowledge_sessions", "worker_jobs"):
             conn.execute(f"DELETE FROM {table} WHERE {column} = ? AND (?2 IS NULL OR"
                          " tenant = ?2)", (value, tenant))

@@ -402,6 +402,20 @@ CREATE TABLE metrics_samples(
 CREATE INDEX metrics_samples_ts ON metrics_samples(ts);
 """
 
+# v9 (context, issue 13): each session's context-management state (layer, frozen
+# distilled prefix, calibration) as one JSON document, so the layout survives a
+# restart and can be shared by instances. Self-contained: renumber freely.
+_V9_CONTEXT = """
+CREATE TABLE context_sessions(
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    layer INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (tenant, session)
+) WITHOUT ROWID;
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "turns, messages + FTS5, embeddings, sessions, kv", _V1),
     Migration(2, "context_fts: each message with its predecessor, for search", _V2),
@@ -412,6 +426,7 @@ MIGRATIONS: list[Migration] = [
     Migration(6, "personal tenant: gateway keys; credential tenants merged", _V6_TENANCY),
     Migration(7, "search: call + output context, recall traffic unindexed", _V7),
     Migration(8, "ui: metrics samples for the overview charts", _V8_UI_METRICS),
+    Migration(9, "context: per-session layer, frozen prefix, calibration", _V9_CONTEXT),
 ]
 
 

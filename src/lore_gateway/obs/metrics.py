@@ -193,6 +193,27 @@ compactions_total = Counter(
     ["flow", "outcome"],
     registry=REGISTRY,
 )
+context_rewrites_total = Counter(
+    "lore_context_rewrites",
+    "Rewrites of a session's upstream context (issue 13), by reason: budget (the "
+    "estimate passed the budget while warm: self-caused), cold (the provider cache had "
+    "expired), overflow (after a context-length error), client_changed (the client "
+    "replaced its history), emergency; prefix: rendered (the distilled prefix was "
+    "re-rendered) or kept (only the raw tail's boundary moved).",
+    ["reason", "prefix"],
+    registry=REGISTRY,
+)
+context_requests_total = Counter(
+    "lore_context_managed_requests",
+    "Requests sent with a managed (rewritten) context, by layer.",
+    ["layer"],
+    registry=REGISTRY,
+)
+context_overflows_total = Counter(
+    "lore_context_overflows",
+    "Context-length errors from the upstream that forced a higher layer and a retry.",
+    registry=REGISTRY,
+)
 
 _lock = threading.Lock()
 _seen: dict[str, set[str]] = {}
@@ -391,3 +412,25 @@ def render() -> tuple[bytes, str]:
 
 
 set_queue_depth_source(None)
+
+
+def record_context_rewrite(reason: str, rendered: bool) -> None:
+    try:
+        context_rewrites_total.labels(_bounded("reason", reason),
+                                      "rendered" if rendered else "kept").inc()
+    except Exception:
+        log.exception("metrics: record_context_rewrite failed")
+
+
+def record_context_layer(layer: int) -> None:
+    try:
+        context_requests_total.labels(str(min(layer, 9))).inc()
+    except Exception:
+        log.exception("metrics: record_context_layer failed")
+
+
+def record_context_overflow() -> None:
+    try:
+        context_overflows_total.inc()
+    except Exception:
+        log.exception("metrics: record_context_overflow failed")

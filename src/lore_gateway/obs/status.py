@@ -141,6 +141,29 @@ def _jsonable(value: Any) -> Any:
 register_section("worker", _worker)
 
 
+def _context(settings: Settings, live: Live | None) -> dict[str, Any]:
+    """Context management (docs/context.md): its settings, and the latest session's
+    layer and cache-read share, from the database."""
+    facts: dict[str, Any] = {"enabled": bool(settings.context),
+                             "budget_share": settings.context_budget_share,
+                             "window": settings.context_window or None}
+    if not settings.db_path.exists():
+        return facts
+    from lore_gateway.context import store as cstore
+    from lore_gateway.memory import db
+
+    conn = db.connect(settings.db_path, readonly=True)
+    try:
+        return facts | cstore.summary(conn)
+    except Exception as exc:  # an older database without the table
+        return facts | {"error": str(exc)}
+    finally:
+        conn.close()
+
+
+register_section("context", _context)
+
+
 # --- the route -----------------------------------------------------------------------
 
 _LOOPBACK = ("127.", "::1", "::ffff:127.")

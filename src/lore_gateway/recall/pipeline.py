@@ -14,7 +14,9 @@ The order is part of the contract:
    (compaction/answers.py) back into the summary it stands for;
 1. ``expand_anchors`` first, so every later step sees the history the upstream saw
    last time (byte-stable: the provider's prompt cache keeps hitting);
-2. ``context`` (issue 13, context management; empty for now);
+2. ``context`` (issue 13): a managed session's distilled prefix and raw tail
+   (``context.transform.manage_context``; the layout is planned before the
+   pipeline, by ``context.service.ContextService.prepare``, as ``ctx.context``);
 3. ``knowledge`` (issue 12): the session's frozen knowledge block and appended
    updates (``knowledge.inject.inject_knowledge``; its one async step, deciding
    what the session carries, runs before the pipeline and arrives as
@@ -34,6 +36,8 @@ from types import MappingProxyType
 from typing import Any
 
 from lore_gateway.compaction.answers import expand_handles
+from lore_gateway.context.planner import SessionState
+from lore_gateway.context.transform import knowledge_context, manage_context
 from lore_gateway.knowledge.inject import KnowledgeView, inject_knowledge
 from lore_gateway.memory.anchor_store import SessionRecalls
 from lore_gateway.memory.records import Identity
@@ -58,6 +62,8 @@ class RequestContext:
     anchors: SessionRecalls | None = None
     # What the session's knowledge slot adds (None: nothing; knowledge/service.py).
     knowledge: KnowledgeView | None = None
+    # The session's planned context layout (None: history passes through).
+    context: SessionState | None = None
 
     @property
     def family(self) -> Family:
@@ -117,7 +123,7 @@ def expand_anchors(payload: Payload, ctx: RequestContext) -> Payload:
 
 def add_knowledge(payload: Payload, ctx: RequestContext) -> Payload:
     """The session's frozen knowledge block and its appended updates."""
-    return inject_knowledge(payload, ctx)
+    return inject_knowledge(payload, knowledge_context(ctx))
 
 
 def inject_tool(payload: Payload, ctx: RequestContext) -> Payload:
@@ -133,7 +139,7 @@ def inject_tool(payload: Payload, ctx: RequestContext) -> Payload:
 REQUEST_PIPELINE: tuple[tuple[str, Transform | None], ...] = (
     ("expand_compaction", expand_compaction),  # issue 13: our compaction items
     ("expand_anchors", expand_anchors),
-    ("context", None),  # issue 13: context management
+    ("context", manage_context),  # issue 13: context management
     ("knowledge", add_knowledge),  # issue 12: knowledge block and updates
     ("inject_tool", inject_tool),
 )

@@ -27,7 +27,7 @@ from lore_gateway.memory.service import Memory
 from lore_gateway.obs import metrics
 from lore_gateway.protocols import responses
 from lore_gateway.protocols.common import Message, ProtocolError
-from lore_gateway.protocols.usage import usage_from_responses
+from lore_gateway.protocols.usage import Usage, usage_from_responses
 from lore_gateway.recall import pipeline
 from lore_gateway.recall.anthropic import handler as anthropic_handler
 from lore_gateway.recall.chat import handler as chat_handler
@@ -43,6 +43,7 @@ from lore_gateway.recall.core.markers import parse_anchor
 from lore_gateway.recall.replay import AnchorReplay
 
 if TYPE_CHECKING:
+    from lore_gateway.context.service import ContextService
     from lore_gateway.knowledge.service import KnowledgeService
 from lore_gateway.recall.responses.buffered import buffered_responses_recall
 from lore_gateway.recall.responses.handler import stream_responses_recall
@@ -77,6 +78,9 @@ class Delivery:
     outputs: list[Message]
     complete: bool
     body: bytes | None = None
+    # The upstream's usage when the answer took one round (no recall ran): what
+    # context management calibrates its estimate with (context/service.py).
+    usage: Usage | None = None
 
 
 class RecallService:
@@ -94,6 +98,8 @@ class RecallService:
         self.gate = SearchGate(timeout=memory.settings.search_timeout)
         # The knowledge slot's IO half (knowledge/service.py), set by worker/wiring.py.
         self.knowledge: KnowledgeService | None = None
+        # The context slot's IO half (context/service.py), set by worker/wiring.py.
+        self.context: ContextService | None = None
 
     async def prepare(self, route: Route, headers: Mapping[str, str], payload: dict[str, Any],
                       identity: Identity, body: bytes) -> Prepared:
@@ -103,16 +109,20 @@ class RecallService:
         assert route.protocol is not None
         anchors = await self.replay.session_for(identity, body)
         ctx = pipeline.request_context(route.protocol, headers, identity, anchors)
-        if self.knowledge is not None:
-            # The one async step of the knowledge slot, on the history as the
-            # upstream sees it (anchors expanded), before the pure transforms run.
+        # The async steps run on the history as the upstream sees it (anchors
+        # expanded once, here), before the pure transforms run.
+        expanded = payload
+        if anchors is not None:
             expanded = pipeline.expand_anchors(payload, ctx)
+            ctx = dataclasses.replace(ctx, anchors=None)
+        if self.knowledge is not None:
             view = await self.knowledge.view(ctx.family, expanded, identity, headers)
-            # Expanded once: the pipeline's own expand step then has nothing to do.
-            ctx = dataclasses.replace(ctx, knowledge=view, anchors=None)
-            upstream = pipeline.run(expanded, ctx)
-        else:
-            upstream = pipeline.run(payload, ctx)
+            ctx = dataclasses.replace(ctx, knowledge=view)
+        if self.context is not None:
+            layout = await self.context.prepare(ctx.family, expanded, len(body), identity,
+                                                headers)
+            ctx = dataclasses.replace(ctx, context=layout)
+        upstream = pipeline.run(expanded, ctx)
         return Prepared(None if upstream is payload else upstream,
                         pipeline.carries_recall(ctx.family, payload, upstream))
 
@@ -162,11 +172,12 @@ class RecallService:
                                              limits=self.limits)
         await client.end()
         delivered = icpt.delivered_response()
+        usage = None
         if delivered is not None:
             _check_empty(exchange, delivered, icpt.depth)
-            _report_usage(exchange, delivered)
+            usage = _report_usage(exchange, delivered)
         return Delivery(resp.status, headers, _item_messages(icpt.turn_items()),
-                        icpt.failure is None)
+                        icpt.failure is None, usage=usage if icpt.depth == 0 else None)
 
     async def _stream_messages(self, exchange: Exchange, ctx: RecallContext,
                                resp: UpstreamResponse, client: ClientChannel) -> Delivery:
@@ -176,8 +187,9 @@ class RecallService:
         tee = _Tee(client)
         handler = anthropic_handler if exchange.protocol is Protocol.ANTHROPIC else chat_handler
         await handler.stream_recall(ctx, resp, tee, headers)
-        outputs = await _outputs(exchange.protocol, tee.chunks)
-        return Delivery(200, headers, outputs + _staged_messages(ctx), True)
+        outputs, usage = await _outputs(exchange.protocol, tee.chunks)
+        return Delivery(200, headers, outputs + _staged_messages(ctx), True,
+                        usage=_one_round(ctx, usage))
 
     async def _buffered_responses(self, exchange: Exchange, ctx: RecallContext,
                                   principal: dict[str, Any], client: ClientChannel) -> Delivery:
@@ -189,10 +201,10 @@ class RecallService:
             return Delivery(status, headers, [], False, body)
         ctx.delivered()
         _check_empty(exchange, final, ctx.budget.executions)
-        _report_usage(exchange, final)
+        usage = _report_usage(exchange, final)
         calls = {s.anchor_id: s.assistant for s in ctx.staged if s.anchor_id}
         return Delivery(status, headers, _item_messages(final.get("output") or [], calls),
-                        True, body)
+                        True, body, _one_round(ctx, usage))
 
     async def _buffered_messages(self, exchange: Exchange, ctx: RecallContext,
                                  principal: dict[str, Any], client: ClientChannel) -> Delivery:
@@ -202,8 +214,9 @@ class RecallService:
         if status != 200:
             return Delivery(status, headers, [], False, body)
         ctx.delivered()
-        outputs = await _outputs(exchange.protocol, [body])
-        return Delivery(status, headers, outputs + _staged_messages(ctx), True, body)
+        outputs, usage = await _outputs(exchange.protocol, [body])
+        return Delivery(status, headers, outputs + _staged_messages(ctx), True, body,
+                        _one_round(ctx, usage))
 
     def _delivered(self, exchange: Exchange, staged: list[StagedRecall]) -> None:
         """The client has the whole answer: keep its recalls for expansion."""
@@ -256,29 +269,39 @@ class _Tee:
 PARSE_OFF_LOOP_BYTES = 256 * 1024
 
 
-async def _outputs(protocol: Protocol, chunks: list[bytes]) -> list[Message]:
+def _one_round(ctx: RecallContext, usage: Usage | None) -> Usage | None:
+    """``usage`` when no recall ran (then it describes the first request alone)."""
+    return usage if ctx.budget.executions == 0 else None
+
+
+async def _outputs(protocol: Protocol,
+                   chunks: list[bytes]) -> tuple[list[Message], Usage | None]:
     if sum(map(len, chunks)) <= PARSE_OFF_LOOP_BYTES:
         return _parsed_outputs(protocol, chunks)
     return await asyncio.to_thread(_parsed_outputs, protocol, chunks)
 
 
-def _parsed_outputs(protocol: Protocol, chunks: list[bytes]) -> list[Message]:
-    """What the client received, as the turn's output messages (run off the loop)."""
+def _parsed_outputs(protocol: Protocol,
+                    chunks: list[bytes]) -> tuple[list[Message], Usage | None]:
+    """What the client received, as the turn's output messages, and its usage
+    (run off the loop)."""
     collector = TurnCollector(protocol, max_json_bytes=sum(map(len, chunks)) + 1)
     for chunk in chunks:
         collector.feed(chunk)
     collector.report_usage(protocol.value)  # token metrics (the overview's charts)
-    return collector.outputs()
+    return collector.outputs(), collector.usage()
 
 
-def _report_usage(exchange: Exchange, response: dict[str, Any]) -> None:
-    """Token metrics from a delivered Responses answer (the overview's token charts)."""
+def _report_usage(exchange: Exchange, response: dict[str, Any]) -> Usage | None:
+    """Token metrics from a delivered Responses answer (the overview's token
+    charts); the usage itself."""
     try:
         usage = usage_from_responses(response.get("usage"))
     except Exception:
-        return
+        return None
     metrics.record_usage(exchange.protocol.value, usage.prompt_tokens, usage.cache_read or 0,
                          usage.output_tokens)
+    return usage
 
 
 async def _principal_json(exchange: Exchange, resp: UpstreamResponse,

@@ -48,6 +48,12 @@ take ``worker_scenario`` instead (default ``worker``: the scripted worker model
 of ``fake_worker.py``; any scenario above works too, e.g. ``stall``), so
 scripts for agent traffic are never consumed by background calls.
 
+``metered=True`` reports usage like a caching provider: input tokens are the
+body's bytes / 4, and the bytes shared with the previous model request count as
+cache reads (Anthropic ``cache_read_input_tokens``, OpenAI ``cached_tokens``);
+``window`` then answers a larger request with the provider's context-length
+error. ``metered_log`` keeps (input tokens, cached tokens) per answer.
+
 ``x-fake-replay: <file>`` replays a recorded fixture byte for byte instead
 (scripted as ``replay:<file>``: SSE even to a ``stream:false`` request).
 
@@ -88,6 +94,9 @@ DEFAULT_MAX_RECORDED = 10_000
 MAX_SCRIPT = 1_000
 # Frames sent before a mid-stream misbehaviour, so the client has started.
 MISBEHAVE_AFTER = 3
+# Metered answers remembered for inspection (a long benchmark reads them per turn).
+MAX_METERED = 100_000
+BYTES_PER_TOKEN = 4
 # Text per delta in big-stream: large enough that 50 MiB is ~12k frames.
 BIG_DELTA_BYTES = 4096
 # How often a stalled handler looks whether its client has gone.
@@ -223,6 +232,69 @@ def error_body(shape: str, status: int, message: str) -> bytes:
     )
 
 
+def overflow_body(shape: str, tokens: int, window: int) -> bytes:
+    """The provider's context-length error, as each one words it."""
+    if shape == "anthropic":
+        return orjson.dumps({"type": "error", "error": {
+            "type": "invalid_request_error",
+            "message": f"prompt is too long: {tokens} tokens > {window} maximum"}})
+    return orjson.dumps({"error": {
+        "message": f"This model's maximum context length is {window} tokens. However, your"
+                   f" messages resulted in {tokens} tokens.",
+        "type": "invalid_request_error", "param": "input", "code": "context_length_exceeded"}})
+
+
+def _common_prefix(a: bytes, b: bytes) -> int:
+    """Length of the common prefix of two bodies (binary search on memcmp)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _metered_usage(shape: str, usage: dict[str, Any], tokens: int,
+                   cached: int) -> dict[str, Any]:
+    out = dict(usage)
+    if shape == "anthropic":
+        if "input_tokens" in out:
+            out.update(input_tokens=tokens - cached, cache_read_input_tokens=cached,
+                       cache_creation_input_tokens=0)
+        return out
+    if shape == "chat":
+        out.update(prompt_tokens=tokens, prompt_tokens_details={"cached_tokens": cached},
+                   total_tokens=tokens + int(out.get("completion_tokens") or 0))
+        return out
+    out.update(input_tokens=tokens, input_tokens_details={"cached_tokens": cached,
+                                                          "cache_write_tokens": 0},
+               total_tokens=tokens + int(out.get("output_tokens") or 0))
+    return out
+
+
+def _metered(answer: Answer, shape: str, tokens: int, cached: int) -> Answer:
+    """``answer`` with its usage replaced by the metered figures."""
+
+    def patch(doc: Any) -> Any:
+        if isinstance(doc, dict):
+            return {k: (_metered_usage(shape, v, tokens, cached)
+                        if k == "usage" and isinstance(v, dict) else patch(v))
+                    for k, v in doc.items()}
+        return doc
+
+    frames: list[bytes] = []
+    for frame in answer.frames:
+        if b'"usage"' not in frame:
+            frames.append(frame)
+            continue
+        head, _, data = frame.rstrip(b"\n").rpartition(b"data: ")
+        frames.append(head + b"data: " + orjson.dumps(patch(orjson.loads(data))) + b"\n\n")
+    body = orjson.dumps(patch(orjson.loads(answer.body))) if answer.body else answer.body
+    return Answer(tuple(frames), body)
+
+
 def _reply_headers(shape: str, request_id: str) -> dict[str, str]:
     """Headers a real provider attaches and the gateway must relay unchanged."""
     if shape == "anthropic":
@@ -259,7 +331,13 @@ class FakeUpstream:
         deltas: int | None = None,
         fixtures_dir: Path | None = None,
         max_recorded: int = DEFAULT_MAX_RECORDED,
+        metered: bool = False,
+        window: int | None = None,
     ) -> None:
+        self.metered = metered
+        self.window = window
+        self.metered_log: deque[tuple[int, int]] = deque(maxlen=MAX_METERED)
+        self._last_body = b""
         self.host = host
         self.port = port
         self.text = text
@@ -333,6 +411,10 @@ class FakeUpstream:
         self.worker_scenario = "worker"
         self.unknown_models.clear()
         self.reported_input_tokens = None
+        self.metered = False
+        self.window = None
+        self.metered_log.clear()
+        self._last_body = b""
 
     async def start(self) -> None:
         # auto_decompress=False: bodies are recorded as sent and decoded here,
@@ -496,6 +578,17 @@ class FakeUpstream:
         if self.reported_input_tokens is not None and "x-lore-worker" not in record.headers:
             api = shape if shape in ("anthropic", "chat") else "responses"
             answer = fake_compaction.with_input_tokens(answer, api, self.reported_input_tokens)
+        if self.metered and "x-lore-worker" in record.headers:
+            answer = _metered(answer, shape, len(record.body) // BYTES_PER_TOKEN, 0)
+        elif self.metered:
+            tokens = len(record.body) // BYTES_PER_TOKEN
+            if self.window is not None and tokens > self.window:
+                return web.Response(status=400, body=overflow_body(shape, tokens, self.window),
+                                    content_type=JSON_TYPE, headers=headers)
+            cached = _common_prefix(self._last_body, record.body) // BYTES_PER_TOKEN
+            self._last_body = record.body
+            self.metered_log.append((tokens, cached))
+            answer = _metered(answer, shape, tokens, cached)
         if not stream:
             return web.Response(body=answer.body, content_type=JSON_TYPE, headers=headers)
         if shape in ("responses", "codex"):

@@ -1,10 +1,12 @@
-"""Plugging knowledge and the background worker into a gateway (one call each way)."""
+"""Plugging knowledge, context management and the background worker into a
+gateway (one call each way)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from lore_gateway.config import Settings
+from lore_gateway.context.service import ContextService
 from lore_gateway.knowledge.service import KnowledgeService
 from lore_gateway.upstream import UpstreamClient
 from lore_gateway.worker.service import BackgroundWorker
@@ -15,6 +17,7 @@ class Background:
 
     def __init__(self, settings: Settings, memory: Any, upstream: UpstreamClient) -> None:
         self.knowledge = KnowledgeService(settings, memory)
+        self.context = ContextService(settings, memory)
         self.worker = BackgroundWorker(settings, memory, upstream, knowledge=self.knowledge)
 
     @classmethod
@@ -26,6 +29,7 @@ class Background:
         background = cls(settings, memory, upstream)
         if recall is not None:
             recall.knowledge = background.knowledge
+            recall.context = background.context
         proxy.on_response_ended = background.worker.notify
         await background.worker.start()
         return background

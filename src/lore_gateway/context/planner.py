@@ -1,0 +1,406 @@
+"""The layer planner: what a session's upstream context is (sans-IO).
+
+``plan`` takes the request (after anchor expansion), its body length, the
+session's :class:`SessionState` and, when a rewrite is due, the session's
+distillations, and returns a :class:`Plan`: pass the client's history through,
+keep the frozen layout (``steady``), or rewrite it. ``render`` turns a state
+into the upstream history. Both are pure: dict in, dict out.
+
+The upstream history of a managed session is
+``lead`` (the client's system/developer items, untouched) + the distilled
+prefix (a frozen user/assistant pair) + the raw tail (``items[cut:]``, append
+only). Between rewrites nothing before the newest items changes, so every
+request is a byte-for-byte extension of the previous one. A rewrite happens
+only when the estimate passes the budget, the cache has gone cold, the client
+replaced its history, or an overflow forced a higher layer.
+
+Layers (docs/context.md): 0 passthrough; 1 prefix + raw tail; 2 also strips old
+tool outputs (the last rounds' protected); 3 protects only the last round and
+keeps at most 5 distillations; 4 (emergency) keeps 2 distillations and a tail
+sized to fit, truncating single huge outputs instead of stripping them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from lore_gateway.context import history as h
+from lore_gateway.context.windows import cache_ttl
+from lore_gateway.routing import Family
+
+# Tokens per byte of request JSON before a session is calibrated (English and
+# code run 3.3-4 bytes per token; JSON escaping adds bytes): deliberately high.
+DEFAULT_RATIO = 0.3
+# Until the upstream reported usage once, estimates are inflated by this much.
+UNCALIBRATED_SAFETY = 1.3
+# Weight of the previous ratio in the per-session moving average.
+CALIBRATION_KEEP = 0.7
+# After a rewrite the context is sized to this share of the budget, so the raw
+# tail can grow for many turns before the next rewrite.
+REWRITE_TARGET = 0.45
+# The emergency layer fills at most this share of the budget.
+EMERGENCY_FILL = 0.9
+EMERGENCY = 4
+# Characters of the user's request repeated in the prefix after a mid-turn cut.
+REQUEST_KEEP_CHARS = 4_000
+# Request-size marks kept per session (when each history length was first
+# seen), thinned by half when full: enough to date a cut anywhere.
+MAX_MARKS = 256
+BYTES_PER_TOKEN_TEXT = 4  # for sizing distillation text (prose)
+
+Action = Literal["pass", "steady", "rewrite", "load"]
+
+
+@dataclass(frozen=True, slots=True)
+class LayerRule:
+    strip: bool  # strip old tool outputs
+    protect_rounds: int  # rounds at the end whose outputs are never stripped
+    max_rows: int | None  # distillations kept (None: as many as fit)
+    distilled_share: float  # of the budget, for the prefix
+
+
+LAYERS: dict[int, LayerRule] = {
+    1: LayerRule(False, 0, None, 0.25),
+    2: LayerRule(True, 4, None, 0.25),
+    3: LayerRule(True, 1, 5, 0.15),
+    EMERGENCY: LayerRule(False, 0, 2, 0.10),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Distilled:
+    """One distillation as the prefix uses it."""
+
+    id: int
+    text: str
+    generation: int
+    last_at: float  # when its newest source message was stored
+
+
+@dataclass(frozen=True, slots=True)
+class SessionState:
+    """Everything the planner keeps per session (persisted by ``store``)."""
+
+    layer: int = 0
+    force_min: int = 0
+    lead: int = 0
+    cut: int = 0
+    strip_end: int = 0
+    truncate_to: int = 0
+    fingerprint: str = ""
+    prefix: str = ""
+    prefix_ids: tuple[int, ...] = ()
+    request: str = ""  # the user's request of the turn the tail starts inside
+    breakpoint: bool = False
+    ttl: str = ""
+    dropped_bytes: int = 0  # client bytes not sent, net of the prefix added
+    ratio: float = DEFAULT_RATIO
+    samples: int = 0
+    last_at: float = 0.0
+    marks: tuple[tuple[int, float], ...] = ()
+    rewrites: int = 0
+    window_cap: int = 0  # the window an overflow error reported (0: none)
+    input_tokens: int = 0
+    cache_read: int = 0
+
+    @property
+    def cache_read_share(self) -> float | None:
+        return self.cache_read / self.input_tokens if self.input_tokens else None
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    state: SessionState
+    action: Action
+    reason: str = ""
+    estimate: int = 0  # estimated upstream input tokens
+    rendered: bool = False  # a rewrite that re-rendered the distilled prefix
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    window: int
+    share: float
+
+    @property
+    def budget(self) -> int:
+        return int(self.window * self.share)
+
+
+def plan(family: Family, payload: dict[str, Any], body_len: int, state: SessionState,
+         limits: Limits, now: float, distilled: list[Distilled] | None = None) -> Plan:
+    """What this request's upstream history is. ``action == "load"``: a rewrite
+    is due and needs ``distilled``; call again with them."""
+    items = payload.get(h.items_key(family))
+    if not isinstance(items, list):
+        return Plan(state, "pass")
+    ratio = state.ratio * (UNCALIBRATED_SAFETY if state.samples == 0 else 1.0)
+    if state.window_cap:
+        limits = Limits(min(limits.window, state.window_cap), limits.share)
+    budget = limits.budget
+    cold = state.last_at > 0 and now - state.last_at > cache_ttl(family, payload)
+    st = dataclasses.replace(state, last_at=now, marks=_mark(state.marks, len(items), now))
+    if st.layer == 0 and st.force_min == 0:
+        estimate = int(body_len * ratio)
+        if estimate <= budget:
+            return Plan(st, "pass", estimate=estimate)
+        reason = "budget"
+    elif st.layer > 0 and not _anchored(family, items, st):
+        estimate = int(body_len * ratio)
+        if estimate <= budget and st.force_min == 0:
+            # The client replaced its history (its own compaction) and it fits.
+            return Plan(_reset(st), "pass", "client_changed", estimate)
+        reason = "client_changed"
+    elif st.force_min > st.layer:
+        reason = "overflow"
+    elif cold and st.layer > 0:
+        reason = "cold"
+    else:
+        estimate = int((body_len - st.dropped_bytes) * ratio)
+        if st.layer > 0 and estimate <= budget:
+            return Plan(st, "steady", estimate=estimate)
+        reason = "budget"
+    if distilled is None:
+        return Plan(st, "load", reason)
+    return _rewrite(family, payload, items, body_len, st, limits, ratio, reason, distilled)
+
+
+def calibrate(state: SessionState, sent_bytes: int, prompt_tokens: int,
+              cache_read: int) -> SessionState:
+    """Fold one upstream usage report (input + cache read + cache write, the
+    real figures) into the session's tokens-per-byte ratio and cache tallies."""
+    if sent_bytes <= 0 or prompt_tokens <= 0:
+        return state
+    sample = prompt_tokens / sent_bytes
+    ratio = sample if state.samples == 0 else (
+        CALIBRATION_KEEP * state.ratio + (1 - CALIBRATION_KEEP) * sample)
+    return dataclasses.replace(state, ratio=ratio, samples=state.samples + 1,
+                               input_tokens=state.input_tokens + prompt_tokens,
+                               cache_read=state.cache_read + min(cache_read, prompt_tokens))
+
+
+def force_layer(state: SessionState, overflow_ratio: float | None,
+                limit: int | None = None) -> SessionState:
+    """After a context-length error: at least one layer up, 3 on a large
+    overflow; the window the error reported caps the session's budget."""
+    floor = 3 if (overflow_ratio or 1.3) >= 1.2 else 2
+    cap = min(limit, state.window_cap or limit) if limit else state.window_cap
+    return dataclasses.replace(state, force_min=min(EMERGENCY, max(floor, state.layer + 1)),
+                               window_cap=cap)
+
+
+def render(family: Family, payload: dict[str, Any], state: SessionState) -> dict[str, Any]:
+    """The upstream payload for a managed session (the payload itself at layer 0)."""
+    key = h.items_key(family)
+    items = payload.get(key)
+    if state.layer == 0 or not isinstance(items, list) or len(items) <= state.cut:
+        return payload
+    tail = items[state.cut:]
+    if state.strip_end > state.cut or state.truncate_to:
+        limit = state.truncate_to or None
+        tail = [h.strip_output(family, item, limit)
+                if limit is not None or state.cut + i < state.strip_end else item
+                for i, item in enumerate(tail)]
+    tail = h.repair_boundary(family, tail)
+    prefix = h.prefix_items(family, state.prefix, request=state.request,
+                            cache_ttl=state.ttl or None, breakpoint=state.breakpoint)
+    new_items = [*items[:state.lead], *prefix, *tail]
+    out = dict(payload)
+    if family is Family.ANTHROPIC:
+        excess = h.count_breakpoints(payload, new_items) - h.MAX_BREAKPOINTS
+        if excess > 0:
+            new_items = h.drop_oldest_breakpoints(new_items, excess, state.lead + len(prefix))
+    out[key] = new_items
+    return out
+
+
+def prefix_length(state: SessionState) -> int:
+    """History items the prefix adds (0 when the session is not managed)."""
+    if state.layer == 0:
+        return 0
+    return 3 if state.request else 2
+
+
+def remap(state: SessionState, position: int) -> int:
+    """Where client history index ``position`` is in the rendered history; an
+    index inside the replaced part maps to the start of the raw tail."""
+    if state.layer == 0 or position < state.lead:
+        return position
+    start = state.lead + prefix_length(state)
+    return start + max(0, position - state.cut)
+
+
+# --- rewriting ------------------------------------------------------------------
+
+
+def _rewrite(family: Family, payload: dict[str, Any], items: list[Any], body_len: int,
+             st: SessionState, limits: Limits, ratio: float, reason: str,
+             distilled: list[Distilled]) -> Plan:
+    sizes = [len(orjson.dumps(item)) + 1 for item in items]
+    overhead = max(0, body_len - sum(sizes))
+    lead = h.lead_count(family, items)
+    cands = h.cut_points(family, items, lead)
+    if not cands:
+        return Plan(st, "steady" if st.layer else "pass", reason)
+    budget = limits.budget
+    start = max(1, st.force_min) if reason in ("cold", "client_changed") else max(
+        1, st.layer, st.force_min)
+    fixed = overhead + sum(sizes[:lead])
+    for layer in range(start, EMERGENCY + 1):
+        rule = LAYERS[layer]
+        target = budget * (EMERGENCY_FILL if layer == EMERGENCY else REWRITE_TARGET)
+        truncate = h.EMERGENCY_OUTPUT_CHARS if layer == EMERGENCY else 0
+        # Outputs from the protect_rounds-th last round on are never stripped.
+        protect = cands[max(0, len(cands) - rule.protect_rounds)] if rule.strip else 0
+        eff = _effective_sizes(family, items, sizes, strip_before=protect if rule.strip else 0,
+                               truncate=truncate)
+        suffix = _suffix(eff)
+        keep = reason == "budget" and layer == st.layer and bool(st.prefix)
+        if keep:
+            prefix_tokens = len(st.prefix) // BYTES_PER_TOKEN_TEXT + 100
+        else:
+            rows = _select(distilled, rule, int(budget * rule.distilled_share))
+            prefix_tokens = sum(len(d.text) for d in rows) // BYTES_PER_TOKEN_TEXT + 100
+        cut = next((c for c in cands if (fixed + suffix[c]) * ratio + prefix_tokens <= target),
+                   None)
+        if cut is None:
+            if layer < EMERGENCY:
+                continue
+            cut = cands[-1]
+            reason = "emergency"
+        return Plan(*_layout(family, payload, items, sizes, eff, st, layer, lead, cut,
+                             protect if rule.strip else 0, truncate, distilled, rule, budget,
+                             reason, ratio, fixed, keep))
+    raise AssertionError("unreachable: the emergency layer always returns")
+
+
+def _layout(family: Family, payload: dict[str, Any], items: list[Any], sizes: list[int],
+            eff: list[int], st: SessionState, layer: int, lead: int, cut: int, strip_end: int,
+            truncate: int, distilled: list[Distilled], rule: LayerRule, budget: int,
+            reason: str, ratio: float, fixed: int,
+            keep_prefix: bool) -> tuple[SessionState, Action, str, int, bool]:
+    tail = items[cut:]
+    if keep_prefix:
+        # Warm: the frozen prefix keeps its bytes (and its cache); only the
+        # boundary of the raw tail moves.
+        text, ids, ttl = st.prefix, st.prefix_ids, st.ttl
+    else:
+        cut_at = _cut_time(st.marks, cut)
+        # First-level logs of messages still in the raw tail would repeat it;
+        # merged logs (generation 1+) hold the oldest history and always qualify.
+        rows = _select([d for d in distilled if d.generation > 0 or d.last_at < cut_at], rule,
+                       int(budget * rule.distilled_share))
+        text, ids = render_prefix(rows), tuple(d.id for d in rows)
+        ttl = (h.first_ttl_after(tail) or "") if family is Family.ANTHROPIC else ""
+    request = "" if h.starts_with_user(family, items[cut]) else _request_before(
+        family, items, lead, cut)[:REQUEST_KEEP_CHARS]
+    prefix = h.prefix_items(family, text, request=request, cache_ttl=ttl or None,
+                            breakpoint=family is Family.ANTHROPIC)
+    prefix_bytes = sum(len(orjson.dumps(p)) + 1 for p in prefix)
+    kept = sum(eff[cut:])
+    dropped = sum(sizes[lead:]) - kept - prefix_bytes
+    state = dataclasses.replace(
+        st, layer=layer, force_min=0, lead=lead, cut=cut, strip_end=max(strip_end, 0),
+        truncate_to=truncate, fingerprint=_fingerprint(items, cut), prefix=text,
+        prefix_ids=ids, request=request,
+        breakpoint=family is Family.ANTHROPIC, ttl=ttl, dropped_bytes=dropped,
+        rewrites=st.rewrites + 1)
+    estimate = int((fixed + kept + prefix_bytes) * ratio)
+    return state, "rewrite", reason, estimate, not keep_prefix
+
+
+def _effective_sizes(family: Family, items: list[Any], sizes: list[int], *,
+                     strip_before: int, truncate: int) -> list[int]:
+    if not strip_before and not truncate:
+        return sizes
+    out = list(sizes)
+    for index, item in enumerate(items):
+        if (truncate or index < strip_before) and h.is_tool_output(family, item):
+            new = h.strip_output(family, item, truncate or None)
+            if new is not item:
+                out[index] = len(orjson.dumps(new)) + 1
+    return out
+
+
+def _suffix(sizes: list[int]) -> list[int]:
+    out = [0] * (len(sizes) + 1)
+    for index in range(len(sizes) - 1, -1, -1):
+        out[index] = out[index + 1] + sizes[index]
+    return out
+
+
+def _select(rows: list[Distilled], rule: LayerRule, budget_tokens: int) -> list[Distilled]:
+    """The newest distillations that fit (at most ``rule.max_rows``), back in
+    chronological order so the same choice always renders the same bytes."""
+    chosen: list[Distilled] = []
+    used = 0
+    for row in reversed(rows):
+        cost = len(row.text) // BYTES_PER_TOKEN_TEXT + 1
+        if rule.max_rows is not None and len(chosen) >= rule.max_rows:
+            break
+        if used + cost > budget_tokens:
+            continue
+        chosen.append(row)
+        used += cost
+    return chosen[::-1]
+
+
+PREFIX_HEAD = (
+    "[lore-gateway: session history]\n"
+    "The earlier part of this conversation is condensed below (observations in time order)."
+    " Its exact messages, tool outputs and file contents are in memory: use the `recall`"
+    " tool for any detail not shown here.")
+
+
+def render_prefix(rows: list[Distilled]) -> str:
+    return "\n\n".join([PREFIX_HEAD, *(row.text.strip() for row in rows)])
+
+
+def _request_before(family: Family, items: list[Any], lead: int, cut: int) -> str:
+    for index in range(cut - 1, lead - 1, -1):
+        if h.is_user_text(family, items[index]):
+            return h.user_text(family, items[index])
+    return ""
+
+
+def _fingerprint(items: list[Any], cut: int) -> str:
+    digest = hashlib.blake2b(digest_size=12)
+    for item in items[max(0, cut - 1):cut + 1]:
+        digest.update(orjson.dumps(item))
+    return digest.hexdigest()
+
+
+def _anchored(family: Family, items: list[Any], st: SessionState) -> bool:
+    """Whether the client's history still holds the items the layout was cut at."""
+    if len(items) <= st.cut or len(items) < st.strip_end:
+        return False
+    return _fingerprint(items, st.cut) == st.fingerprint
+
+
+def _reset(st: SessionState) -> SessionState:
+    return dataclasses.replace(st, layer=0, force_min=0, lead=0, cut=0, strip_end=0,
+                               truncate_to=0, fingerprint="", prefix="", prefix_ids=(),
+                               breakpoint=False, ttl="", dropped_bytes=0)
+
+
+def _mark(marks: tuple[tuple[int, float], ...], count: int,
+          now: float) -> tuple[tuple[int, float], ...]:
+    if marks and marks[-1][0] >= count:
+        return marks
+    out = (*marks, (count, now))
+    if len(out) > MAX_MARKS:
+        out = (*out[:-1:2], out[-1])
+    return out
+
+
+def _cut_time(marks: tuple[tuple[int, float], ...], cut: int) -> float:
+    """When the request that first carried history item ``cut`` arrived."""
+    for count, at in marks:
+        if count > cut:
+            return at
+    return marks[-1][1] if marks else 0.0
