@@ -110,6 +110,10 @@ class GatewayApp:
             log.info("%s %s %s protocol=%s overhead_ms=%s ttfb_ms=%s", scope["method"], path,
                      timing.status, protocol, _ms(overhead), _ms(timing.ttfb))
             return
+        if kind is Kind.COMPACT:
+            status = await self.proxy.handle_compact(scope, receive, send, route)
+            metrics.record_request("compact", status, route.protocol or "", None, None)
+            return
         if kind is Kind.PASSTHROUGH or kind is Kind.JSON:
             status = await self.proxy.handle_passthrough(scope, receive, send, route)
             metrics.record_request("passthrough", status, "", None, None)

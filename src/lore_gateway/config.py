@@ -149,6 +149,13 @@ class Settings(BaseSettings):
     knowledge: bool = True
     knowledge_block_tokens: int = 2_000
     export: bool = True
+    # Compaction (docs/context.md): usage shown to Claude Code and Codex scaled
+    # below their auto-compaction thresholds, for the windows they meter against,
+    # and their compaction requests answered from memory.
+    usage_scaling: bool = True
+    claude_window_tokens: int = 200_000
+    codex_window_tokens: int = 272_000
+    compaction_from_memory: bool = True
     # The memory browser (/ui): how often the overview's metrics are sampled into
     # the database, in seconds (docs/ui.md).
     ui_sample_seconds: float = 10.0

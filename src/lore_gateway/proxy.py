@@ -21,6 +21,8 @@ import orjson
 
 from lore_gateway.body import ClientDisconnected, decode_body, read_body
 from lore_gateway.channel import ClientChannel, ClientGone, Receive, Send, watch
+from lore_gateway.compaction.channel import ScaledUsageChannel
+from lore_gateway.compaction.service import CompactionAnswer, CompactionService, usage_cap
 from lore_gateway.config import Settings
 from lore_gateway.context import overflow as context_overflow
 from lore_gateway.context.service import ContextService
@@ -103,6 +105,8 @@ class Proxy:
         # Called once the client has the whole (2xx) response: background work
         # (docs/knowledge.md) starts there and never earlier.
         self.on_response_ended: Callable[[Exchange], None] | None = None
+        # Compaction requests answered from memory (compaction/; None: no memory).
+        self.compaction: CompactionService | None = None
         # Relays in flight, so that shutdown can end them once the grace is over.
         self._relays: set[asyncio.Task[None]] = set()
         self._idle = asyncio.Event()
@@ -135,14 +139,22 @@ class Proxy:
         # Every request already running may still store a turn: room for all of them.
         await self.turns.admit(len(self._relays) + 1)
         try:
-            exchange = await self._read_exchange(scope, receive, route)
+            exchange, compaction = await self._read_exchange(scope, receive, route)
         except ClientDisconnected:
             return timing
         except GatewayError as exc:
             await client.respond(exc.status, exc.body(), exc.headers())
             timing.status = exc.status
             return timing
-        pending = self.turns.begin(exchange)
+        if compaction is not None and compaction.body is not None:
+            await client.respond(compaction.status, compaction.body, compaction.headers)
+            timing.status = client.status
+            return timing
+        cap = usage_cap(self.settings, exchange.protocol, exchange.header_map, exchange.payload)
+        if cap is not None:
+            client = ScaledUsageChannel(tail, cap)
+        # A compaction passed through is not a turn of the conversation: not stored.
+        pending = self.turns.begin(exchange) if compaction is None else None
         relay = asyncio.ensure_future(self._forward(exchange, client, tail, timing, pending))
         self._relays.add(relay)
         self._idle.clear()
@@ -169,7 +181,10 @@ class Proxy:
         return timing
 
     async def _read_exchange(self, scope: dict[str, Any], receive: Receive,
-                             route: Route) -> Exchange:
+                             route: Route) -> tuple[Exchange, CompactionAnswer | None]:
+        """The parsed request and what goes upstream; a compaction request
+        (compaction/) skips the request pipeline: answered from memory, or
+        forwarded as the client sent it."""
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         hmap = header_map(headers)
         limit = self.settings.max_request_bytes
@@ -178,8 +193,11 @@ class Proxy:
         assert route.protocol is not None
         payload = await _parse_json(body, route.protocol)
         identity = self.turns.identify(route, hmap, payload)
+        compaction = None
+        if self.compaction is not None:
+            compaction = await self.compaction.answer(route.protocol, payload, hmap, identity)
         prepared: Prepared | None = None
-        if self.recall is not None and identity is not None:
+        if self.recall is not None and identity is not None and compaction is None:
             prepared = await self.recall.prepare(route, hmap, payload, identity, body)
         changed = prepared.upstream_payload if prepared is not None else None
         upstream_payload, upstream_stream = _upstream_rules(route, payload, changed)
@@ -197,7 +215,7 @@ class Proxy:
             identity=identity,
             upstream_payload=upstream_payload,
             recall=prepared is not None and prepared.inject,
-        )
+        ), compaction
 
     async def _forward(self, exchange: Exchange, client: ClientChannel, tail: _SentTail,
                        timing: RequestTiming, pending: Any) -> None:
@@ -372,6 +390,41 @@ class Proxy:
         if cut:
             headers.append((b"x-lore-body-truncated", b"true"))
         await client.respond(resp.status, body, headers)
+
+    async def handle_compact(self, scope: dict[str, Any], receive: Receive, send: Send,
+                             route: Route) -> int:
+        """Codex's ``POST …/responses/compact``: the new history from memory, or
+        (no memory of the session) the request forwarded as is."""
+        client = ClientChannel(send)
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        hmap = header_map(headers)
+        limit = self.settings.max_request_bytes
+        try:
+            raw = await read_body(receive, limit=limit, content_length=hmap.get("content-length"))
+            body = decode_body(raw, hmap.get("content-encoding"), limit=limit)
+            payload = orjson.loads(body) if body else {}
+            # Team mode: a request without a valid gateway key is refused here (401).
+            identity = (self.turns.identify(route, hmap, payload)
+                        if isinstance(payload, dict) else None)
+        except ClientDisconnected:
+            return 0
+        except GatewayError as exc:
+            await client.respond(exc.status, exc.body(), exc.headers())
+            return exc.status
+        except orjson.JSONDecodeError as exc:
+            await client.respond(400, error_body("invalid_request_error",
+                                                 f"Invalid JSON body: {exc}"))
+            return 400
+        answer = None
+        if self.compaction is not None:
+            answer = await self.compaction.compact_endpoint(identity)
+        if answer is not None:
+            await client.respond(200, answer)
+            return client.status
+        url = self.upstream.url(route.upstream, route.upstream_path)  # type: ignore[arg-type]
+        with contextlib.suppress(ClientGone):
+            await watch(receive, self._passthrough("POST", url, headers, body, client))
+        return client.status
 
     # -- everything else under /v1/ -------------------------------------------------
 

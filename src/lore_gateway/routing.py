@@ -48,6 +48,7 @@ class Upstream(StrEnum):
 
 class Kind(StrEnum):
     MODEL = "model"  # a conversation turn: parsed, stored, recall-capable
+    COMPACT = "compact"  # Codex's POST …/responses/compact: answered from memory
     JSON = "json"  # a JSON request forwarded as is (count_tokens)
     PASSTHROUGH = "passthrough"  # any other /v1/* request, bytes in, bytes out
     HEALTH = "health"
@@ -88,6 +89,11 @@ def match(
         # where a 404 costs it five retries.
         return Route(Kind.WEBSOCKET_REFUSED)
     if method == "POST":
+        if path == "/v1/responses/compact":
+            return Route(Kind.COMPACT, Upstream.OPENAI, path + suffix, Protocol.RESPONSES)
+        if path.removesuffix("/compact") in _CODEX_PATHS and path.endswith("/compact"):
+            return Route(Kind.COMPACT, Upstream.CHATGPT, "/codex/responses/compact" + suffix,
+                         Protocol.CODEX)
         if path == "/v1/responses":
             return Route(Kind.MODEL, Upstream.OPENAI, "/v1/responses" + suffix, Protocol.RESPONSES)
         if path in _CODEX_PATHS:

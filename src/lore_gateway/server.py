@@ -120,6 +120,11 @@ class Gateway:
         if self.memory is not None and self.settings.recall:
             self.recall = RecallService(self.memory, self.upstream)
         self.proxy = Proxy(self.settings, self.upstream, turns, self.recall)
+        if self.memory is not None:
+            from lore_gateway.compaction.service import CompactionService
+
+            self.proxy.compaction = CompactionService(self.settings, self.memory,
+                                                      expands=self.recall is not None)
         self.background = await Background.attach(self.settings, self.memory, self.upstream,
                                                   self.proxy, self.recall)
         app = self._app = GatewayApp(self.proxy, memory_degraded=self._memory_degraded)

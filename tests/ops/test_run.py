@@ -185,8 +185,17 @@ def test_claude_env_appends_the_project_header():
     env = claude.run_env("http://127.0.0.1:3207", "/w/p", {"ANTHROPIC_CUSTOM_HEADERS": "A: b"})
     assert env == {
         "ANTHROPIC_BASE_URL": "http://127.0.0.1:3207",
+        "DISABLE_AUTO_COMPACT": "1",
         "ANTHROPIC_CUSTOM_HEADERS": "A: b\nX-Lore-Project: /w/p",
     }
+
+
+def test_claude_run_turns_auto_compaction_off_unless_the_user_chose():
+    from lore_gateway.agents import claude
+
+    assert claude.run_env("http://g", None, {})["DISABLE_AUTO_COMPACT"] == "1"
+    assert "DISABLE_AUTO_COMPACT" not in claude.run_env("http://g", None,
+                                                        {"DISABLE_AUTO_COMPACT": "0"})
 
 
 def test_team_mode_run_sends_the_gateway_key_from_lore_key():

@@ -135,6 +135,7 @@ def test_claude_setup_then_undo_is_byte_identical(env: dict[str, str], original:
     assert code == 0, out
     data = json.loads(path.read_text())
     assert data["env"]["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:43210"
+    assert data["env"]["DISABLE_AUTO_COMPACT"] == "1"  # the gateway manages the window
     if original is not None:
         assert data["env"]["FOO"] == "1"
         assert data["permissions"] == {"allow": ["Bash(ls:*)"]}
@@ -160,6 +161,17 @@ def test_claude_undo_merges_later_edits_and_restores_previous_url(env: dict[str,
     assert json.loads(path.read_text()) == {
         "env": {"ANTHROPIC_BASE_URL": "http://corp-proxy:8080"}, "model": "opus",
     }
+
+
+def test_claude_setup_keeps_the_users_own_auto_compact_choice(env: dict[str, str]):
+    path = claude_settings(env)
+    path.parent.mkdir(parents=True)
+    original = b'{"env": {"DISABLE_AUTO_COMPACT": "0"}}'
+    path.write_bytes(original)
+    assert lore(env, "setup", "claude")[0] == 0
+    assert json.loads(path.read_text())["env"]["DISABLE_AUTO_COMPACT"] == "0"
+    assert lore(env, "setup", "--undo", "claude")[0] == 0
+    assert json.loads(path.read_text()) == json.loads(original)
 
 
 def test_undo_without_setup_says_so(env: dict[str, str]):

@@ -61,6 +61,13 @@ def test_status_of_a_running_gateway(
     assert worker["state"] == "on" and worker["daily_tokens_per_tenant"] > 0
     assert set(worker["jobs"]) >= {"queued", "failed"}
     assert document["tenancy"] in ("personal", "keys")
+    compaction = document["compaction"]
+    assert compaction["usage_scaling"] is True and compaction["from_memory"] is True
+    assert compaction["client_caps"] == {"claude-code": 150_300, "codex": 220_320}
+    assert compaction["answered"] == {}  # no agent asked for a compaction
+    from lore_gateway.cli.status import fields
+    assert ("compaction", "usage capped (Claude Code 150,300, Codex 220,320); 0 answered "
+            "from memory, 0 passed through") in fields(document)
 
     # The banner carried the same essentials.
     text = "".join(banner)

@@ -25,7 +25,7 @@ def ctx(protocol: Protocol = Protocol.RESPONSES, **headers: str) -> RequestConte
 
 def test_slots_are_named_and_ordered() -> None:
     assert [name for name, _ in pipeline.REQUEST_PIPELINE] == [
-        "expand_anchors", "context", "knowledge", "inject_tool"]
+        "expand_compaction", "expand_anchors", "context", "knowledge", "inject_tool"]
     slots = dict(pipeline.REQUEST_PIPELINE)
     assert slots["context"] is manage_context  # issue 13
     assert slots["knowledge"] is pipeline.add_knowledge

@@ -5,6 +5,11 @@ and extra request headers from ``ANTHROPIC_CUSTOM_HEADERS`` ("Name: value" lines
 both from the environment or from the ``env`` object of
 ``~/.claude/settings.json``. Its requests then arrive as ``POST
 <gateway>/v1/messages?beta=true`` with the user's own ``x-api-key`` or bearer token.
+
+Both also set ``DISABLE_AUTO_COMPACT=1`` (unless the user set it): the gateway
+manages the context window, so Claude Code's own auto-compaction, which
+replaces the history with a model-written summary, is off; ``/compact`` keeps
+working and is answered from memory (docs/context.md, "Compaction").
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from lore_gateway.agents.codex import GATEWAY_KEY_HEADER, PROJECT_HEADER, SetupC
 
 BASE_URL_ENV = "ANTHROPIC_BASE_URL"
 HEADERS_ENV = "ANTHROPIC_CUSTOM_HEADERS"
+AUTO_COMPACT_ENV = "DISABLE_AUTO_COMPACT"
 
 
 def settings_path(home: Path | None = None) -> Path:
@@ -33,6 +39,8 @@ def run_env(gateway_url: str, project: str | None, env: Mapping[str, str],
     custom headers the user already sends.
     """
     added = {BASE_URL_ENV: gateway_url.rstrip("/")}
+    if AUTO_COMPACT_ENV not in env:
+        added[AUTO_COMPACT_ENV] = "1"
     headers = []
     if project is not None:
         headers.append(f"{PROJECT_HEADER}: {project}")
@@ -58,10 +66,13 @@ class SettingsEdit:
     # Team mode: the ANTHROPIC_CUSTOM_HEADERS value lore set (None: left alone).
     headers_value: str | None = None
     headers_previous: str | None = None
+    # Whether lore added DISABLE_AUTO_COMPACT=1 (False: the user had their own).
+    auto_compact_set: bool = False
 
     def to_json(self) -> dict[str, object]:
         return {"value": self.value, "previous": self.previous, "created_env": self.created_env,
-                "headers_value": self.headers_value, "headers_previous": self.headers_previous}
+                "headers_value": self.headers_value, "headers_previous": self.headers_previous,
+                "auto_compact_set": self.auto_compact_set}
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> SettingsEdit:
@@ -71,7 +82,8 @@ class SettingsEdit:
 
         return cls(value=str(data["value"]), previous=text("previous"),
                    created_env=bool(data["created_env"]), headers_value=text("headers_value"),
-                   headers_previous=text("headers_previous"))
+                   headers_previous=text("headers_previous"),
+                   auto_compact_set=bool(data.get("auto_compact_set", False)))
 
 
 def _load(text: str, what: str) -> dict[str, Any]:
@@ -96,8 +108,9 @@ def _dump(data: dict[str, Any]) -> str:
 
 def apply_setup(text: str, gateway_url: str,
                 gateway_key: str | None = None) -> tuple[str, SettingsEdit]:
-    """Set ``env.ANTHROPIC_BASE_URL`` to the gateway in settings.json text (and, in
-    team mode, add the gateway key to ``env.ANTHROPIC_CUSTOM_HEADERS``)."""
+    """Set ``env.ANTHROPIC_BASE_URL`` to the gateway in settings.json text, and
+    ``env.DISABLE_AUTO_COMPACT`` unless present (and, in team mode, add the gateway
+    key to ``env.ANTHROPIC_CUSTOM_HEADERS``)."""
     data = _load(text, "settings.json")
     env = data.get("env")
     created_env = env is None
@@ -111,10 +124,13 @@ def apply_setup(text: str, gateway_url: str,
         headers_previous = None if old is None else str(old)
         headers_value = _with_headers(headers_previous, [f"{GATEWAY_KEY_HEADER}: {gateway_key}"])
         env[HEADERS_ENV] = headers_value
+    auto_compact_set = AUTO_COMPACT_ENV not in env
+    if auto_compact_set:
+        env[AUTO_COMPACT_ENV] = "1"
     data["env"] = env
     return _dump(data), SettingsEdit(
         value, None if previous is None else str(previous), created_env, headers_value,
-        headers_previous,
+        headers_previous, auto_compact_set,
     )
 
 
@@ -139,6 +155,8 @@ def revert_setup(text: str, edit: SettingsEdit) -> str:
             del env[HEADERS_ENV]
         else:
             env[HEADERS_ENV] = edit.headers_previous
+    if edit.auto_compact_set and env.get(AUTO_COMPACT_ENV) == "1":
+        del env[AUTO_COMPACT_ENV]
     if edit.created_env and not env:
         del data["env"]
     return _dump(data)

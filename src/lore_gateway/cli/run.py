@@ -234,6 +234,9 @@ def run_command(
 ) -> None:
     """Run an agent through lore, starting a gateway for it if none is running.
 
+    Claude Code runs with its auto-compaction off (DISABLE_AUTO_COMPACT=1, unless
+    you set it): the gateway manages the context and answers /compact from memory.
+
     Everything after ``--`` goes to the agent: lore run codex -- exec "say hi"
     """
     if agent not in AGENTS:

@@ -22,7 +22,11 @@ def setup_command(
     status: bool = typer.Option(False, "--status", help="Show which agents point at lore."),
     as_json: bool = typer.Option(False, "--json", help="With --status: print one JSON object."),
 ) -> None:
-    """Point an agent at the gateway permanently (with a backup), or undo it exactly."""
+    """Point an agent at the gateway permanently (with a backup), or undo it exactly.
+
+    For Claude Code this also sets DISABLE_AUTO_COMPACT=1 in settings.json (unless
+    you set it): the gateway manages the context and answers /compact from memory.
+    """
     settings = preflight.settings()
     console = Console()
     if status:
@@ -40,6 +44,9 @@ def setup_command(
             path = setup_state.setup(agent, settings.data_dir, settings.base_url,
                                      gateway_key=key)
             note = "" if key is None else " Your gateway key is stored there as a header."
+            if agent == "claude":
+                note += (" Its auto-compaction is off (DISABLE_AUTO_COMPACT=1, unless you set"
+                         " it): the gateway manages the context and answers /compact.")
             console.print(
                 f"{agent} now uses lore at {settings.base_url} ({path}).{note} "
                 f"Undo with `lore setup --undo {agent}`."

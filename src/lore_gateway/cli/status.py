@@ -87,6 +87,18 @@ def _worker(section: dict[str, Any]) -> str:
             + f"; jobs {jobs.get('queued', 0)} queued, {jobs.get('failed', 0)} failed")
 
 
+def _compaction(section: dict[str, Any]) -> str:
+    """Usage scaling and the compactions answered from memory (docs/context.md)."""
+    caps = section.get("client_caps", {})
+    scaling = (f"usage capped (Claude Code {caps.get('claude-code', 0):,}, Codex "
+               f"{caps.get('codex', 0):,})" if section.get("usage_scaling") else "usage real")
+    if not section.get("from_memory"):
+        return f"{scaling}; answered upstream"
+    answered = sum(section.get("answered", {}).values())
+    passed = sum(section.get("passed_through", {}).values())
+    return f"{scaling}; {answered} answered from memory, {passed} passed through"
+
+
 def _context(section: dict[str, Any]) -> str:
     if not section.get("enabled"):
         return "off"
@@ -135,6 +147,8 @@ def fields(document: dict[str, Any]) -> list[tuple[str, str]]:
             ("embeddings", _embeddings(document)), ("worker", _worker(document.get("worker", {}))),
             ("context", _context(document.get("context", {}))),
             ("tenancy", str(document.get("tenancy", "personal")))]
+    if "compaction" in document:
+        rows.append(("compaction", _compaction(document["compaction"])))
     rows += [("settings", problem) for problem in document.get("settings_problems", [])]
     return rows
 

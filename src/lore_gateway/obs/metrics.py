@@ -186,6 +186,13 @@ knowledge_injections_total = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+compactions_total = Counter(
+    "lore_compactions",
+    "Agent compaction requests by flow (claude_summary, codex_local, codex_trigger, "
+    "codex_compact) and outcome (answered from memory, passthrough without memory).",
+    ["flow", "outcome"],
+    registry=REGISTRY,
+)
 context_rewrites_total = Counter(
     "lore_context_rewrites",
     "Rewrites of a session's upstream context (issue 13), by reason: budget (the "
@@ -363,6 +370,13 @@ def record_knowledge(kind: str) -> None:
         knowledge_injections_total.labels(_bounded("kind", kind)).inc()
     except Exception:
         log.exception("metrics: record_knowledge failed")
+
+
+def record_compaction(flow: str, outcome: str) -> None:
+    try:
+        compactions_total.labels(_bounded("flow", flow), _bounded("outcome", outcome)).inc()
+    except Exception:
+        log.exception("metrics: record_compaction failed")
 
 
 def record_distillation(method: str, generation: int) -> None:

@@ -10,6 +10,8 @@ is a unit test with a dict in and a dict out.
 
 The order is part of the contract:
 
+0. ``expand_compaction``: a Codex ``compaction`` item the gateway answered with
+   (compaction/answers.py) back into the summary it stands for;
 1. ``expand_anchors`` first, so every later step sees the history the upstream saw
    last time (byte-stable: the provider's prompt cache keeps hitting);
 2. ``context`` (issue 13): a managed session's distilled prefix and raw tail
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from lore_gateway.compaction.answers import expand_handles
 from lore_gateway.context.planner import SessionState
 from lore_gateway.context.transform import knowledge_context, manage_context
 from lore_gateway.knowledge.inject import KnowledgeView, inject_knowledge
@@ -103,6 +106,18 @@ def request_context(protocol: Protocol, headers: Mapping[str, str], identity: Id
 # --- the transforms -------------------------------------------------------------
 
 
+def expand_compaction(payload: Payload, ctx: RequestContext) -> Payload:
+    """Our own Codex ``compaction`` items (opaque handles) back into the summary
+    message they carry; OpenAI's own items are left alone."""
+    if ctx.family is not Family.RESPONSES:
+        return payload
+    items = payload.get("input")
+    if not isinstance(items, list):
+        return payload
+    expanded = expand_handles(items)
+    return payload if expanded is None else {**payload, "input": expanded}
+
+
 def expand_anchors(payload: Payload, ctx: RequestContext) -> Payload:
     """Our anchors in the client's history back into the exact recall pairs the
     upstream saw (always, recall injected this turn or not)."""
@@ -127,6 +142,7 @@ def inject_tool(payload: Payload, ctx: RequestContext) -> Payload:
 
 # The pipeline. A slot holding None is a named place for a later transform.
 REQUEST_PIPELINE: tuple[tuple[str, Transform | None], ...] = (
+    ("expand_compaction", expand_compaction),  # issue 13: our compaction items
     ("expand_anchors", expand_anchors),
     ("context", manage_context),  # issue 13: context management
     ("knowledge", add_knowledge),  # issue 12: knowledge block and updates

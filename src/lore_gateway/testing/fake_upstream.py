@@ -30,6 +30,15 @@ Scenarios (``name`` or ``name:argument``; see docs/testing.md):
 ``big-stream:<MiB>[@<n>]`` that many MiB of text deltas of n bytes (default
                           4096), generated on the fly
 ``slow:<seconds>``        wait that long before the response headers, then text
+``too-long``              400 context overflow ("prompt is too long" /
+                          "context_length_exceeded"), as the providers word it
+``tool:<name> <json>``    a call to the client's own tool ``name`` with those
+                          arguments (script the answer that follows its output)
+
+``reported_input_tokens`` makes every agent answer report that many input tokens
+(an agent's context passes its compaction threshold without huge bodies), and
+the Codex compaction flows (``…/responses/compact``, a ``compaction_trigger``
+item) are answered as the OpenAI backend does (``fake_compaction.py``).
 
 :meth:`FakeUpstream.script_rate_limits` starts the next Responses streams with a
 ``codex.rate_limits`` frame (before ``response.created``, as the Codex backend does).
@@ -74,8 +83,8 @@ import zstandard
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from lore_gateway.testing import fake_compaction, fake_worker
 from lore_gateway.testing import fake_streams as fs
-from lore_gateway.testing import fake_worker
 from lore_gateway.testing.fake_streams import Answer
 
 # Recorded requests kept for inspection. A test sends a handful; the bound only
@@ -338,6 +347,8 @@ class FakeUpstream:
         self.worker_scenario = "worker"
         # Models this fake answers 404 for, as a backend that does not offer them.
         self.unknown_models: set[str] = set()
+        # Input tokens every agent answer reports (None: the canned small figure).
+        self.reported_input_tokens: int | None = None
         self._records: deque[RecordedRequest] = deque(maxlen=max_recorded)
         self._script: deque[str] = deque(maxlen=MAX_SCRIPT)
         self._rate_limits: deque[float | None] = deque(maxlen=MAX_SCRIPT)
@@ -350,6 +361,8 @@ class FakeUpstream:
             ("POST", "/backend-api/codex/responses"): self._model("codex"),
             ("POST", "/v1/chat/completions"): self._model("chat"),
             ("POST", "/v1/messages"): self._model("anthropic"),
+            ("POST", "/v1/responses/compact"): self._compact,
+            ("POST", "/backend-api/codex/responses/compact"): self._compact,
             ("POST", "/v1/messages/count_tokens"): self._count_tokens,
             ("GET", "/v1/models"): self._models,
             ("HEAD", "/"): self._root,
@@ -397,6 +410,7 @@ class FakeUpstream:
         self.default_scenario = "text"
         self.worker_scenario = "worker"
         self.unknown_models.clear()
+        self.reported_input_tokens = None
         self.metered = False
         self.window = None
         self.metered_log.clear()
@@ -502,6 +516,11 @@ class FakeUpstream:
                                 content_type=JSON_TYPE)
         return web.json_response({"input_tokens": max(1, len(record.body) // 4)})
 
+    async def _compact(self, request: web.BaseRequest) -> web.StreamResponse:
+        record = await self._record(request, "compact")
+        return web.Response(body=fake_compaction.compact_body(_model_of(record.json, "gpt-fake")),
+                            content_type=JSON_TYPE)
+
     def _model(self, shape: str) -> _Handler:
         async def handler(request: web.BaseRequest) -> web.StreamResponse:
             return await self._answer(request, shape)
@@ -539,6 +558,9 @@ class FakeUpstream:
             job = record.headers.get("x-lore-worker", "")
             scenario = Scenario("text", fake_worker.answer(job, body))
         stream = body.get("stream") is True
+        if scenario.name == "too-long":
+            return self._error(shape, 400, fake_compaction.TOO_LONG[shape == "anthropic"],
+                               headers)
         if scenario.name.startswith("status-"):
             code = int(scenario.name.removeprefix("status-"))
             headers |= {"retry-after": "7"}
@@ -551,6 +573,11 @@ class FakeUpstream:
         if scenario.name == "slow":
             await asyncio.sleep(float(scenario.arg or "1"))
         answer = self._canned(shape, scenario, body)
+        if shape in ("responses", "codex") and fake_compaction.is_compaction_trigger(body):
+            answer = fake_compaction.compaction_answer(_model_of(body, "gpt-fake"))
+        if self.reported_input_tokens is not None and "x-lore-worker" not in record.headers:
+            api = shape if shape in ("anthropic", "chat") else "responses"
+            answer = fake_compaction.with_input_tokens(answer, api, self.reported_input_tokens)
         if self.metered and "x-lore-worker" in record.headers:
             answer = _metered(answer, shape, len(record.body) // BYTES_PER_TOKEN, 0)
         elif self.metered:
@@ -589,6 +616,13 @@ class FakeUpstream:
             text = scenario.arg
         if name == "blank":
             text = BLANK_TEXT
+        if name == "tool" and scenario.arg:
+            tool_name, _, arguments = scenario.arg.partition(" ")
+            if api == "anthropic":
+                return fs.anthropic_call(tool_name, arguments or "{}", model)
+            if api == "responses":
+                return fs.responses_call(tool_name, arguments or "{}", model)
+            return fs.chat_call(tool_name, arguments or "{}", model, chat_usage)
         if name in _RECALL_SCENARIOS:
             output = tool_output(api, body)
             if output is None or name == "call-recall":

@@ -1,0 +1,219 @@
+"""Usage the client can live with: reported token counts scaled below the agent's
+own auto-compaction threshold (sans-IO).
+
+Claude Code and the Codex CLI decide to compact from the usage the last
+response reported (wave2-memory §4.1, §4.2). The gateway manages the context
+itself, so the client is shown at most a cap under its threshold:
+
+* Claude Code: ``0.9 × (W − min(max_output, 20K) − 13K)``, 150,300 for W = 200K.
+  W is the window Claude Code meters against; 200K unless configured, which is
+  also safe for a client metering at 1M.
+* Codex: ``0.9 × ⌊0.9 × W⌋`` (Codex compacts at 90 % of its window, and only
+  ever lower); 220,320 for its 272K fallback window.
+
+Only the bytes that carry usage change, and only when a figure passes the cap:
+every field is scaled by the same factor, so the shares (cache reads, output)
+stay as the provider reported them. The real figures are what the gateway
+stores and meters; the scaled copy goes to the client alone.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+# Claude Code's reserve for the summary's output and its auto-compact buffer.
+CLAUDE_SUMMARY_RESERVE = 20_000
+CLAUDE_AUTOCOMPACT_BUFFER = 13_000
+# Codex compacts at this share of its window at most (min(configured, 0.9 W)).
+CODEX_THRESHOLD_SHARE = 0.9
+# The share of the threshold shown at most: headroom for what the agent adds to
+# the last reported figure (its estimate of the items sent since).
+SAFETY_SHARE = 0.9
+# A frame is held only until its end arrives; one larger than this is passed on
+# unread (a usage frame is a few hundred bytes, a text delta can be large).
+MAX_HELD_BYTES = 1 << 20
+
+
+class Agent(enum.StrEnum):
+    CLAUDE_CODE = "claude-code"
+    CODEX = "codex"
+
+
+def client_agent(headers: dict[str, str] | Any) -> Agent | None:
+    """Which compacting agent sent the request (None: an SDK or unknown client)."""
+    if headers.get("originator", "").startswith("codex"):
+        return Agent.CODEX
+    if "x-claude-code-session-id" in headers or headers.get("user-agent", "").startswith(
+            "claude-cli/"):
+        return Agent.CLAUDE_CODE
+    return None
+
+
+def claude_cap(window: int, max_output: int | None) -> int:
+    reserve = min(max_output or CLAUDE_SUMMARY_RESERVE, CLAUDE_SUMMARY_RESERVE)
+    return int(SAFETY_SHARE * (window - reserve - CLAUDE_AUTOCOMPACT_BUFFER))
+
+
+def codex_cap(window: int) -> int:
+    return int(SAFETY_SHARE * int(CODEX_THRESHOLD_SHARE * window))
+
+
+@dataclass(frozen=True, slots=True)
+class UsageCap:
+    """The most total tokens one response may report to this client."""
+
+    tokens: int
+    family: str  # "anthropic" or "responses"
+
+    def factor(self, total: int) -> float | None:
+        """The scale for a response whose real total is ``total`` (None: unchanged)."""
+        return self.tokens / total if total > self.tokens > 0 else None
+
+
+# --- the rewriter ----------------------------------------------------------------
+
+_FRAME_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+
+
+class UsageRewriter:
+    """Rewrites usage in one response to the client: SSE chunks or a JSON body.
+
+    Frames are passed on whole; a frame's bytes wait here only until its end
+    arrives (a client cannot act on half an event anyway). Frames without
+    ``"usage"`` go out as they came.
+    """
+
+    __slots__ = ("_anthropic_factor", "_held", "cap", "scaled")
+
+    def __init__(self, cap: UsageCap) -> None:
+        self.cap = cap
+        self._held = b""
+        # Anthropic reports input at message_start and output at message_delta:
+        # the factor chosen at the start holds for the whole message.
+        self._anthropic_factor: float | None = None
+        self.scaled = 0  # frames (or bodies) rewritten
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self._held + chunk if self._held else chunk
+        end = _last_frame_end(data)
+        if end < 0:
+            if len(data) > MAX_HELD_BYTES:
+                self._held = b""
+                return data
+            self._held = data
+            return b""
+        ready, self._held = data[:end], data[end:]
+        if b'"usage"' not in ready:
+            return ready
+        return b"".join(self._frame(f) for f in _split_frames(ready))
+
+    def close(self) -> bytes:
+        held, self._held = self._held, b""
+        return self._frame(held) if held and b'"usage"' in held else held
+
+    def json_body(self, body: bytes) -> bytes:
+        """A whole JSON response body."""
+        if b'"usage"' not in body:
+            return body
+        try:
+            payload = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return body
+        if not isinstance(payload, dict) or not self._scale_holders(payload):
+            return body
+        self.scaled += 1
+        return orjson.dumps(payload)
+
+    def _frame(self, frame: bytes) -> bytes:
+        if b'"usage"' not in frame:
+            return frame
+        start = frame.find(b"data:")
+        if start < 0:
+            return frame
+        line_end = frame.find(b"\n", start)
+        data_end = len(frame.rstrip(b"\r\n")) if line_end < 0 else line_end
+        raw = frame[start + 5:data_end].strip()
+        try:
+            payload = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return frame
+        if not isinstance(payload, dict) or not self._scale_holders(payload):
+            return frame
+        self.scaled += 1
+        return frame[:start] + b"data: " + orjson.dumps(payload) + frame[data_end:]
+
+    def _scale_holders(self, payload: dict[str, Any]) -> bool:
+        changed = False
+        kind = payload.get("type")
+        for holder in (payload, payload.get("message"), payload.get("response")):
+            if isinstance(holder, dict) and isinstance(holder.get("usage"), dict):
+                usage = holder["usage"]
+                if self.cap.family == "anthropic":
+                    changed |= self._anthropic(usage, delta=kind == "message_delta")
+                else:
+                    changed |= self._responses(usage)
+        return changed
+
+    def _anthropic(self, usage: dict[str, Any], *, delta: bool) -> bool:
+        keys = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        if not delta or any(isinstance(usage.get(k), int) and usage[k] for k in keys):
+            total = sum(_int(usage.get(k)) for k in (*keys, "output_tokens"))
+            factor = self.cap.factor(total)
+            if not delta or factor is not None:
+                self._anthropic_factor = factor
+        factor = self._anthropic_factor
+        if factor is None:
+            return False
+        for key in (*keys, "output_tokens"):
+            if isinstance(usage.get(key), int):
+                usage[key] = int(usage[key] * factor)
+        return True
+
+    def _responses(self, usage: dict[str, Any]) -> bool:
+        total = _int(usage.get("total_tokens")) or (
+            _int(usage.get("input_tokens")) + _int(usage.get("output_tokens")))
+        factor = self.cap.factor(total)
+        if factor is None:
+            return False
+        for key in ("input_tokens", "output_tokens"):
+            if isinstance(usage.get(key), int):
+                usage[key] = int(usage[key] * factor)
+        for key in ("input_tokens_details", "output_tokens_details"):
+            details = usage.get(key)
+            if isinstance(details, dict):
+                for name, value in details.items():
+                    if isinstance(value, int):
+                        details[name] = int(value * factor)
+        usage["total_tokens"] = _int(usage.get("input_tokens")) + _int(usage.get("output_tokens"))
+        return True
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _last_frame_end(data: bytes) -> int:
+    """The offset just after the last complete frame in ``data`` (-1: none)."""
+    end = -1
+    for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):
+        at = data.rfind(sep)
+        if at >= 0:
+            end = max(end, at + len(sep))
+    return end
+
+
+def _split_frames(data: bytes) -> list[bytes]:
+    """Complete frames, each with its own terminator."""
+    frames: list[bytes] = []
+    pos = 0
+    for match in _FRAME_END.finditer(data):
+        frames.append(data[pos:match.end()])
+        pos = match.end()
+    if pos < len(data):
+        frames.append(data[pos:])
+    return frames
