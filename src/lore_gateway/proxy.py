@@ -257,8 +257,11 @@ class Proxy:
             resp.close()
 
     def _context(self, exchange: Exchange) -> ContextService | None:
-        context = self.recall.context if self.recall is not None else None
-        return context if exchange.identity is not None else None
+        """The context service for this request; None with context management off
+        (``LORE_CONTEXT=false``: an overflow then reaches the client as it came)."""
+        if not self.settings.context or self.recall is None:
+            return None
+        return self.recall.context if exchange.identity is not None else None
 
     async def _overflow_retry(self, exchange: Exchange, resp: UpstreamResponse,
                               client: ClientChannel) -> UpstreamResponse | None:

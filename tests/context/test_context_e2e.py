@@ -247,6 +247,21 @@ def test_a_context_length_error_is_retried_once_at_a_higher_layer(
     assert len(agent_requests(metered)) == 3
 
 
+def test_with_context_management_off_an_overflow_reaches_the_client(
+        make_gateway: Any, metered: FakeUpstream) -> None:
+    gw = make_gateway(context=False)
+    metered.window = 4_000
+    agent = AnthropicAgent(gw, "ctx-e2e-overflow-off")
+    while len(orjson.dumps(agent.messages)) // BYTES_PER_TOKEN < 4_500:
+        agent.tool_round()
+    status, _ = agent.send()
+    assert status in (400, 413)
+    # One request upstream: no retry, and the client's history went as it was.
+    sent = agent_requests(metered)
+    assert len(sent) == 1
+    assert sent[0].json["messages"] == agent.messages
+
+
 def test_a_non_overflow_error_is_relayed_unchanged(make_gateway: Any,
                                                     metered: FakeUpstream) -> None:
     gw = make_gateway()
