@@ -80,7 +80,7 @@ def transcript(path: Path, cwd: Path) -> Path:
 
 def lore_import(data_dir: Path, path: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("LORE_", "OPENAI", "ANTHROPIC"))}
+           if not k.startswith(("LORE_", "OPENAI", "ANTHROPIC")) or k == "LORE_DATABASE_URL"}
     env |= {"LORE_DATA_DIR": str(data_dir), "LORE_EMBEDDINGS": "false"}
     return subprocess.run([sys.executable, "-m", "lore_gateway", "import", "claude-code",
                            str(path)], env=env, capture_output=True, text=True, timeout=120,
