@@ -26,6 +26,7 @@ import orjson
 
 from lore_gateway.body import ClientDisconnected, read_body
 from lore_gateway.channel import ClientChannel, Receive, Send
+from lore_gateway.config import Settings
 from lore_gateway.errors import GatewayError, error_body
 from lore_gateway.headers import header_map
 from lore_gateway.memory.records import Identity
@@ -35,6 +36,13 @@ LOCAL_RECALL_PATH = "/lore/recall"
 MAX_REQUEST_BYTES = 64 * 1024
 MAX_LIMIT = 50
 SCOPES = ("session", "project", "all")
+
+
+def database_name(settings: Settings) -> str:
+    """How ``lore recall`` and the gateway check they share a database: the SQLite
+    file's resolved path, or the Postgres URL without its password."""
+    database = settings.database
+    return str(settings.db_path.resolve()) if database.backend == "sqlite" else database.url
 
 
 def is_loopback(client: Any) -> bool:
@@ -72,7 +80,7 @@ async def _answer(scope: dict[str, Any], receive: Receive, memory: Any) -> tuple
     raw = await read_body(receive, limit=MAX_REQUEST_BYTES,
                           content_length=headers.get("content-length"))
     request = _parse(raw)
-    if str(request.get("db", "")) != str(memory.settings.db_path.resolve()):
+    if str(request.get("db", "")) != database_name(memory.settings):
         return 409, error_body("invalid_request_error",
                                "this gateway serves another database; search it locally")
     tenant = memory.tenancy.tenant(headers)  # 401 in team mode without a valid key

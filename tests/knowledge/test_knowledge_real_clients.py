@@ -66,7 +66,9 @@ def test_claude_code_second_session_starts_with_the_first_sessions_decision(
     wait_until(lambda: decision_entries(gw), "the curated decision")
     assert {r.headers["x-lore-worker"] for r in worker_requests(fake_upstream)} == {
         "distill", "curate"}
-    wait_until(lambda: (project / ".lore.md").exists(), ".lore.md")
+    # The export writes .lore.md, then the pointer in CLAUDE.md: wait for both.
+    wait_until(lambda: (project / ".lore.md").exists() and (project / "CLAUDE.md").exists(),
+               "the export")
     assert "tangerine branch" in (project / ".lore.md").read_text()
     assert ex.POINTER_BEGIN in (project / "CLAUDE.md").read_text()
 
@@ -117,7 +119,9 @@ def test_codex_second_session_starts_with_the_first_sessions_decision(
     if mode == "chatgpt":
         assert all(w.json["stream"] is True and "max_output_tokens" not in w.json
                    for w in workers)
-    wait_until(lambda: (project / ".lore.md").exists(), ".lore.md")
+    # The export writes .lore.md, then the pointer in AGENTS.md: wait for both.
+    wait_until(lambda: (project / ".lore.md").exists() and (project / "AGENTS.md").exists(),
+               "the export")
     assert "tangerine branch" in (project / ".lore.md").read_text()
     assert ex.POINTER_BEGIN in (project / "AGENTS.md").read_text()
 

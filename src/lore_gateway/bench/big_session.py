@@ -26,7 +26,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import apsw
 import orjson
 import zstandard
 
@@ -191,7 +190,7 @@ async def _measure(tokens: int, runs: int, data_dir: Path,
             tool_result={"type": "function_call_output", "call_id": "call_recall",
                          "output": _filler(2000, 3)})])
         await gateway.recall.replay.store.drain()
-        conn = apsw.Connection(str(settings.db_path))
+        conn = settings.database.connect()
         for n in range(12):
             knowledge_store.upsert(conn, tenant="personal", project=PROJECT,
                                    category="decision", title=f"decision {n} about the cache",
@@ -209,7 +208,7 @@ async def _measure(tokens: int, runs: int, data_dir: Path,
                      "headers": headers}
             with _LoopWatch() as watch:
                 start, cpu = time.perf_counter(), time.process_time()
-                exchange = await proxy._read_exchange(scope, receive, route)
+                exchange, _ = await proxy._read_exchange(scope, receive, route)
                 pending = proxy.turns.begin(exchange)
                 elapsed = time.perf_counter() - start
                 cpu = time.process_time() - cpu

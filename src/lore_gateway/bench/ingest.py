@@ -69,7 +69,7 @@ def _flush(memory: Any, settings: Settings, progress: Progress | None) -> None:
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         flushing = pool.submit(memory.flush)
-        conn = db.connect(settings.db_path, readonly=True)
+        conn = db.connect(settings.database, readonly=True)
         try:
             finished = False
             while not finished:

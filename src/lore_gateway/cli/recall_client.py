@@ -17,7 +17,7 @@ from typing import Any
 
 from lore_gateway.cli.scope import DEFAULT_KEY_ENV
 from lore_gateway.config import Settings
-from lore_gateway.local_recall import LOCAL_RECALL_PATH
+from lore_gateway.local_recall import LOCAL_RECALL_PATH, database_name
 
 # Connecting to a loopback port that nobody listens on fails at once; a search
 # the gateway accepted may queue behind others under load.
@@ -38,7 +38,7 @@ def ask_gateway(settings: Settings, *, query: str, scope: str, project: str,
         if not key:
             return None  # the local path explains what is missing
         headers["x-lore-key"] = key
-    body = json.dumps({"db": str(settings.db_path.resolve()), "query": query, "scope": scope,
+    body = json.dumps({"db": database_name(settings), "query": query, "scope": scope,
                        "project": project, "session": session or "", "limit": limit})
     connection = http.client.HTTPConnection(settings.host, settings.port, timeout=TIMEOUT_S)
     try:

@@ -8,26 +8,26 @@ stored), the last raw messages, and the project's knowledge block.
 
 from __future__ import annotations
 
-import apsw
-
 from lore_gateway.compaction.summary import SessionMemory
 from lore_gateway.distill import extractive
 from lore_gateway.distill import store as distill_store
 from lore_gateway.knowledge import block as kblock
 from lore_gateway.knowledge import store as kstore
+from lore_gateway.storage.base import Connection
+from lore_gateway.storage.dialect import json_field
 
 # The last raw messages shown verbatim (the summary caps their characters too).
 RECENT_MESSAGES = 12
 
 
-def session_memory(conn: apsw.Connection, tenant: str, project: str, session: str,
+def session_memory(conn: Connection, tenant: str, project: str, session: str,
                    knowledge_tokens: int) -> SessionMemory:
     distillations = tuple(d.text for d in distill_store.active(conn, tenant, session)
                           if d.text.strip())
     segment = distill_store.next_segment(conn, tenant, session)
     rows = conn.execute(
         "SELECT role, content FROM messages WHERE tenant = ? AND session = ? AND role != ?"
-        " AND (meta IS NULL OR json_extract(meta, '$.side_channel') IS NULL)"
+        f" AND (meta IS NULL OR {json_field(conn, 'meta', 'side_channel')} IS NULL)"
         " ORDER BY id DESC LIMIT ?",
         (tenant, session, distill_store.OBSERVATIONS_ROLE, RECENT_MESSAGES)).fetchall()
     recent = tuple((str(role), str(content)) for role, content in reversed(rows))

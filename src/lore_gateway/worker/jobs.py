@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import apsw
+from lore_gateway.storage.base import Connection
 
 # Finished jobs kept for status and debugging; older ones are pruned.
 KEEP_FINISHED_JOBS = 1_000
@@ -37,17 +37,18 @@ def next_day(epoch: float) -> float:
     return (start + timedelta(days=1)).timestamp()
 
 
-def enqueue(conn: apsw.Connection, kind: str, tenant: str, project: str, session: str,
+def enqueue(conn: Connection, kind: str, tenant: str, project: str, session: str,
             now: float, delay: float = 0.0) -> bool:
     """Queue a job unless the same one is already queued; True if queued now."""
     conn.execute(
-        "INSERT OR IGNORE INTO worker_jobs(kind, tenant, project, session, state, attempts,"
-        " next_at, created_at, updated_at) VALUES (?,?,?,?,'queued',0,?,?,?)",
+        "INSERT INTO worker_jobs(kind, tenant, project, session, state, attempts,"
+        " next_at, created_at, updated_at) VALUES (?,?,?,?,'queued',0,?,?,?)"
+        " ON CONFLICT DO NOTHING",
         (kind, tenant, project, session, now + delay, now, now))
     return conn.changes() > 0
 
 
-def due(conn: apsw.Connection, now: float, limit: int = 8) -> list[Job]:
+def due(conn: Connection, now: float, limit: int = 8) -> list[Job]:
     rows: list[Any] = conn.execute(
         "SELECT id, kind, tenant, project, session, attempts, created_at FROM worker_jobs"
         " WHERE state = 'queued' AND next_at <= ? ORDER BY next_at, id LIMIT ?",
@@ -56,7 +57,7 @@ def due(conn: apsw.Connection, now: float, limit: int = 8) -> list[Job]:
                 float(r[6])) for r in rows]
 
 
-def finish(conn: apsw.Connection, job_id: int, state: str, now: float,
+def finish(conn: Connection, job_id: int, state: str, now: float,
            error: str | None = None) -> None:
     conn.execute("UPDATE worker_jobs SET state = ?, last_error = ?, updated_at = ? WHERE id = ?",
                  (state, error, now, job_id))
@@ -64,35 +65,37 @@ def finish(conn: apsw.Connection, job_id: int, state: str, now: float,
                  "SELECT max(id) FROM worker_jobs) - ?", (KEEP_FINISHED_JOBS,))
 
 
-def retry(conn: apsw.Connection, job_id: int, at: float, now: float, error: str,
+def retry(conn: Connection, job_id: int, at: float, now: float, error: str,
           count_attempt: bool = True) -> None:
     conn.execute("UPDATE worker_jobs SET attempts = attempts + ?, next_at = ?, last_error = ?,"
                  " updated_at = ? WHERE id = ?", (int(count_attempt), at, error, now, job_id))
 
 
-def counts(conn: apsw.Connection) -> dict[str, int]:
+def counts(conn: Connection) -> dict[str, int]:
     out = {"queued": 0, "done": 0, "failed": 0}
     for state, n in conn.execute("SELECT state, count(*) FROM worker_jobs GROUP BY state"):
         out[str(state)] = int(n)
     return out
 
 
-def used(conn: apsw.Connection, tenant: str, now: float) -> int:
+def used(conn: Connection, tenant: str, now: float) -> int:
     row = conn.execute("SELECT tokens_in + tokens_out FROM worker_usage WHERE tenant = ? AND"
                        " day = ?", (tenant, day_of(now))).fetchone()
     return int(row[0]) if row else 0
 
 
-def charge(conn: apsw.Connection, tenant: str, now: float, tokens_in: int,
+def charge(conn: Connection, tenant: str, now: float, tokens_in: int,
            tokens_out: int) -> None:
     conn.execute(
         "INSERT INTO worker_usage(tenant, day, requests, tokens_in, tokens_out) VALUES"
-        " (?,?,1,?,?) ON CONFLICT(tenant, day) DO UPDATE SET requests = requests + 1,"
-        " tokens_in = tokens_in + excluded.tokens_in, tokens_out = tokens_out +"
-        " excluded.tokens_out", (tenant, day_of(now), tokens_in, tokens_out))
+        " (?,?,1,?,?) ON CONFLICT(tenant, day) DO UPDATE SET"
+        " requests = worker_usage.requests + 1,"
+        " tokens_in = worker_usage.tokens_in + excluded.tokens_in,"
+        " tokens_out = worker_usage.tokens_out + excluded.tokens_out",
+        (tenant, day_of(now), tokens_in, tokens_out))
 
 
-def usage_today(conn: apsw.Connection, now: float) -> dict[str, dict[str, int]]:
+def usage_today(conn: Connection, now: float) -> dict[str, dict[str, int]]:
     return {str(t): {"requests": int(r), "tokens_in": int(i), "tokens_out": int(o)}
             for t, r, i, o in conn.execute(
                 "SELECT tenant, requests, tokens_in, tokens_out FROM worker_usage WHERE day = ?",
