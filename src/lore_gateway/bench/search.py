@@ -64,6 +64,7 @@ class SearchBenchReport:
             ordered = sorted(values)
             out[name] = {
                 "p50_ms": round(statistics.median(ordered), 2),
+                "p95_ms": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 2),
                 "p99_ms": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 2),
                 "n": len(ordered),
             }

@@ -102,8 +102,8 @@ def search(
                f"{figures['vectors_s']} s; database {figures['db_mb']} MB")
     output.print_table(
         [output.Column("search"), *(output.Column(c, "right", False)
-                                    for c in ("p50 ms", "p99 ms", "n"))],
-        [(name, value["p50_ms"], value["p99_ms"], value["n"])
+                                    for c in ("p50 ms", "p95 ms", "p99 ms", "n"))],
+        [(name, value["p50_ms"], value["p95_ms"], value["p99_ms"], value["n"])
          for name, value in figures.items() if isinstance(value, dict)],
         title="search latency (limit 10)")
     if as_json:
