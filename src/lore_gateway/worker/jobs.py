@@ -64,8 +64,9 @@ def enqueue(conn: apsw.Connection, kind: str, tenant: str, project: str, session
     its credential is the one to use.
     """
     conn.execute(
-        "INSERT OR IGNORE INTO worker_jobs(kind, tenant, project, session, state, attempts,"
-        " next_at, created_at, updated_at, owner) VALUES (?,?,?,?,'queued',0,?,?,?,?)",
+        "INSERT INTO worker_jobs(kind, tenant, project, session, state, attempts,"
+        " next_at, created_at, updated_at, owner) VALUES (?,?,?,?,'queued',0,?,?,?,?)"
+        " ON CONFLICT DO NOTHING",
         (kind, tenant, project, session, now + delay, now, now, owner))
     if conn.changes() > 0:
         return True
