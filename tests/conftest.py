@@ -50,12 +50,66 @@ def recorded_streams() -> list[Path]:
     return sorted(found)
 
 
+# The suites that run once per storage backend (docs/storage.md, "Tests"): every
+# test under these folders runs on SQLite and on Postgres, unless marked
+# ``sqlite_only`` (it is about the SQLite file itself).
+BACKEND_SUITES = ("memory", "recall", "knowledge")
+BACKENDS = ("sqlite", "postgres")
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """A test with a ``recorded_stream`` argument runs once per recorded stream."""
+    """A test with a ``recorded_stream`` argument runs once per recorded stream; a
+    test of the backend suites runs once per storage backend."""
     if "recorded_stream" in metafunc.fixturenames:
         streams = recorded_streams()
         ids = [str(p.relative_to(FIXTURES)) for p in streams]
         metafunc.parametrize("recorded_stream", streams, ids=ids)
+    if ("db_backend" in metafunc.fixturenames
+            and metafunc.definition.get_closest_marker("sqlite_only") is None
+            and _in_backend_suite(metafunc.definition.path)):
+        metafunc.parametrize("db_backend", BACKENDS, indirect=True, scope="session")
+
+
+def _in_backend_suite(path: Path) -> bool:
+    try:
+        relative = path.relative_to(REPO / "tests")
+    except ValueError:
+        return False
+    return relative.parts[0] in BACKEND_SUITES
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Any]:
+    """The tests' Postgres (pgserver, or ``LORE_TEST_DATABASE_URL``), started on first use."""
+    from lore_gateway.testing.postgres import PostgresForTests
+
+    server = PostgresForTests()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def db_backend(request: pytest.FixtureRequest) -> str:
+    """The storage backend of this test: ``sqlite`` unless parametrised (BACKEND_SUITES)."""
+    return str(getattr(request, "param", "sqlite"))
+
+
+@pytest.fixture(autouse=True)
+def database_url(db_backend: str, request: pytest.FixtureRequest,
+                 monkeypatch: pytest.MonkeyPatch) -> Iterator[str | None]:
+    """On Postgres, a fresh database for this test, named by ``LORE_DATABASE_URL`` so
+    every ``Settings()`` the test makes (and every ``lore`` it starts) uses it."""
+    if db_backend != "postgres":
+        yield None
+        return
+    server = request.getfixturevalue("postgres_server")
+    url = server.fresh_url()
+    monkeypatch.setenv("LORE_DATABASE_URL", url)
+    yield url
+    from lore_gateway.storage.target import close_shared
+
+    close_shared(url)
+    server.drop(url)
 
 
 @pytest.fixture(scope="session")
@@ -74,11 +128,16 @@ def fake_upstream(fake_server: FakeUpstream) -> FakeUpstream:
 
 @pytest.fixture(scope="session")
 def gateway_server(
-    fake_server: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
+    fake_server: FakeUpstream, tmp_path_factory: pytest.TempPathFactory, db_backend: str,
+    request: pytest.FixtureRequest,
 ) -> Iterator[Any]:
+    """The session's gateway, one per backend (on Postgres: its own database)."""
     from lore_gateway.server import Gateway
 
-    settings = gateway_settings(fake_server, tmp_path_factory.mktemp("lore-data"))
+    extra: dict[str, Any] = {}
+    if db_backend == "postgres":
+        extra["database_url"] = request.getfixturevalue("postgres_server").fresh_url()
+    settings = gateway_settings(fake_server, tmp_path_factory.mktemp("lore-data"), **extra)
     runner = BackgroundServer(Gateway(settings), name="gateway")
     yield runner.start()
     runner.stop()
@@ -92,7 +151,7 @@ def gateway(gateway_server: Any, fake_upstream: FakeUpstream) -> Any:
 
 @pytest.fixture
 def make_gateway(
-    fake_upstream: FakeUpstream, tmp_path: Path
+    fake_upstream: FakeUpstream, tmp_path: Path, database_url: str | None
 ) -> Iterator[Callable[..., Any]]:
     """Start an extra gateway with setting overrides; stopped after the test."""
     from lore_gateway.server import Gateway
@@ -100,6 +159,8 @@ def make_gateway(
     runners: list[BackgroundServer[Any]] = []
 
     def make(**overrides: Any) -> Any:
+        if database_url is not None:
+            overrides.setdefault("database_url", database_url)
         settings = gateway_settings(fake_upstream, tmp_path / f"data{len(runners)}", **overrides)
         runner = BackgroundServer(Gateway(settings), name="extra-gateway")
         runners.append(runner)
@@ -156,7 +217,8 @@ STARTUP_TIMEOUT_S = 30
 def lore_serve(fake_upstream: FakeUpstream, tmp_path: Path) -> Iterator[ServedGateway]:
     """``lore serve --port 0`` in a subprocess, upstreams on the fake, debug logs."""
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("LORE_")},
+        **{k: v for k, v in os.environ.items()
+           if not k.startswith("LORE_") or k == "LORE_DATABASE_URL"},
         "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
         "LORE_UPSTREAM_OPENAI": fake_upstream.url,
         "LORE_UPSTREAM_CHATGPT": fake_upstream.url + "/backend-api",

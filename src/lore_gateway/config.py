@@ -14,7 +14,7 @@ import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator
@@ -25,6 +25,9 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+if TYPE_CHECKING:
+    from lore_gateway.storage.base import Database
 
 MiB = 1024 * 1024
 ENV_PREFIX = "LORE_"
@@ -62,6 +65,13 @@ class Settings(BaseSettings):
     upstream_anthropic: str = "https://api.anthropic.com"
 
     data_dir: Path = Field(default_factory=default_data_dir)
+    # Where memory lives (docs/storage.md): unset, ``lore.db`` in the data dir
+    # (SQLite, embedded); ``postgresql://user:pass@host/db`` for one memory that
+    # several gateways share (needs the pgvector extension).
+    database_url: str | None = None
+    # Postgres connections one gateway process may hold at once (the writer, the
+    # reader, search threads, workers); beyond it a query waits, then fails clearly.
+    database_pool_max: int = 16
     log_level: str = "info"
     log_format: str = "text"
 
@@ -223,7 +233,15 @@ class Settings(BaseSettings):
 
     @property
     def db_path(self) -> Path:
+        """The SQLite file (used when ``database_url`` is unset)."""
         return self.data_dir / "lore.db"
+
+    @property
+    def database(self) -> Database:
+        """The memory database these settings name (``storage.database_for``)."""
+        from lore_gateway.storage.target import database_for
+
+        return database_for(self)
 
     @property
     def base_url(self) -> str:

@@ -156,7 +156,7 @@ def check_database(db_path: Path) -> Check:
     note = ""
     try:
         if writable:
-            conn = db.connect(db_path, readonly=True)
+            conn = db.connect_sqlite(db_path, readonly=True)
         else:
             # A WAL database needs its -shm file, which cannot be made in a read-only
             # dir; immutable=1 reads the main file alone.

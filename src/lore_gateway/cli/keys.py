@@ -9,7 +9,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import apsw
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -18,6 +17,7 @@ from lore_gateway.cli.main import app
 from lore_gateway.cli.scope import DEFAULT_KEY_ENV, fail
 from lore_gateway.config import Settings
 from lore_gateway.memory import db, keys, schema
+from lore_gateway.storage.base import Connection
 
 keys_app = typer.Typer(help="Gateway keys for team mode (LORE_TENANCY=keys): one per person; "
                        "a key selects whose memory a request is.", no_args_is_help=True)
@@ -25,7 +25,7 @@ app.add_typer(keys_app, name="keys")
 
 
 @contextmanager
-def _database() -> Iterator[tuple[Settings, apsw.Connection]]:
+def _database() -> Iterator[tuple[Settings, Connection]]:
     settings = Settings()
     conn = db.connect(settings.db_path)
     try:

@@ -13,12 +13,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import apsw
 import orjson
 
 from lore_gateway.distill import extractive
 from lore_gateway.distill import format as fmt
 from lore_gateway.distill.extractive import SourceMessage
+from lore_gateway.storage.base import Connection
+from lore_gateway.storage.dialect import json_field
 
 OBSERVATIONS_ROLE = "observations"
 DISTILL_PROTOCOL = "lore-distill"
@@ -28,7 +29,8 @@ MAX_SEGMENT_TOKENS = 16_384
 # Messages read per segment query (each capped at the store's message size).
 MAX_SEGMENT_MESSAGES = 2_000
 # Side-channel turns (titles, classifier calls) are stored but never distilled.
-_NOT_SIDE = " AND (meta IS NULL OR json_extract(meta, '$.side_channel') IS NULL)"
+def _not_side(conn: Connection, column: str = "meta") -> str:
+    return f" AND ({column} IS NULL OR {json_field(conn, column, 'side_channel')} IS NULL)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,32 +49,32 @@ class Distillation:
     archived: bool
 
 
-def last_source(conn: apsw.Connection, tenant: str, session: str) -> int:
+def last_source(conn: Connection, tenant: str, session: str) -> int:
     row = conn.execute("SELECT max(last_source) FROM distillations WHERE tenant = ?"
                        " AND session = ?", (tenant, session)).fetchone()
     return int(row[0]) if row and row[0] is not None else 0
 
 
-def undistilled_tokens(conn: apsw.Connection, tenant: str, session: str) -> int:
+def undistilled_tokens(conn: Connection, tenant: str, session: str) -> int:
     row = conn.execute(
         "SELECT coalesce(sum(tokens), 0) FROM messages WHERE tenant = ? AND session = ?"
-        " AND id > ? AND role != ?" + _NOT_SIDE,
+        " AND id > ? AND role != ?" + _not_side(conn),
         (tenant, session, last_source(conn, tenant, session), OBSERVATIONS_ROLE)).fetchone()
     return int(row[0]) if row else 0
 
 
-def project_of(conn: apsw.Connection, tenant: str, session: str) -> str | None:
+def project_of(conn: Connection, tenant: str, session: str) -> str | None:
     row = conn.execute("SELECT project FROM messages WHERE tenant = ? AND session = ?"
                        " ORDER BY id DESC LIMIT 1", (tenant, session)).fetchone()
     return str(row[0]) if row else None
 
 
-def next_segment(conn: apsw.Connection, tenant: str, session: str,
+def next_segment(conn: Connection, tenant: str, session: str,
                  max_tokens: int = MAX_SEGMENT_TOKENS) -> list[SourceMessage]:
     """The oldest undistilled messages of a session, up to ``max_tokens`` (at least one)."""
     rows: list[Any] = conn.execute(
         "SELECT id, role, content, created_at, tokens FROM messages WHERE tenant = ?"
-        " AND session = ? AND id > ? AND role != ?" + _NOT_SIDE + " ORDER BY id LIMIT ?",
+        " AND session = ? AND id > ? AND role != ?" + _not_side(conn) + " ORDER BY id LIMIT ?",
         (tenant, session, last_source(conn, tenant, session), OBSERVATIONS_ROLE,
          MAX_SEGMENT_MESSAGES)).fetchall()
     out: list[SourceMessage] = []
@@ -85,18 +87,18 @@ def next_segment(conn: apsw.Connection, tenant: str, session: str,
     return out
 
 
-def sessions_with_undistilled(conn: apsw.Connection, tenant: str | None) -> list[tuple[str, str]]:
+def sessions_with_undistilled(conn: Connection, tenant: str | None) -> list[tuple[str, str]]:
     """(tenant, session) pairs that have messages newer than their last distillation."""
     rows = conn.execute(
         "SELECT m.tenant, m.session FROM messages m WHERE (?1 IS NULL OR m.tenant = ?1)"
-        " AND m.role != ?2" + _NOT_SIDE + " GROUP BY m.tenant, m.session"
+        " AND m.role != ?2" + _not_side(conn, "m.meta") + " GROUP BY m.tenant, m.session"
         " HAVING max(m.id) > coalesce("
         "(SELECT max(d.last_source) FROM distillations d WHERE d.tenant = m.tenant"
         " AND d.session = m.session), 0)", (tenant, OBSERVATIONS_ROLE)).fetchall()
     return [(str(t), str(s)) for t, s in rows]
 
 
-def save(conn: apsw.Connection, *, tenant: str, project: str, session: str, text: str,
+def save(conn: Connection, *, tenant: str, project: str, session: str, text: str,
          sources: list[SourceMessage], generation: int, method: str,
          input_tokens: int | None = None, archive: list[int] | None = None) -> int | None:
     """Store one distillation and its observations message; its id.
@@ -117,31 +119,28 @@ def save(conn: apsw.Connection, *, tenant: str, project: str, session: str, text
     with conn:
         message_id: int | None = None
         if keep:
-            conn.execute(
+            turn_id = conn.insert(
                 "INSERT INTO turns(tenant, project, session, protocol, model, created_at,"
                 " complete) VALUES (?,?,?,?,?,?,1)",
                 (tenant, project, session, DISTILL_PROTOCOL, method, now))
-            turn_id = conn.last_insert_rowid()
             body = f"{text}\nSources: {fmt.source_refs(ids)}" if ids else text
-            conn.execute(
+            message_id = conn.insert(
                 "INSERT INTO messages(turn_id, tenant, project, session, seq, role, content,"
                 " tokens, created_at, meta) VALUES (?,?,?,?,0,?,?,?,?,?)",
                 (turn_id, tenant, project, session, OBSERVATIONS_ROLE, body, n_out, now,
                  orjson.dumps({"distillation_sources": ids, "generation": generation}).decode()))
-            message_id = conn.last_insert_rowid()
-        conn.execute(
+        row_id = conn.insert(
             "INSERT INTO distillations(tenant, project, session, generation, message_id, text,"
             " source_ids, last_source, input_tokens, output_tokens, method, created_at,"
             " archived) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (tenant, project, session, generation, message_id, text,
              orjson.dumps(ids).decode(), last, n_in, n_out, method, now, 0 if keep else 1))
-        row_id = conn.last_insert_rowid()
         for old in archive or []:
             conn.execute("UPDATE distillations SET archived = 1 WHERE id = ?", (old,))
     return row_id if keep else None
 
 
-def distill_extractive(conn: apsw.Connection, tenant: str, session: str,
+def distill_extractive(conn: Connection, tenant: str, session: str,
                        max_tokens: int = MAX_SEGMENT_TOKENS,
                        consolidate_after: int | None = None) -> list[int]:
     """Distill every undistilled segment of a session without a model (then merge
@@ -164,7 +163,7 @@ def distill_extractive(conn: apsw.Connection, tenant: str, session: str,
     return made
 
 
-def active(conn: apsw.Connection, tenant: str, session: str,
+def active(conn: Connection, tenant: str, session: str,
            generation: int | None = None) -> list[Distillation]:
     rows = conn.execute(
         "SELECT * FROM distillations WHERE tenant = ? AND session = ? AND archived = 0"
@@ -172,7 +171,7 @@ def active(conn: apsw.Connection, tenant: str, session: str,
     return [_row(r) for r in rows.fetchall()]
 
 
-def for_scope(conn: apsw.Connection, tenant: str | None, *, session: str | None = None,
+def for_scope(conn: Connection, tenant: str | None, *, session: str | None = None,
               project: str | None = None, include_archived: bool = False) -> list[Distillation]:
     rows = conn.execute(
         "SELECT * FROM distillations WHERE (?1 IS NULL OR tenant = ?1)"
@@ -182,20 +181,20 @@ def for_scope(conn: apsw.Connection, tenant: str | None, *, session: str | None 
     return [_row(r) for r in rows.fetchall()]
 
 
-def uncurated(conn: apsw.Connection, tenant: str, project: str) -> list[Distillation]:
+def uncurated(conn: Connection, tenant: str, project: str) -> list[Distillation]:
     rows = conn.execute(
         "SELECT * FROM distillations WHERE tenant = ? AND project = ? AND curated = 0"
         " AND text != '' ORDER BY id", (tenant, project))
     return [_row(r) for r in rows.fetchall()]
 
 
-def mark_curated(conn: apsw.Connection, ids: list[int]) -> None:
+def mark_curated(conn: Connection, ids: list[int]) -> None:
     with conn:
         for row_id in ids:
             conn.execute("UPDATE distillations SET curated = 1 WHERE id = ?", (row_id,))
 
 
-def consolidate_extractive(conn: apsw.Connection, tenant: str, session: str,
+def consolidate_extractive(conn: Connection, tenant: str, session: str,
                            threshold: int) -> int | None:
     """Merge a session's generation-0 logs into one generation-1 log once there
     are more than ``threshold`` of them; the new row id."""
@@ -219,7 +218,7 @@ def _row(row: Any) -> Distillation:
                         bool(archived))
 
 
-def forget(conn: apsw.Connection, tenant: str | None, *, session: str | None = None,
+def forget(conn: Connection, tenant: str | None, *, session: str | None = None,
            project: str | None = None) -> None:
     """Delete what was derived from a session's or project's turns (``lore data
     delete``): its distillations, frozen knowledge blocks and queued jobs, and for

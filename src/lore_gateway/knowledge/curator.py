@@ -12,11 +12,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import apsw
 import orjson
 
 from lore_gateway.knowledge import store
 from lore_gateway.knowledge.store import CATEGORIES, Entry, KnowledgeError
+from lore_gateway.storage.base import Connection
 
 # Output tokens for one curator answer: a few dozen entries at most.
 CURATOR_MAX_TOKENS = 2_048
@@ -92,7 +92,7 @@ def parse_ops(text: str) -> list[Op]:
     return ops
 
 
-def apply_ops(conn: apsw.Connection, tenant: str, project: str, ops: list[Op],
+def apply_ops(conn: Connection, tenant: str, project: str, ops: list[Op],
               source: str) -> int:
     """Apply the operations in one transaction; how many changed an entry."""
     changed = 0
@@ -114,7 +114,7 @@ def apply_ops(conn: apsw.Connection, tenant: str, project: str, ops: list[Op],
     return changed
 
 
-def _owned(conn: apsw.Connection, tenant: str, project: str, entry_id: str) -> bool:
+def _owned(conn: Connection, tenant: str, project: str, entry_id: str) -> bool:
     """An operation may only touch this project's entries (or the tenant's shared ones)."""
     row = conn.execute("SELECT 1 FROM knowledge WHERE id = ? AND tenant = ? AND (project = ?"
                        " OR cross_project = 1)", (entry_id, tenant, project)).fetchone()

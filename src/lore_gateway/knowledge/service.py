@@ -164,8 +164,9 @@ class KnowledgeService:
             if text:
                 metrics.record_knowledge("block")
             conn.execute(
-                "INSERT OR IGNORE INTO knowledge_sessions(tenant, session, project, block,"
-                " entry_ids, deltas, created_at) VALUES (?,?,?,?,?,'[]',?)",
+                "INSERT INTO knowledge_sessions(tenant, session, project, block,"
+                " entry_ids, deltas, created_at) VALUES (?,?,?,?,?,'[]',?)"
+                " ON CONFLICT DO NOTHING",
                 (tenant, session, project, text, orjson.dumps(known, option=orjson.OPT_SORT_KEYS)
                  .decode(), time.time()))
             if root is not None:

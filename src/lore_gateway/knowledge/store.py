@@ -15,7 +15,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import apsw
+from lore_gateway.storage.base import Connection
 
 CATEGORIES = ("decision", "pattern", "preference", "architecture", "gotcha")
 # Entries kept per project: enough for a large codebase's lasting facts, small
@@ -65,7 +65,7 @@ def same_title(a: str, b: str) -> bool:
     return wa == wb or (shared >= 2 and shared / min(len(wa), len(wb)) >= TITLE_OVERLAP)
 
 
-def entries(conn: apsw.Connection, tenant: str | None, project: str | None, *,
+def entries(conn: Connection, tenant: str | None, project: str | None, *,
             include_cross: bool = True) -> list[Entry]:
     """A project's entries plus (optionally) the tenant's cross-project ones,
     sorted by category then title. ``project=None`` lists every project."""
@@ -76,7 +76,7 @@ def entries(conn: apsw.Connection, tenant: str | None, project: str | None, *,
     return [_entry(r) for r in rows]
 
 
-def get(conn: apsw.Connection, tenant: str | None, ref: str) -> Entry:
+def get(conn: Connection, tenant: str | None, ref: str) -> Entry:
     """The entry with id ``ref`` (or a unique id prefix of at least 4 characters)."""
     rows = conn.execute(
         "SELECT * FROM knowledge WHERE (?1 IS NULL OR tenant = ?1) AND (id = ?2 OR"
@@ -90,7 +90,7 @@ def get(conn: apsw.Connection, tenant: str | None, ref: str) -> Entry:
     raise KnowledgeError(f"{ref!r} matches several entries; give more of the id")
 
 
-def version(conn: apsw.Connection, tenant: str, project: str) -> tuple[int, float]:
+def version(conn: Connection, tenant: str, project: str) -> tuple[int, float]:
     """Changes to what a session of this project sees (count, newest update)."""
     row = conn.execute(
         "SELECT count(*), coalesce(max(updated_at), 0) FROM knowledge WHERE tenant = ?"
@@ -98,7 +98,7 @@ def version(conn: apsw.Connection, tenant: str, project: str) -> tuple[int, floa
     return (int(row[0]), float(row[1])) if row else (0, 0.0)
 
 
-def upsert(conn: apsw.Connection, *, tenant: str, project: str, category: str, title: str,
+def upsert(conn: Connection, *, tenant: str, project: str, category: str, title: str,
            content: str, confidence: float = 0.8, source: str = "", cross_project: bool = False,
            entry_id: str | None = None) -> tuple[Entry, bool]:
     """Create an entry, or update the one it duplicates; (entry, created)."""
@@ -133,13 +133,13 @@ def upsert(conn: apsw.Connection, *, tenant: str, project: str, category: str, t
     return _entry(conn.execute("SELECT * FROM knowledge WHERE id = ?", (new_id,)).fetchone()), True
 
 
-def delete(conn: apsw.Connection, tenant: str | None, entry_id: str) -> bool:
+def delete(conn: Connection, tenant: str | None, entry_id: str) -> bool:
     conn.execute("DELETE FROM knowledge WHERE id = ? AND (?2 IS NULL OR tenant = ?2)",
                  (entry_id, tenant))
     return conn.changes() > 0
 
 
-def _find(conn: apsw.Connection, tenant: str, project: str, title: str, entry_id: str | None,
+def _find(conn: Connection, tenant: str, project: str, title: str, entry_id: str | None,
           cross_project: bool) -> Entry | None:
     if entry_id:
         row = conn.execute("SELECT * FROM knowledge WHERE id = ? AND tenant = ?",

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import apsw
-
 from lore_gateway.knowledge import export as ex
 from lore_gateway.knowledge import store
+from lore_gateway.storage.base import Connection
 
 MANUAL_SOURCE = ".lore.md"
 
@@ -22,12 +21,12 @@ def _kv_key(tenant: str, root: Path) -> str:
     return f"lore_md:{tenant}:{root}"
 
 
-def _written_digest(conn: apsw.Connection, tenant: str, root: Path) -> str | None:
+def _written_digest(conn: Connection, tenant: str, root: Path) -> str | None:
     row = conn.execute("SELECT value FROM kv WHERE key = ?", (_kv_key(tenant, root),)).fetchone()
     return str(row[0]) if row else None
 
 
-def import_edits(conn: apsw.Connection, tenant: str, project: str, root: Path) -> int:
+def import_edits(conn: Connection, tenant: str, project: str, root: Path) -> int:
     """Apply a person's edits to ``.lore.md``; how many entries changed.
 
     A block whose id is known updates that entry; a block without one (or with an
@@ -69,7 +68,7 @@ def import_edits(conn: apsw.Connection, tenant: str, project: str, root: Path) -
     return changed
 
 
-def export(conn: apsw.Connection, tenant: str, project: str, root: Path,
+def export(conn: Connection, tenant: str, project: str, root: Path,
            agents_file: str | None) -> bool:
     """Write ``.lore.md`` (when it changed) and the pointer; True if the file changed."""
     entries = store.entries(conn, tenant, project, include_cross=False)

@@ -42,12 +42,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import apsw
 import orjson
 
 from lore_gateway.memory import db
 from lore_gateway.memory.sanitize import redact_credentials
 from lore_gateway.memory.writer import TurnWriter
+from lore_gateway.storage.base import Connection
 
 log = logging.getLogger("lore.recall")
 
@@ -405,7 +405,7 @@ class AnchorStore:
             _, dropped = self._cache.popitem(last=False)
             self._cached_bytes -= dropped.bytes
 
-    async def _run(self, run: Callable[[apsw.Connection], T]) -> T:
+    async def _run(self, run: Callable[[Connection], T]) -> T:
         """``run(conn)`` on the writer thread, awaited; without a database, on a
         fresh empty session (``_read_session`` of nothing)."""
         if self._writer is None:
@@ -449,6 +449,8 @@ def _log_failure(future: Future[None]) -> None:
 
 _COLUMNS = ("anchor_id, protocol, marker, call_id, arguments, position, context_id, "
             "assistant, tool_result, created_at")
+# A recall stored again replaces the row (an upsert both backends spell alike).
+_REPLACE = ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS.split(", ")[1:])
 
 
 class _NoDatabase:
@@ -464,7 +466,7 @@ class _NoDatabase:
 _NO_DATABASE: Any = _NoDatabase()
 
 
-def _read_session(conn: apsw.Connection, key: SessionKey) -> SessionRecalls:
+def _read_session(conn: Connection, key: SessionKey) -> SessionRecalls:
     recalls = SessionRecalls()
     rows = conn.execute(
         f"SELECT {_COLUMNS} FROM recall_anchors WHERE tenant = ? AND session = ? "
@@ -484,13 +486,13 @@ def _read_session(conn: apsw.Connection, key: SessionKey) -> SessionRecalls:
     return recalls
 
 
-def _write(conn: apsw.Connection, key: SessionKey, new: list[StoredRecall],
+def _write(conn: Connection, key: SessionKey, new: list[StoredRecall],
            evicted: list[str]) -> None:
     with conn:
         _write_rows(conn, key, new, evicted)
 
 
-def _write_rows(conn: apsw.Connection, key: SessionKey, new: list[StoredRecall],
+def _write_rows(conn: Connection, key: SessionKey, new: list[StoredRecall],
                 evicted: list[str]) -> None:
     tenant, session = key
     for anchor_id in evicted:
@@ -498,8 +500,9 @@ def _write_rows(conn: apsw.Connection, key: SessionKey, new: list[StoredRecall],
                      "AND anchor_id = ?", (tenant, session, anchor_id))
     for e in new:
         conn.execute(
-            f"INSERT OR REPLACE INTO recall_anchors(tenant, session, {_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO recall_anchors(tenant, session, {_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (tenant, session, anchor_id) DO UPDATE SET " + _REPLACE,
             (tenant, session, e.anchor_id, e.protocol, e.marker, e.call_id, e.arguments,
              e.position, e.context_id, e.assistant_json.decode(), e.result_json.decode(),
              e.created_at))

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import apsw
+from lore_gateway.storage.base import Connection
 
 # lore-spec B.4/B.5: a detail window defaults to 12,000 and is at most 16,000
 # code points, so one lookup fits in a tool result.
@@ -62,7 +62,7 @@ def _tenant_clause(tenant: str | None, column: str = "tenant") -> tuple[str, tup
     return ("", ()) if tenant is None else (f" AND {column} = ?", (tenant,))
 
 
-def tenants(conn: apsw.Connection) -> list[TenantSummary]:
+def tenants(conn: Connection) -> list[TenantSummary]:
     rows = conn.execute(
         "SELECT s.tenant, COUNT(*), MAX(s.last_seen),"
         " (SELECT COUNT(*) FROM messages m WHERE m.tenant = s.tenant)"
@@ -72,7 +72,7 @@ def tenants(conn: apsw.Connection) -> list[TenantSummary]:
 
 
 def sessions(
-    conn: apsw.Connection, tenant: str | None, *, project: str | None = None
+    conn: Connection, tenant: str | None, *, project: str | None = None
 ) -> list[SessionSummary]:
     where, args = _tenant_clause(tenant, "s.tenant")
     if project is not None:
@@ -91,7 +91,7 @@ def sessions(
 
 
 def session_messages(
-    conn: apsw.Connection, tenant: str | None, session: str
+    conn: Connection, tenant: str | None, session: str
 ) -> list[StoredMessage]:
     where, args = _tenant_clause(tenant, "m.tenant")
     rows = conn.execute(
@@ -103,7 +103,7 @@ def session_messages(
     return [_stored(row) for row in rows]
 
 
-def message(conn: apsw.Connection, message_id: int, tenant: str) -> StoredMessage | None:
+def message(conn: Connection, message_id: int, tenant: str) -> StoredMessage | None:
     row = conn.execute(
         "SELECT m.id, m.turn_id, m.seq, m.role, m.content, m.tokens, m.created_at, m.truncated,"
         " t.complete FROM messages m JOIN turns t ON t.id = m.turn_id"
@@ -113,25 +113,25 @@ def message(conn: apsw.Connection, message_id: int, tenant: str) -> StoredMessag
     return None if row is None else _stored(row)
 
 
-def _stored(row: tuple[apsw.SQLiteValue, ...]) -> StoredMessage:
+def _stored(row: tuple[Any, ...]) -> StoredMessage:
     i, turn, seq, role, content, tokens, ts, trunc, done = row
     return StoredMessage(_i(i), _i(turn), _i(seq), _s(role), _s(content), _i(tokens), _f(ts),
                          bool(trunc), bool(done))
 
 
-def _i(value: apsw.SQLiteValue) -> int:
+def _i(value: Any) -> int:
     if not isinstance(value, int):
         raise TypeError(f"expected an integer column, got {value!r}")
     return value
 
 
-def _f(value: apsw.SQLiteValue) -> float:
+def _f(value: Any) -> float:
     if not isinstance(value, int | float):
         raise TypeError(f"expected a numeric column, got {value!r}")
     return float(value)
 
 
-def _s(value: apsw.SQLiteValue) -> str:
+def _s(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected a text column, got {value!r}")
     return value
@@ -141,7 +141,7 @@ def _s(value: apsw.SQLiteValue) -> str:
 
 
 def detail_text(
-    conn: apsw.Connection, ref: str, tenant: str, offset: int = 0,
+    conn: Connection, ref: str, tenant: str, offset: int = 0,
     limit: int = DETAIL_DEFAULT_CHARS, now: float | None = None,
 ) -> str:
     """The lore-spec B.4 detail block for ``t:<id>``: one window of the full content."""
@@ -188,14 +188,14 @@ def age(created_at: float, now: float | None = None) -> str:
 Progress = Callable[[int, int], None]
 
 
-def count_turns(conn: apsw.Connection, tenant: str | None, *, session: str | None = None,
+def count_turns(conn: Connection, tenant: str | None, *, session: str | None = None,
                 project: str | None = None) -> int:
     where, args = _selector(tenant, session, project)
     row = conn.execute(f"SELECT COUNT(*) FROM turns WHERE {where}", args).fetchone()
     return _i(row[0]) if row is not None else 0
 
 
-def delete_turns(conn: apsw.Connection, tenant: str | None, *, session: str | None = None,
+def delete_turns(conn: Connection, tenant: str | None, *, session: str | None = None,
                  project: str | None = None, progress: Progress | None = None) -> int:
     """Delete the turns of one session or project (messages, FTS rows and vectors follow
     through ON DELETE CASCADE and the FTS trigger); return how many turns went."""

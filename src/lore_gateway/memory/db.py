@@ -1,4 +1,5 @@
-"""apsw connection helpers: one place that decides how the database file is opened.
+"""Opening the memory database: ``connect(target)`` for either backend, and the
+one place that decides how a SQLite file is opened (``connect_sqlite``).
 
 apsw rather than the stdlib ``sqlite3``: this Python's sqlite3 cannot load
 extensions, while apsw bundles a current SQLite with FTS5.
@@ -14,16 +15,33 @@ from pathlib import Path
 
 import apsw
 
+from lore_gateway.storage.base import Connection, Database
+
 # A reader may briefly find the writer checkpointing; wait rather than fail.
 BUSY_TIMEOUT_MS = 5_000
 # 64 MiB of page cache per connection (negative = KiB). The store is read-heavy
 # during search; the default 2 MiB makes BM25 over a large corpus page-fault bound.
 CACHE_KIB = 64 * 1024
 
-ConnFactory = Callable[[], apsw.Connection]
+ConnFactory = Callable[[], Connection]
+# A database, or (older call sites, tests) the path of a SQLite file.
+Target = Database | Path
 
 
-def connect(path: Path, *, readonly: bool = False) -> apsw.Connection:
+def database(target: Target) -> Database:
+    if isinstance(target, Database):
+        return target
+    from lore_gateway.storage.sqlite import SqliteDatabase
+
+    return SqliteDatabase(target)
+
+
+def connect(target: Target, *, readonly: bool = False) -> Connection:
+    """A new connection to ``target`` (either backend); the caller closes it."""
+    return database(target).connect(readonly=readonly)
+
+
+def connect_sqlite(path: Path, *, readonly: bool = False) -> apsw.Connection:
     """Open ``path`` in WAL mode with the pragmas every connection needs.
 
     ``synchronous=NORMAL`` in WAL mode never corrupts the file on a crash; at worst
@@ -47,9 +65,9 @@ def connect(path: Path, *, readonly: bool = False) -> apsw.Connection:
     return conn
 
 
-def conn_factory(path: Path, *, readonly: bool = False) -> ConnFactory:
+def conn_factory(target: Target, *, readonly: bool = False) -> ConnFactory:
     """A zero-argument opener, for threads that need their own connection."""
-    return partial(connect, path, readonly=readonly)
+    return partial(connect, database(target), readonly=readonly)
 
 
 def private_dir(path: Path) -> None:

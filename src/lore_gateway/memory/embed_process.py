@@ -32,6 +32,8 @@ from multiprocessing.context import SpawnProcess
 from pathlib import Path
 from typing import Any
 
+from lore_gateway.storage.base import Database
+
 log = logging.getLogger(__name__)
 
 # Id batches waiting for the process (each up to a turn's messages, or a
@@ -54,7 +56,8 @@ WRITE_ATTEMPTS = 3
 class EmbeddingProcess:
     """One child process that embeds committed messages and stores their vectors."""
 
-    def __init__(self, db_path: Path, *, max_pending: int = MAX_PENDING_BATCHES) -> None:
+    def __init__(self, database: Database | Path, *,
+                 max_pending: int = MAX_PENDING_BATCHES) -> None:
         self._ctx = multiprocessing.get_context("spawn")  # never fork a threaded process
         self._max_pending = max_pending
         # Set by close(): the child stops before its next batch, without working
@@ -70,7 +73,9 @@ class EmbeddingProcess:
         self.restarts = 0
         self.degraded: str | None = None
         self._closing = False
-        self._db_path = db_path
+        from lore_gateway.memory import db
+
+        self._database = db.database(database)
         self._spawn()
         self._reader = threading.Thread(target=self._read_acks, name="lore-embed-acks",
                                         daemon=True)
@@ -86,7 +91,7 @@ class EmbeddingProcess:
         self._jobs.cancel_join_thread()
         self._process: SpawnProcess = self._ctx.Process(
             target=_child_main,
-            args=(str(self._db_path), self._jobs, self._acks, self._stop, os.getpid(),
+            args=(self._database.address, self._jobs, self._acks, self._stop, os.getpid(),
                   self._progress),
             name="lore-embed", daemon=True,
         )
@@ -110,7 +115,7 @@ class EmbeddingProcess:
         """Queue every stored message that has no embedding yet."""
         from lore_gateway.memory import db
 
-        conn = db.connect(self._db_path)
+        conn = db.connect(self._database)
         try:
             ids = [int(r[0]) for r in conn.execute(
                 "SELECT id FROM messages WHERE id NOT IN (SELECT message_id FROM embeddings)")]
@@ -203,20 +208,19 @@ class EmbeddingProcess:
 def _store_with_retry(conn: Any, embedder: Any, ids: list[int]) -> int:
     """``embed_and_store``, retried when the gateway's writer holds the lock longer
     than the busy timeout (a big import batch), instead of losing the batch."""
-    import apsw
-
+    from lore_gateway.memory.errors import StorageBusy
     from lore_gateway.memory.vectors import embed_and_store
 
     for attempt in range(WRITE_ATTEMPTS):
         try:
             return embed_and_store(conn, embedder, ids)
-        except apsw.BusyError:
+        except StorageBusy:
             if attempt == WRITE_ATTEMPTS - 1:
                 raise
     return 0
 
 
-def _child_main(db_path: str, jobs: Any, acks: Any, stop: Any, parent: int,
+def _child_main(address: str, jobs: Any, acks: Any, stop: Any, parent: int,
                 progress: Any) -> None:
     """The child: lowest priority, one embedder, one connection, one batch at a time."""
     with contextlib.suppress(OSError):
@@ -225,7 +229,9 @@ def _child_main(db_path: str, jobs: Any, acks: Any, stop: Any, parent: int,
     from lore_gateway.memory.embed import BACKGROUND_THREADS, load_embedder
 
     embedder = load_embedder(threads=BACKGROUND_THREADS)
-    conn = db.connect(Path(db_path))
+    from lore_gateway.storage.target import parse_url
+
+    conn = db.connect(parse_url(address))
     try:
         while True:
             if stop.is_set() or os.getppid() != parent:

@@ -11,3 +11,23 @@ class MemoryUnavailable(Exception):
 
 class SearchTimeout(MemoryUnavailable):
     """A search did not finish within the search timeout."""
+
+
+class StorageError(Exception):
+    """A database statement failed. Raised by both backends (``lore_gateway.storage``)
+    in place of apsw's or psycopg's own exceptions, so callers need not know which
+    backend they run on; ``__cause__`` holds the driver's exception."""
+
+
+class StorageBusy(StorageError):
+    """Another writer holds the lock (SQLite) or a lock wait timed out (Postgres);
+    retrying later can succeed."""
+
+
+class StorageConstraint(StorageError):
+    """A uniqueness, foreign-key or NOT NULL constraint refused the statement."""
+
+
+class StorageUnavailable(StorageError, MemoryUnavailable):
+    """The database cannot be reached (Postgres down, connection lost, pool exhausted).
+    Requests that need memory get a clear error; plain forwarding goes on."""

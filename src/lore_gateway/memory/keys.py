@@ -23,9 +23,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-import apsw
-
 from lore_gateway.memory.db import ConnFactory
+from lore_gateway.memory.errors import StorageError
+from lore_gateway.storage.base import Connection
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def valid_tenant_name(name: str) -> bool:
     return bool(_TENANT_RE.match(name))
 
 
-def create(conn: apsw.Connection, tenant: str) -> tuple[GatewayKey, str]:
+def create(conn: Connection, tenant: str) -> tuple[GatewayKey, str]:
     """A new key for ``tenant``: its record and the secret, which is shown once."""
     if not valid_tenant_name(tenant):
         raise GatewayKeyError(
@@ -80,14 +80,14 @@ def create(conn: apsw.Connection, tenant: str) -> tuple[GatewayKey, str]:
     return GatewayKey(key_id, tenant, now, None), secret
 
 
-def list_keys(conn: apsw.Connection) -> list[GatewayKey]:
+def list_keys(conn: Connection) -> list[GatewayKey]:
     rows = conn.execute(
         "SELECT id, tenant, created_at, revoked_at FROM gateway_keys ORDER BY created_at")
     return [GatewayKey(str(i), str(t), float(c), None if r is None else float(r))
             for i, t, c, r in rows]
 
 
-def revoke(conn: apsw.Connection, key_id: str) -> GatewayKey:
+def revoke(conn: Connection, key_id: str) -> GatewayKey:
     """Revoke the key whose id starts with ``key_id`` (which must be unique)."""
     matches = [k for k in list_keys(conn) if k.id.startswith(key_id.strip().lower())]
     if not key_id.strip() or not matches:
@@ -104,7 +104,7 @@ def revoke(conn: apsw.Connection, key_id: str) -> GatewayKey:
     return GatewayKey(key.id, key.tenant, key.created_at, now)
 
 
-def tenant_of(conn: apsw.Connection, key: str) -> str | None:
+def tenant_of(conn: Connection, key: str) -> str | None:
     """The tenant a (non-revoked) key selects, read straight from the database."""
     row = conn.execute("SELECT tenant FROM gateway_keys WHERE hash = ? AND revoked_at IS NULL",
                        (digest(key),)).fetchone()
@@ -140,7 +140,7 @@ class KeyRing:
         while not self._stop.wait(self._refresh):
             try:
                 self._load()
-            except apsw.Error as exc:
+            except StorageError as exc:
                 log.warning("could not re-read the gateway keys (%s); keeping the last ones", exc)
 
     def close(self) -> None:

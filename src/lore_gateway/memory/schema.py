@@ -1,15 +1,17 @@
-"""Versioned forward migrations of the memory database.
+"""Versioned forward migrations of the memory database, for both backends.
 
 Each migration runs once, in its own transaction, and records its version in
 ``schema_version``. Migrations are only ever appended: a released version is never
-edited, so any older database upgrades by replaying the tail of the list.
+edited, so any older database upgrades by replaying the tail of the list. This
+module holds SQLite's list (``MIGRATIONS``); ``schema_pg.py`` holds Postgres's,
+with the same version numbers for the same tables (docs/storage.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import apsw
+from lore_gateway.storage.base import Connection
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,36 +430,53 @@ MIGRATIONS: list[Migration] = [
 ]
 
 
-def current_version(conn: apsw.Connection) -> int:
+def migrations_for(conn: Connection) -> list[Migration]:
+    """The migration list of ``conn``'s backend."""
+    if conn.backend == "postgres":
+        from lore_gateway.memory.schema_pg import PG_MIGRATIONS
+
+        return PG_MIGRATIONS
+    return MIGRATIONS
+
+
+def latest_version(conn: Connection) -> int:
+    return migrations_for(conn)[-1].version
+
+
+def current_version(conn: Connection) -> int:
     conn.execute("CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL)")
     row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
     return int(row[0]) if row is not None and row[0] is not None else 0
 
 
-def migrate(conn: apsw.Connection) -> int:
+def migrate(conn: Connection) -> int:
     """Apply every migration newer than the database; return the resulting version.
 
-    Each step holds the write lock (``BEGIN IMMEDIATE``) while it re-reads the version,
-    so two processes opening a fresh file at once cannot both apply a migration. A
-    database written by a newer gateway is refused rather than guessed at.
+    Each step holds the schema lock (SQLite's write lock, taken by ``BEGIN
+    IMMEDIATE``; a Postgres advisory lock) while it re-reads the version, so two
+    processes or instances opening a fresh database at once cannot both apply a
+    migration. A database written by a newer gateway is refused rather than guessed at.
     """
-    latest = MIGRATIONS[-1].version
+    steps = migrations_for(conn)
+    latest = steps[-1].version
     while True:
-        conn.execute("BEGIN IMMEDIATE")
+        conn.begin(immediate=True)
         try:
+            conn.lock_schema()
             version = current_version(conn)
             if version > latest:
                 raise RuntimeError(
                     f"the memory database is at schema version {version}, newer than this "
                     f"lore-gateway understands ({latest}); upgrade lore-gateway"
                 )
-            pending = [m for m in MIGRATIONS if m.version > version]
+            pending = [m for m in steps if m.version > version]
             if not pending:
-                conn.execute("COMMIT")
+                conn.commit()
                 return version
-            conn.execute(pending[0].sql)
+            conn.script(pending[0].sql)
             conn.execute("INSERT INTO schema_version(version) VALUES (?)", (pending[0].version,))
-            conn.execute("COMMIT")
+            conn.commit()
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.rollback()
             raise

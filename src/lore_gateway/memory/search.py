@@ -29,7 +29,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import apsw
 import numpy as np
 import orjson
 
@@ -46,7 +45,9 @@ from lore_gateway.memory.query import (
 )
 from lore_gateway.memory.render import is_recall_traffic
 from lore_gateway.memory.termstats import TermStats
-from lore_gateway.memory.vectors import VectorIndex
+from lore_gateway.memory.textindex import Table, TextIndex, text_index
+from lore_gateway.memory.vectors import VectorSearch, vector_search
+from lore_gateway.storage.base import Connection
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ class SearchResult:
     _candidates: tuple[int, ...] = field(default=(), repr=False)
 
 
-ConnFactory = Callable[[], apsw.Connection]
+ConnFactory = Callable[[], Connection]
 
 
 class Searcher:
@@ -140,18 +141,22 @@ class Searcher:
         self._conn_factory = conn_factory
         self._embedder = embedder
         self._local = threading.local()
-        self._vectors = (VectorIndex(embedder.model_name, embedder.dim)
-                         if embedder is not None else None)
+        self._vectors: VectorSearch | None = None
         # The vector index is per process; one lock keeps concurrent searches from
         # refreshing it twice (the Memory facade runs one search thread anyway).
         self._vector_lock = threading.Lock()
         self._stats = TermStats()
 
-    def _conn(self) -> apsw.Connection:
-        conn: apsw.Connection | None = getattr(self._local, "conn", None)
+    def _conn(self) -> Connection:
+        conn: Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = self._conn_factory()
             self._local.conn = conn
+        if self._vectors is None and self._embedder is not None:
+            with self._vector_lock:
+                if self._vectors is None:
+                    self._vectors = vector_search(conn, self._embedder.model_name,
+                                                  self._embedder.dim)
         return conn
 
     def search(self, query: str, *, tenant: str, project: str, session: str,
@@ -161,12 +166,13 @@ class Searcher:
         if scope not in SCOPE_KINDS:
             raise ValueError(f"unknown scope {scope!r}; use session, project or all")
         conn = self._conn()
+        index = text_index(conn)
         own: dict[int, float] = {}
         ctx: dict[int, float] = {}
-        match = self._match(conn, parse_query(query), scope, tenant, project, session)
+        match = self._match(conn, index, parse_query(query), scope, tenant, project, session)
         if match is not None:
-            own = match.rank(conn, "messages_fts")
-            ctx = match.rank(conn, "context_fts")
+            own = match.rank(conn, "messages")
+            ctx = match.rank(conn, "context")
         vec, cosines = self._vector_scores(conn, query, tenant, project, session, scope)
         prev_next = _neighbours(conn, own, NEIGHBOUR_SOURCES)
 
@@ -183,10 +189,10 @@ class Searcher:
                 scores[next_id] = scores.get(next_id, 0.0) + PREV_WEIGHT * s
             if prev_id is not None:
                 scores[prev_id] = scores.get(prev_id, 0.0) + NEXT_WEIGHT * s
-        _boost_intent(conn, scores, intent_phrases(query))
+        _boost_intent(conn, index, scores, intent_phrases(query))
         ranked = sorted(scores.items(), key=lambda kv: (-kv[1], -kv[0]))
         # A few spare candidates: rows of another tenant or recall traffic are skipped.
-        hits = _load_hits(conn, ranked[:limit + SPARE_HITS], tenant)[:limit]
+        hits = _load_hits(conn, index, ranked[:limit + SPARE_HITS], tenant)[:limit]
         confidence = _confidence(conn, match, cosines,
                                  [int(h.ref[2:]) for h in hits[:CONFIDENCE_HITS]])
         if confidence < NOTHING_FOUND:
@@ -198,36 +204,33 @@ class Searcher:
                             total=len(ranked) if hits else 0,
                             _candidates=tuple(int(h.ref[2:]) for h in hits))
 
-    def _match(self, conn: apsw.Connection, parsed: ParsedQuery, scope: Scope, tenant: str,
-               project: str, session: str) -> _Match | None:
-        """The FTS5 query this search can afford (see ``query.plan_match``)."""
+    def _match(self, conn: Connection, index: TextIndex, parsed: ParsedQuery, scope: Scope,
+               tenant: str, project: str, session: str) -> _Match | None:
+        """The full-text query this search can afford (see ``query.plan_match``)."""
         if parsed.empty:
             return None
         kind, name = SCOPE_KINDS[scope], {"all": "", "project": project, "session": session}[scope]
-        row = conn.execute("SELECT id FROM search_scopes WHERE kind = ? AND tenant = ?"
-                           " AND name = ?", (kind, tenant, name)).fetchone()
-        if row is None:  # nothing stored in this scope
+        token = index.scope_token(conn, kind, tenant, name)
+        if token is None:  # nothing stored in this scope
             return None
-        token = f"{kind}{int(row[0])}"
         store_rows = self._stats.store_rows(conn)
         if scope == "all":
             # No scope token: the tenant's token would make BM25 walk every row of
             # the tenant for its IDF. Other tenants' rows are filtered afterwards.
             fraction = 1.0
         else:
-            in_scope = self._stats.rows(conn, f"{{scope}}: {token}", cap=store_rows,
-                                        store_rows=store_rows)
+            in_scope = self._stats.rows(
+                ("scope", token), lambda cap: index.count_scope(conn, token, cap),
+                cap=store_rows, store_rows=store_rows)
             fraction = in_scope / max(store_rows, 1)
         costs = []
         missing = 0.0  # information of query words stored nowhere (for confidence)
         for term in parsed.terms:
             exact = phrase(term, prefix=False)
-            df = self._stats.rows(conn, f"{{content}}: {exact}", cap=MAX_TERM_ROWS,
-                                  store_rows=store_rows)
+            df = self._term_rows(conn, index, exact, store_rows)
             if df <= MAX_TERM_ROWS and prefix_eligible(term):
                 wide = phrase(term, prefix=True)
-                wide_df = self._stats.rows(conn, f"{{content}}: {wide}", cap=MAX_TERM_ROWS,
-                                           store_rows=store_rows)
+                wide_df = self._term_rows(conn, index, wide, store_rows)
                 if wide_df <= MAX_TERM_ROWS:
                     exact, df = wide, wide_df
             costs.append(TermCost(exact, df))
@@ -242,10 +245,16 @@ class Searcher:
         weights = tuple((c.phrase, _information(c.df, store_rows)) for c in costs if c.df > 0)
         if plan.empty and not weights and missing == 0.0:
             return None
-        return _Match(plan, tenant, token, scoped=scope != "all", weights=weights,
+        return _Match(plan, index, tenant, token, scoped=scope != "all", weights=weights,
                       missing=missing)
 
-    def _vector_scores(self, conn: apsw.Connection, query: str, tenant: str, project: str,
+    def _term_rows(self, conn: Connection, index: TextIndex, phrase_: str,
+                   store_rows: int) -> int:
+        return self._stats.rows(("phrase", phrase_),
+                                lambda cap: index.count_phrase(conn, phrase_, cap),
+                                cap=MAX_TERM_ROWS, store_rows=store_rows)
+
+    def _vector_scores(self, conn: Connection, query: str, tenant: str, project: str,
                        session: str, scope: Scope) -> tuple[dict[int, float], dict[int, float]]:
         """(normalised margin over the floor, raw cosine) of the nearest messages."""
         if self._embedder is None or self._vectors is None or not query.strip():
@@ -270,33 +279,31 @@ class Searcher:
 
 @dataclass(frozen=True, slots=True)
 class _Match:
-    """One planned FTS5 query, run against ``messages_fts`` and ``context_fts``."""
+    """One planned full-text query, run against both indexes (``textindex.Table``)."""
 
     plan: MatchPlan
+    index: TextIndex
     tenant: str
-    token: str
+    token: object
     scoped: bool
     # (phrase, information) of every checkable query word, and the information of
     # the words stored nowhere: the denominator of a hit's lexical confidence.
     weights: tuple[tuple[str, float], ...] = ()
     missing: float = 0.0
 
-    def coverage(self, conn: apsw.Connection, mids: list[int]) -> dict[int, float]:
+    def coverage(self, conn: Connection, mids: list[int]) -> dict[int, float]:
         """Share of the query's information found in each message or its context."""
         total = sum(w for _, w in self.weights) + self.missing
         found = dict.fromkeys(mids, 0.0)
         if total <= 0 or not mids:
             return found
-        marks = ",".join("?" * len(mids))
         for phrase_, weight in self.weights:
-            # context_fts holds the message itself and the one before it.
-            for row in conn.execute(
-                    f"SELECT rowid FROM context_fts WHERE context_fts MATCH ?"
-                    f" AND rowid IN ({marks})", (f"{{content}}: {phrase_}", *mids)):
-                found[int(row[0])] += weight
+            # The context index holds the message itself and the one before it.
+            for mid in self.index.matching(conn, "context", [phrase_], mids):
+                found[mid] += weight
         return {mid: f / total for mid, f in found.items()}
 
-    def rank(self, conn: apsw.Connection, table: str) -> dict[int, float]:
+    def rank(self, conn: Connection, table: Table) -> dict[int, float]:
         """BM25 of the best in-scope matches, each divided by the best (1.0 is the top)."""
         if self.plan.empty:
             return {}
@@ -304,7 +311,8 @@ class _Match:
         if not self.scoped and rows:
             marks = ",".join("?" * len(rows))
             mine = {int(r[0]) for r in conn.execute(
-                f"SELECT id FROM messages WHERE id IN ({marks}) AND +tenant = ?",
+                f"SELECT id FROM messages WHERE id IN ({marks})"
+                f" AND {self.index.tenant_column} = ?",
                 (*(mid for mid, _ in rows), self.tenant))}
             if len(mine) < len(rows):
                 # Another tenant's rows crowd this one's: rank inside the tenant instead.
@@ -314,28 +322,21 @@ class _Match:
         top = max(rows[0][1], 1e-9)
         return {mid: s / top for mid, s in rows}
 
-    def _ranked(self, conn: apsw.Connection, table: str, *,
+    def _ranked(self, conn: Connection, table: Table, *,
                 scoped: bool) -> list[tuple[int, float]]:
-        expression = f"{{content}}: ({self.plan.expression})"
-        if scoped:
-            expression = f"{{scope}}: {self.token} AND {expression}"
+        token = self.token if scoped else None
+        phrases, conjunction = self.plan.phrases, self.plan.conjunction
         if not self.plan.ranked:
-            newest = [int(r[0]) for r in conn.execute(
-                f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC"
-                f" LIMIT {BM25_CANDIDATES}", (expression,))]
+            newest = self.index.newest(conn, table, phrases, conjunction=conjunction,
+                                       token=token, limit=BM25_CANDIDATES)
             return [(mid, 1.0 - i / BM25_CANDIDATES) for i, mid in enumerate(newest)]
         floor = 0
         if self.plan.recent:
-            row = conn.execute(
-                f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC"
-                " LIMIT 1 OFFSET ?", (expression, self.plan.recent - 1)).fetchone()
-            floor = int(row[0]) if row is not None else 0
-        # ``rank MATCH``: BM25 with weight 0 for the scope column, computed inside
-        # FTS5, which also keeps only the best rows for ``ORDER BY rank LIMIT``.
-        return [(int(r[0]), float(r[1])) for r in conn.execute(
-            f"SELECT rowid, -rank FROM {table} WHERE {table} MATCH ?"
-            f" AND rank MATCH 'bm25(1.0, 0.0)' AND rowid >= ?"
-            f" ORDER BY rank LIMIT {BM25_CANDIDATES}", (expression, floor))]
+            row = self.index.newest(conn, table, phrases, conjunction=conjunction, token=token,
+                                    limit=1, offset=self.plan.recent - 1)
+            floor = row[0] if row else 0
+        return self.index.bm25(conn, table, phrases, conjunction=conjunction, token=token,
+                               floor=floor, limit=BM25_CANDIDATES)
 
 
 def _information(df: int, rows: int) -> float:
@@ -344,7 +345,7 @@ def _information(df: int, rows: int) -> float:
     return math.log(1.0 + (rows + 1) / (df + 0.5))
 
 
-def _confidence(conn: apsw.Connection, match: _Match | None, cosines: dict[int, float],
+def _confidence(conn: Connection, match: _Match | None, cosines: dict[int, float],
                 mids: list[int]) -> float:
     """How clearly the best of ``mids`` answers the query, in [0, 1], comparable
     across queries: a message's lexical coverage or its cosine rescaled, whichever
@@ -359,20 +360,17 @@ def _confidence(conn: apsw.Connection, match: _Match | None, cosines: dict[int, 
     return best
 
 
-def _boost_intent(conn: apsw.Connection, scores: dict[int, float],
+def _boost_intent(conn: Connection, index: TextIndex, scores: dict[int, float],
                   phrases: tuple[str, ...]) -> None:
     """Multiply the best candidates that show the asked-about action by 1 + INTENT_BOOST."""
     if not phrases or not scores:
         return
     best = sorted(scores, key=lambda mid: -scores[mid])[:INTENT_CANDIDATES]
-    marks = ",".join("?" * len(best))
-    expression = "{content}: (" + " OR ".join(phrases) + ")"
-    for row in conn.execute(f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
-                            f" AND rowid IN ({marks})", (expression, *best)):
-        scores[int(row[0])] *= 1.0 + INTENT_BOOST
+    for mid in index.matching(conn, "messages", phrases, best):
+        scores[mid] *= 1.0 + INTENT_BOOST
 
 
-def _neighbours(conn: apsw.Connection, own: dict[int, float],
+def _neighbours(conn: Connection, own: dict[int, float],
                 count: int) -> dict[int, tuple[int | None, int | None]]:
     """(previous, next) message id in the same session for the ``count`` best hits."""
     best = sorted(own, key=lambda mid: -own[mid])[:count]
@@ -393,14 +391,15 @@ def _neighbours(conn: apsw.Connection, own: dict[int, float],
     return out
 
 
-def _load_hits(conn: apsw.Connection, ranked: list[tuple[int, float]], tenant: str) -> list[Hit]:
+def _load_hits(conn: Connection, index: TextIndex, ranked: list[tuple[int, float]],
+               tenant: str) -> list[Hit]:
     if not ranked:
         return []
     ids = [mid for mid, _ in ranked]
     marks = ",".join("?" * len(ids))
     rows: dict[int, tuple[Any, ...]] = {int(r[0]): r for r in conn.execute(
         f"SELECT id, role, content, created_at, session, project, meta FROM messages"
-        f" WHERE id IN ({marks}) AND +tenant = ?", (*ids, tenant))}
+        f" WHERE id IN ({marks}) AND {index.tenant_column} = ?", (*ids, tenant))}
     top = max(ranked[0][1], 1e-9)
     hits = []
     for mid, score in ranked:

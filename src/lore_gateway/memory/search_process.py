@@ -26,7 +26,9 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lore_gateway.memory import db
 from lore_gateway.memory.errors import MemoryUnavailable, SearchTimeout
+from lore_gateway.storage.base import Database
 
 if TYPE_CHECKING:
     from lore_gateway.memory.search import Searcher, SearchResult
@@ -48,7 +50,7 @@ PARENT_CHECK_S = 1.0
 _SEARCHER: Searcher | None = None
 
 
-def _init(db_path: str, embeddings: bool, parent: int) -> None:
+def _init(address: str, embeddings: bool, parent: int) -> None:
     global _SEARCHER
     threading.Thread(target=_exit_with_parent, args=(parent,), name="lore-search-parent",
                      daemon=True).start()
@@ -61,7 +63,9 @@ def _init(db_path: str, embeddings: bool, parent: int) -> None:
 
         loaded = load_embedder()
         embedder = _QueryCache(loaded) if loaded is not None else None
-    _SEARCHER = Searcher(db.conn_factory(Path(db_path)), embedder)  # type: ignore[arg-type]
+    from lore_gateway.storage.target import parse_url
+
+    _SEARCHER = Searcher(db.conn_factory(parse_url(address)), embedder)  # type: ignore[arg-type]
 
 
 class _QueryCache:
@@ -116,9 +120,9 @@ def _ping() -> int:
 class SearchProcess:
     """A pool of ``workers`` processes, each owning a ``Searcher``; ``search`` is awaited."""
 
-    def __init__(self, db_path: Path, *, embeddings: bool, workers: int = 1,
+    def __init__(self, database: Database | Path, *, embeddings: bool, workers: int = 1,
                  timeout: float = DEFAULT_TIMEOUT_S, max_in_flight: int = MAX_IN_FLIGHT) -> None:
-        self._db_path = db_path
+        self._database = db.database(database)
         self._workers = max(1, workers)
         self._embeddings = embeddings
         self.timeout = timeout
@@ -139,7 +143,7 @@ class SearchProcess:
                 self._pool = ProcessPoolExecutor(
                     max_workers=self._workers, mp_context=multiprocessing.get_context("spawn"),
                     initializer=_init,
-                    initargs=(str(self._db_path), self._embeddings, os.getpid()))
+                    initargs=(self._database.address, self._embeddings, os.getpid()))
             return self._pool
 
     def warm(self) -> None:

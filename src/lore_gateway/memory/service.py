@@ -15,8 +15,6 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-import apsw
-
 from lore_gateway.config import Settings
 from lore_gateway.memory import catalog, db, identity, schema
 from lore_gateway.memory.errors import MemoryUnavailable, SearchTimeout
@@ -25,6 +23,7 @@ from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.sanitize import storable
 from lore_gateway.memory.writer import TurnWriter
 from lore_gateway.protocols.common import Message
+from lore_gateway.storage.base import Connection
 
 if TYPE_CHECKING:
     from lore_gateway.memory.embed import Embedder
@@ -94,13 +93,15 @@ class Memory:
     def __init__(self, settings: Settings, *, writer: TurnWriter,
                  embedder: Embedder | None, embedding_worker: EmbeddingProcess | None) -> None:
         self.settings = settings
+        # Where memory lives (either backend); every connection below opens it.
+        self.database = settings.database
         self._keyring: KeyRing | None = None
         self.tenancy: identity.Tenancy = identity.PersonalTenancy()
         if settings.tenancy == "keys":
-            self._keyring = KeyRing(db.conn_factory(settings.db_path))
+            self._keyring = KeyRing(db.conn_factory(self.database))
             self.tenancy = identity.KeyTenancy(self._keyring.tenant)
         self._writer = writer
-        self._conn_factory = db.conn_factory(settings.db_path)
+        self._conn_factory = db.conn_factory(self.database)
         self.embedder = embedder
         self._embedding_worker = embedding_worker
         # One search thread: searches are short, and a single worker bounds the CPU
@@ -109,7 +110,7 @@ class Memory:
         self._searcher: Searcher | None = None
         self._searches: SearchProcess | None = None
         self._closed = False
-        self._reader: apsw.Connection | None = None
+        self._reader: Connection | None = None
         self._reader_lock = threading.Lock()
         self._backfill: threading.Thread | None = None
 
@@ -117,7 +118,7 @@ class Memory:
     def open(cls, settings: Settings, *,
              embedder: Embedder | Literal["auto"] | None = "auto",
              embed_backlog: bool = True) -> Memory:
-        """Open (creating and migrating) ``settings.db_path`` and start the workers.
+        """Open (creating and migrating) ``settings.database`` and start the workers.
 
         ``embedder="auto"`` loads the offline MiniLM model when ``settings.embeddings``
         is on and the weights are installed; ``None`` means BM25 only (the CLI's
@@ -125,7 +126,8 @@ class Memory:
         background embedding process: a one-off search (``lore recall``) only embeds
         its query.
         """
-        conn = db.connect(settings.db_path)
+        database = settings.database
+        conn = db.connect(database)
         try:
             schema.migrate(conn)
         finally:
@@ -140,9 +142,9 @@ class Memory:
         if embedder is not None and embed_backlog:
             from lore_gateway.memory.embed_process import EmbeddingProcess
 
-            worker = EmbeddingProcess(settings.db_path)
+            worker = EmbeddingProcess(database)
         writer = TurnWriter(
-            db.conn_factory(settings.db_path),
+            db.conn_factory(database),
             max_message_bytes=settings.store_max_message_bytes,
             on_commit=worker.submit if worker is not None else None,
         )
@@ -296,7 +298,7 @@ class Memory:
         if self._searches is None:
             from lore_gateway.memory.search_process import SearchProcess
 
-            self._searches = SearchProcess(self.settings.db_path,
+            self._searches = SearchProcess(self.database,
                                            embeddings=self.embedder is not None,
                                            workers=self.settings.search_workers,
                                            timeout=self.settings.search_timeout)
@@ -356,7 +358,7 @@ class Memory:
         What was distilled or learned from them goes too (``distill.store.forget``)."""
         from lore_gateway.distill.store import forget
 
-        def run(conn: apsw.Connection) -> int:
+        def run(conn: Connection) -> int:
             count = catalog.delete_turns(conn, tenant, session=session, project=project,
                                          progress=progress)
             forget(conn, tenant, session=session, project=project)
@@ -364,20 +366,20 @@ class Memory:
 
         return self._writer.run_job(run)
 
-    def write_job(self, run: Callable[[apsw.Connection], T]) -> T:
+    def write_job(self, run: Callable[[Connection], T]) -> T:
         """Run ``run(conn)`` on the writer thread, behind every queued turn (blocks:
         call it from a thread). Background jobs (distillation, knowledge) write here
         so the database keeps one writer."""
         return self._writer.run_job(run)
 
-    def read(self, query: Callable[[apsw.Connection], T]) -> T:
+    def read(self, query: Callable[[Connection], T]) -> T:
         """Run ``query(conn)`` on the shared read connection (blocks)."""
         return self._read(query)
 
-    def _read(self, query: Callable[[apsw.Connection], T]) -> T:
+    def _read(self, query: Callable[[Connection], T]) -> T:
         with self._reader_lock:
             if self._reader is None:
-                self._reader = db.connect(self.settings.db_path)
+                self._reader = db.connect(self.database)
             return query(self._reader)
 
     def close(self) -> None:

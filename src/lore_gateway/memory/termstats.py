@@ -15,8 +15,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Hashable
 
-import apsw
+from lore_gateway.storage.base import Connection
 
 # Cached phrases (a few dozen bytes each). Recall queries repeat their vocabulary.
 MAX_ENTRIES = 50_000
@@ -26,37 +27,36 @@ GROWTH = 1.25
 
 
 class TermStats:
-    """Capped row counts of FTS5 phrases in ``messages_fts``, cached (thread-safe)."""
+    """Capped row counts of full-text phrases and scopes, cached (thread-safe); the
+    counting itself is the text index's (``textindex.TextIndex``)."""
 
     def __init__(self, *, max_entries: int = MAX_ENTRIES, ttl_s: float = TTL_S) -> None:
         self._max_entries = max_entries
         self._ttl_s = ttl_s
-        self._cache: OrderedDict[tuple[str, int], tuple[int, int, float]] = OrderedDict()
+        self._cache: OrderedDict[tuple[Hashable, int], tuple[int, int, float]] = OrderedDict()
         self._lock = threading.Lock()
 
     @staticmethod
-    def store_rows(conn: apsw.Connection) -> int:
+    def store_rows(conn: Connection) -> int:
         """Rows ever stored (the highest message id): a cheap upper bound of N."""
         row = conn.execute("SELECT max(id) FROM messages").fetchone()
         return int(row[0]) if row is not None and row[0] is not None else 0
 
-    def rows(self, conn: apsw.Connection, expression: str, *, cap: int, store_rows: int) -> int:
-        """Rows of ``messages_fts`` matching ``expression``, or ``cap + 1`` if more."""
-        key = (expression, cap)
+    def rows(self, key_: Hashable, count: Callable[[int], int], *, cap: int,
+             store_rows: int) -> int:
+        """``count(cap)`` (rows matching ``key_``, or ``cap + 1`` if more), cached."""
+        key = (key_, cap)
         now = time.monotonic()
         with self._lock:
             cached = self._cache.get(key)
             if cached is not None:
-                count, rows_then, taken = cached
+                known, rows_then, taken = cached
                 if now - taken < self._ttl_s and store_rows <= rows_then * GROWTH:
-                    return count
-        got = conn.execute(
-            "SELECT count(*) FROM (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
-            " LIMIT ?)", (expression, cap + 1)).fetchone()
-        count = int(got[0]) if got is not None else 0
+                    return known
+        found = count(cap)
         with self._lock:
-            self._cache[key] = (count, store_rows, now)
+            self._cache[key] = (found, store_rows, now)
             self._cache.move_to_end(key)
             while len(self._cache) > self._max_entries:
                 self._cache.popitem(last=False)
-        return count
+        return found

@@ -22,14 +22,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-import apsw
 import numpy as np
 import numpy.typing as npt
 
 from lore_gateway.memory.embed import Embedder, FloatArray, as_blob
 from lore_gateway.memory.render import is_recall_traffic
+from lore_gateway.storage.base import Connection
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,31 @@ def _projections(dim: int) -> FloatArray:
     return np.random.default_rng(384).standard_normal((dim, CODE_WORDS * 64)).astype(np.float32)
 
 
-def embed_and_store(conn: apsw.Connection, embedder: Embedder, ids: list[int]) -> int:
+class VectorSearch(Protocol):
+    """Nearest stored messages of a scope: this module's in-process index (SQLite)
+    or pgvector in SQL (``pgvectors.PgVectors``)."""
+
+    def search(self, conn: Connection, query: FloatArray, *, tenant: str,
+               project: str | None, session: str | None, k: int) -> dict[int, float]: ...
+
+
+def vector_search(conn: Connection, model_name: str, dim: int) -> VectorSearch:
+    """The vector search of ``conn``'s backend."""
+    if conn.backend == "postgres":
+        from lore_gateway.memory.pgvectors import PgVectors
+
+        return PgVectors(model_name)
+    return VectorIndex(model_name, dim)
+
+
+def vector_param(conn: Connection, vector: FloatArray) -> object:
+    """A vector as the backend stores it: float32 bytes (SQLite), pgvector text."""
+    if conn.backend == "postgres":
+        return "[" + ",".join(f"{x:.7g}" for x in vector.tolist()) + "]"
+    return as_blob(vector)
+
+
+def embed_and_store(conn: Connection, embedder: Embedder, ids: list[int]) -> int:
     """Embed the given stored messages and write their vectors; how many were written.
 
     Runs in the embedding process (``memory/embed_process.py``), batch by batch.
@@ -87,8 +111,10 @@ def embed_and_store(conn: apsw.Connection, embedder: Embedder, ids: list[int]) -
         vectors = embedder.embed([text for _, text in rows])
         with conn:
             conn.executemany(
-                "INSERT OR REPLACE INTO embeddings(message_id, model, vector) VALUES (?,?,?)",
-                [(mid, embedder.model_name, as_blob(vec))
+                "INSERT INTO embeddings(message_id, model, vector) VALUES (?,?,?)"
+                " ON CONFLICT (message_id) DO UPDATE SET model = excluded.model,"
+                " vector = excluded.vector",
+                [(mid, embedder.model_name, vector_param(conn, vec))
                  for (mid, _), vec in zip(rows, vectors, strict=True)])
         written += len(rows)
     return written
@@ -157,7 +183,7 @@ class VectorIndex:
         """384-bit SimHash of each row, word-major: shape (6, rows)."""
         return np.ascontiguousarray(sign_codes(vectors @ self._planes).T)
 
-    def search(self, conn: apsw.Connection, query: FloatArray, *, tenant: str,
+    def search(self, conn: Connection, query: FloatArray, *, tenant: str,
                project: str | None, session: str | None, k: int) -> dict[int, float]:
         """Up to ``k`` message ids of the scope with their cosine to ``query``."""
         index = self._refresh(conn, tenant)
@@ -187,7 +213,7 @@ class VectorIndex:
         best = sorted(scores.items(), key=lambda kv: -kv[1])[:k]
         return dict(best)
 
-    def exact(self, conn: apsw.Connection, query: FloatArray,
+    def exact(self, conn: Connection, query: FloatArray,
               ids: Iterable[int]) -> dict[int, float]:
         """Cosine of ``query`` to each stored vector among ``ids`` (missing ids are skipped)."""
         id_list = list(ids)
@@ -206,7 +232,7 @@ class VectorIndex:
             out.update(zip((mid for mid, _ in got), sims.tolist(), strict=True))
         return out
 
-    def _refresh(self, conn: apsw.Connection, tenant: str) -> _TenantIndex:
+    def _refresh(self, conn: Connection, tenant: str) -> _TenantIndex:
         index = self._tenants.get(tenant)
         if index is None:
             self._evict_for_new_tenant()
@@ -215,7 +241,7 @@ class VectorIndex:
             pass
         return index
 
-    def _load_batch(self, conn: apsw.Connection, tenant: str, index: _TenantIndex) -> bool:
+    def _load_batch(self, conn: Connection, tenant: str, index: _TenantIndex) -> bool:
         """Add up to LOAD_BATCH rows above the watermark; ``False`` when none were left."""
         rows: list[tuple[Any, ...]] = conn.execute(
             "SELECT e.message_id, m.project, m.session, e.vector FROM embeddings e"

@@ -29,13 +29,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-import apsw
 import orjson
 
 from lore_gateway.memory.db import ConnFactory
+from lore_gateway.memory.errors import StorageBusy, StorageError
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.sanitize import clean_for_storage, storable
 from lore_gateway.obs import metrics
+from lore_gateway.storage.base import Connection, Cursor
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def estimate_tokens(text: str) -> int:
 
 @dataclass(slots=True)
 class _Job(Generic[T]):
-    run: Callable[[apsw.Connection], T]
+    run: Callable[[Connection], T]
     future: Future[T]
 
 
@@ -137,7 +138,7 @@ class TurnWriter:
             return True
         return self._put(turn)
 
-    def run_job(self, run: Callable[[apsw.Connection], T], timeout: float | None = None) -> T:
+    def run_job(self, run: Callable[[Connection], T], timeout: float | None = None) -> T:
         """Run ``run(conn)`` on the writer thread and wait for its result.
 
         For maintenance (deletions); it waits behind every turn already queued.
@@ -150,7 +151,7 @@ class TurnWriter:
         self._queue.put(job, timeout=timeout)
         return future.result(timeout)
 
-    def submit_job(self, run: Callable[[apsw.Connection], T]) -> Future[T] | None:
+    def submit_job(self, run: Callable[[Connection], T]) -> Future[T] | None:
         """Queue ``run(conn)`` behind what is queued, without waiting: for small
         writes from the serving path (recall anchors), which must never block the
         event loop. Returns its future, or None when the queue is full or closed
@@ -253,7 +254,7 @@ class TurnWriter:
             self.degraded = None
             failures = 0
 
-    def _serve(self, conn: apsw.Connection) -> None:
+    def _serve(self, conn: Connection) -> None:
         while True:
             item = self._queue.get()
             if item is _STOP:
@@ -287,7 +288,7 @@ class TurnWriter:
             self._processed += count
             self._progress.notify_all()
 
-    def _run_job(self, conn: apsw.Connection, job: _Job[Any]) -> None:
+    def _run_job(self, conn: Connection, job: _Job[Any]) -> None:
         try:
             job.future.set_result(job.run(conn))
         except BaseException as exc:
@@ -295,7 +296,7 @@ class TurnWriter:
         finally:
             self._done(1)
 
-    def _write_batch(self, conn: apsw.Connection, batch: list[object]) -> None:
+    def _write_batch(self, conn: Connection, batch: list[object]) -> None:
         message_ids: list[int] = []
         try:
             written_before = self.written
@@ -317,14 +318,14 @@ class TurnWriter:
                 else:
                     self.written += 1
                     message_ids.extend(ids)
-            conn.execute("COMMIT")
+            conn.commit()
             metrics.record_stored_turns(self.written - written_before)
-        except apsw.Error as exc:
+        except StorageError as exc:
             self.failed += len(batch)
             log.error("memory: a commit of %d turns failed (%s); they are not stored",
                       len(batch), _brief(exc))
-            if not conn.getautocommit():
-                conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.rollback()
             message_ids = []
         finally:
             self._done(len(batch))
@@ -340,12 +341,12 @@ class TurnWriter:
 BEGIN_ATTEMPTS = 3
 
 
-def _begin_immediate(conn: apsw.Connection) -> None:
+def _begin_immediate(conn: Connection) -> None:
     for attempt in range(BEGIN_ATTEMPTS):
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            conn.begin(immediate=True)
             return
-        except apsw.BusyError:
+        except StorageBusy:
             if attempt == BEGIN_ATTEMPTS - 1:
                 raise
             log.warning("memory: the database was locked by another process; retrying")
@@ -385,7 +386,7 @@ def storable_turn(turn: TurnRecord) -> TurnRecord:
     )
 
 
-def write_turn(conn: apsw.Connection, turn: TurnRecord, max_message_bytes: int) -> list[int] | None:
+def write_turn(conn: Connection, turn: TurnRecord, max_message_bytes: int) -> list[int] | None:
     """Insert one turn; the new message ids, or ``None`` when nothing was written.
 
     Nothing is written when every message is empty after cleaning, or when the
@@ -408,38 +409,38 @@ def write_turn(conn: apsw.Connection, turn: TurnRecord, max_message_bytes: int) 
     turn_id = _insert_turn(conn, turn)
     ids: list[int] = []
     for seq, (role, content, truncated, meta) in enumerate(rows):
-        conn.execute(
+        ids.append(conn.insert(
             "INSERT INTO messages(turn_id, tenant, project, session, seq, role, content, tokens,"
             " created_at, truncated, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (turn_id, ident.tenant, ident.project, ident.session, seq, role, content,
              estimate_tokens(content), turn.created_at, int(truncated),
              orjson.dumps(meta).decode() if meta is not None else None),
-        )
-        ids.append(conn.last_insert_rowid())
+        ))
     conn.execute(
         "INSERT INTO sessions(tenant, id, project, first_seen, last_seen, turns)"
         " VALUES (?,?,?,?,?,1) ON CONFLICT(tenant, id) DO UPDATE SET"
         " project = excluded.project,"
-        " first_seen = min(first_seen, excluded.first_seen),"
-        " last_seen = max(last_seen, excluded.last_seen),"
-        " turns = turns + 1",
+        " first_seen = CASE WHEN excluded.first_seen < sessions.first_seen"
+        " THEN excluded.first_seen ELSE sessions.first_seen END,"
+        " last_seen = CASE WHEN excluded.last_seen > sessions.last_seen"
+        " THEN excluded.last_seen ELSE sessions.last_seen END,"
+        " turns = sessions.turns + 1",
         (ident.tenant, ident.session, ident.project, turn.created_at, turn.created_at),
     )
     return ids
 
 
-def _insert_turn(conn: apsw.Connection, turn: TurnRecord) -> int:
+def _insert_turn(conn: Connection, turn: TurnRecord) -> int:
     ident = turn.identity
-    conn.execute(
+    return conn.insert(
         "INSERT INTO turns(tenant, project, session, protocol, model, created_at, complete,"
         " dedup_key) VALUES (?,?,?,?,?,?,?,?)",
         (ident.tenant, ident.project, ident.session, turn.protocol, turn.model,
          turn.created_at, int(turn.complete), turn.dedup_key),
     )
-    return conn.last_insert_rowid()
 
 
-def _claim_dedup_key(conn: apsw.Connection, key: str) -> bool:
+def _claim_dedup_key(conn: Connection, key: str) -> bool:
     """``False`` if this exact key is stored; else drop older versions of it."""
     if conn.execute("SELECT 1 FROM turns WHERE dedup_key = ?", (key,)).fetchone() is not None:
         return False
@@ -454,7 +455,7 @@ def _claim_dedup_key(conn: apsw.Connection, key: str) -> bool:
     return True
 
 
-def _supersede_incomplete(conn: apsw.Connection, turn: TurnRecord, user_texts: list[str]) -> None:
+def _supersede_incomplete(conn: Connection, turn: TurnRecord, user_texts: list[str]) -> None:
     """Drop earlier incomplete attempts of this session that carried the same input
     (the user's words, or the tool results of a tool-loop step).
 
@@ -481,7 +482,7 @@ def _supersede_incomplete(conn: apsw.Connection, turn: TurnRecord, user_texts: l
             _delete_turn(conn, old_id)
 
 
-def _delete_turn(conn: apsw.Connection, turn_id: int) -> None:
+def _delete_turn(conn: Connection, turn_id: int) -> None:
     row = conn.execute("SELECT tenant, session FROM turns WHERE id = ?", (turn_id,)).fetchone()
     if row is None:
         return
@@ -491,5 +492,5 @@ def _delete_turn(conn: apsw.Connection, turn_id: int) -> None:
     )
 
 
-def _int_column(cursor: apsw.Cursor) -> list[int]:
+def _int_column(cursor: Cursor) -> list[int]:
     return [row[0] for row in cursor.fetchall() if isinstance(row[0], int)]

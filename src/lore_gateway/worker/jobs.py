@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import apsw
+from lore_gateway.storage.base import Connection
 
 # Finished jobs kept for status and debugging; older ones are pruned.
 KEEP_FINISHED_JOBS = 1_000
@@ -53,7 +53,7 @@ def next_day(epoch: float) -> float:
     return (start + timedelta(days=1)).timestamp()
 
 
-def enqueue(conn: apsw.Connection, kind: str, tenant: str, project: str, session: str,
+def enqueue(conn: Connection, kind: str, tenant: str, project: str, session: str,
             now: float, delay: float = 0.0, owner: str | None = None) -> bool:
     """Queue a job unless the same one is already queued; True if queued now.
 
@@ -77,13 +77,13 @@ def enqueue(conn: apsw.Connection, kind: str, tenant: str, project: str, session
     return False
 
 
-def _row_lock(conn: object) -> str:
+def _row_lock(conn: Connection) -> str:
     """The lock clause of a claim's candidate query: Postgres locks the row and
     skips rows another instance holds; SQLite's write lock already serialises."""
-    return "" if isinstance(conn, apsw.Connection) else " FOR UPDATE SKIP LOCKED"
+    return " FOR UPDATE SKIP LOCKED" if conn.backend == "postgres" else ""
 
 
-def claim(conn: apsw.Connection, instance: str, now: float, lease_s: float) -> Job | None:
+def claim(conn: Connection, instance: str, now: float, lease_s: float) -> Job | None:
     """Lease the next due job to ``instance`` until ``now + lease_s``; None when
     nothing is due for it. A job under a live lease is never returned, and one
     owned by another instance only once it is :data:`ORPHAN_AFTER_S` past due."""
@@ -101,7 +101,7 @@ def claim(conn: apsw.Connection, instance: str, now: float, lease_s: float) -> J
     return Job(int(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4]), int(r[5]), float(r[6]))
 
 
-def holds(conn: apsw.Connection, job_id: int, instance: str, now: float) -> bool:
+def holds(conn: Connection, job_id: int, instance: str, now: float) -> bool:
     """Whether ``instance`` still holds the lease on a queued job. Inside the
     transaction that saves the job's result this also locks the row (Postgres),
     so a result is saved by one instance only."""
@@ -110,14 +110,14 @@ def holds(conn: apsw.Connection, job_id: int, instance: str, now: float) -> bool
     return conn.changes() > 0
 
 
-def renew(conn: apsw.Connection, job_id: int, instance: str, until: float) -> bool:
+def renew(conn: Connection, job_id: int, instance: str, until: float) -> bool:
     """Extend a running job's lease; False when ``instance`` no longer holds it."""
     conn.execute("UPDATE worker_jobs SET lease_until = ? WHERE id = ? AND state = 'queued'"
                  " AND leased_by = ?", (until, job_id, instance))
     return conn.changes() > 0
 
 
-def release(conn: apsw.Connection, instance: str) -> int:
+def release(conn: Connection, instance: str) -> int:
     """Give up every lease of ``instance`` (it is stopping): its unfinished jobs
     are at once free for the next instance, rather than after the lease."""
     conn.execute("UPDATE worker_jobs SET leased_by = NULL, lease_until = NULL"
@@ -125,7 +125,7 @@ def release(conn: apsw.Connection, instance: str) -> int:
     return conn.changes()
 
 
-def finish(conn: apsw.Connection, job_id: int, state: str, now: float,
+def finish(conn: Connection, job_id: int, state: str, now: float,
            error: str | None = None, instance: str | None = None) -> bool:
     """End a job (``done`` or ``failed``); with ``instance``, only while it holds
     the lease. True when the job was ended here."""
@@ -138,7 +138,7 @@ def finish(conn: apsw.Connection, job_id: int, state: str, now: float,
     return ended
 
 
-def retry(conn: apsw.Connection, job_id: int, at: float, now: float, error: str,
+def retry(conn: Connection, job_id: int, at: float, now: float, error: str,
           count_attempt: bool = True, instance: str | None = None) -> None:
     """Put a job back for ``at`` and release its lease (any instance may take it
     then, subject to ``owner``)."""
@@ -156,7 +156,7 @@ def _holder(instance: str | None) -> tuple[str, ...]:
     return () if instance is None else (instance,)
 
 
-def counts(conn: apsw.Connection) -> dict[str, int]:
+def counts(conn: Connection) -> dict[str, int]:
     """Jobs by state; ``running`` counts queued jobs under a lease (of any instance)."""
     out = {"queued": 0, "done": 0, "failed": 0, "running": 0}
     for state, n in conn.execute("SELECT state, count(*) FROM worker_jobs GROUP BY state"):
@@ -167,13 +167,13 @@ def counts(conn: apsw.Connection) -> dict[str, int]:
     return out
 
 
-def used(conn: apsw.Connection, tenant: str, now: float) -> int:
+def used(conn: Connection, tenant: str, now: float) -> int:
     row = conn.execute("SELECT tokens_in + tokens_out FROM worker_usage WHERE tenant = ? AND"
                        " day = ?", (tenant, day_of(now))).fetchone()
     return int(row[0]) if row else 0
 
 
-def charge(conn: apsw.Connection, tenant: str, now: float, tokens_in: int,
+def charge(conn: Connection, tenant: str, now: float, tokens_in: int,
            tokens_out: int) -> None:
     conn.execute(
         "INSERT INTO worker_usage(tenant, day, requests, tokens_in, tokens_out) VALUES"
@@ -182,7 +182,7 @@ def charge(conn: apsw.Connection, tenant: str, now: float, tokens_in: int,
         " excluded.tokens_out", (tenant, day_of(now), tokens_in, tokens_out))
 
 
-def usage_today(conn: apsw.Connection, now: float) -> dict[str, dict[str, int]]:
+def usage_today(conn: Connection, now: float) -> dict[str, dict[str, int]]:
     return {str(t): {"requests": int(r), "tokens_in": int(i), "tokens_out": int(o)}
             for t, r, i, o in conn.execute(
                 "SELECT tenant, requests, tokens_in, tokens_out FROM worker_usage WHERE day = ?",

@@ -1,0 +1,267 @@
+"""The shared backend: Postgres (with pgvector) through psycopg 3 and a bounded pool.
+
+Connections run in autocommit mode; transactions are explicit (``begin`` or
+``with conn:``), as on SQLite, so a statement outside a transaction commits at
+once on both backends. SQL arrives with ``?`` placeholders and is translated once
+per distinct statement (``?`` → ``%s`` outside string literals, ``%`` → ``%%``).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from types import TracebackType
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import psycopg_pool
+from psycopg import errors as pgerrors
+from psycopg.pq import TransactionStatus
+
+from lore_gateway.memory.errors import (
+    StorageBusy,
+    StorageConstraint,
+    StorageError,
+    StorageUnavailable,
+)
+from lore_gateway.storage.base import Connection, Cursor, Database, Params
+
+T = TypeVar("T")
+
+# Connections one process may hold (writer, reader, search threads, workers); a
+# request that finds them all busy waits POOL_TIMEOUT_S and then fails clearly.
+DEFAULT_POOL_MAX = 16
+POOL_TIMEOUT_S = 10.0
+# Distinct SQL texts whose placeholder translation is cached (the code has a few
+# hundred; ``IN (?,?,…)`` lists of many lengths add some).
+TRANSLATED_STATEMENTS = 4096
+# The key of the advisory lock that serialises migrations across instances.
+SCHEMA_LOCK_KEY = 0x6C6F7265  # "lore"
+
+
+@functools.lru_cache(maxsize=TRANSLATED_STATEMENTS)
+def translate(sql: str) -> tuple[str, bool]:
+    """SQLite's placeholders in psycopg's terms, and whether they are numbered.
+
+    ``?`` becomes ``%s``; when the statement numbers any (``?2``, reused as in
+    ``(?1 IS NULL OR tenant = ?1)``), every placeholder becomes ``%(pN)s``, with a
+    plain ``?`` numbered one past the highest so far, as SQLite does. A literal
+    ``%`` is doubled; string literals and quoted identifiers are copied as they are.
+    """
+    out: list[str] = []
+    quote: str | None = None
+    numbered = False
+    highest = 0
+    i = 0
+    while i < len(sql):
+        ch = sql[i]
+        i += 1
+        if quote is not None:
+            out.append("%%" if ch == "%" else ch)
+            if ch == quote:
+                quote = None
+        elif ch in ("'", '"'):
+            quote = ch
+            out.append(ch)
+        elif ch == "?":
+            j = i
+            while j < len(sql) and sql[j].isdigit():
+                j += 1
+            number = int(sql[i:j]) if j > i else highest + 1
+            numbered = numbered or j > i
+            highest = max(highest, number)
+            out.append(f"%(p{number})s")
+            i = j
+        elif ch == "%":
+            out.append("%%")
+        else:
+            out.append(ch)
+    text = "".join(out)
+    if not numbered:
+        text = re.sub(r"%\(p\d+\)s", "%s", text)
+    return text, numbered
+
+
+def _bind(numbered: bool, params: Params) -> Any:
+    return {f"p{i}": v for i, v in enumerate(params, 1)} if numbered else tuple(params)
+
+
+def mapped(exc: Exception) -> StorageError:
+    """psycopg's (or the pool's) exception as ours (raise it ``from exc``)."""
+    if isinstance(exc, psycopg_pool.PoolTimeout):
+        return StorageUnavailable(f"no free database connection within {POOL_TIMEOUT_S:g} s "
+                                  "(raise LORE_DATABASE_POOL_MAX or look for stuck queries)")
+    if isinstance(exc, pgerrors.LockNotAvailable | pgerrors.DeadlockDetected
+                  | pgerrors.SerializationFailure):
+        return StorageBusy(f"the memory database is busy ({exc})")
+    if isinstance(exc, psycopg.IntegrityError):
+        return StorageConstraint(str(exc))
+    if isinstance(exc, psycopg.OperationalError | psycopg_pool.PoolClosed):
+        return StorageUnavailable(f"the memory database cannot be reached: {exc}")
+    return StorageError(f"{type(exc).__name__}: {exc}")
+
+
+def _call(fn: Callable[[], T]) -> T:
+    try:
+        return fn()
+    except (psycopg.Error, psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed) as exc:
+        raise mapped(exc) from exc
+
+
+class PgCursor(Cursor):
+    __slots__ = ("_cursor",)
+
+    def __init__(self, cursor: psycopg.Cursor[Any]) -> None:
+        self._cursor = cursor
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        if self._cursor.description is None:
+            return None
+        return _call(self._cursor.fetchone)
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        if self._cursor.description is None:
+            return []
+        return _call(self._cursor.fetchall)
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self.fetchall())
+
+
+class PgConnection(Connection):
+    """A pooled psycopg connection; ``close`` hands it back to the pool."""
+
+    backend = "postgres"
+
+    def __init__(self, raw: psycopg.Connection[Any],
+                 release: Callable[[psycopg.Connection[Any]], None]) -> None:
+        self.raw = raw
+        self._release = release
+        self._rowcount = 0
+        self._savepoints: list[str | None] = []
+
+    def execute(self, sql: str, params: Params = ()) -> Cursor:
+        text, numbered = translate(sql)
+        cursor = _call(lambda: self.raw.execute(text, _bind(numbered, params)))
+        self._rowcount = max(cursor.rowcount, 0)
+        return PgCursor(cursor)
+
+    def executemany(self, sql: str, rows: Iterable[Params]) -> None:
+        def run() -> None:
+            with self.raw.cursor() as cur:
+                text, numbered = translate(sql)
+                cur.executemany(text, [_bind(numbered, r) for r in rows])
+                self._rowcount = max(cur.rowcount, 0)
+        _call(run)
+
+    def script(self, sql: str) -> None:
+        # Without parameters psycopg sends the text as one simple query, so several
+        # statements (and ``$$`` function bodies) go through unparsed.
+        _call(lambda: self.raw.execute(sql.encode()))
+
+    def changes(self) -> int:
+        return self._rowcount
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.raw.info.transaction_status != TransactionStatus.IDLE
+
+    def begin(self, *, immediate: bool = True) -> None:
+        self.script("BEGIN")
+
+    def commit(self) -> None:
+        self.script("COMMIT")
+
+    def rollback(self) -> None:
+        self.script("ROLLBACK")
+
+    def lock_schema(self) -> None:
+        self.execute("SELECT pg_advisory_xact_lock(?)", (SCHEMA_LOCK_KEY,))
+
+    def close(self) -> None:
+        raw, self._release = self._release, _closed
+        raw(self.raw)
+
+    def __enter__(self) -> Connection:
+        if self.in_transaction:
+            name = f"lore_sp{len(self._savepoints)}"
+            self.script(f"SAVEPOINT {name}")
+            self._savepoints.append(name)
+        else:
+            self.begin()
+            self._savepoints.append(None)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        name = self._savepoints.pop()
+        if name is None:
+            self.commit() if exc_type is None else self.rollback()
+        elif exc_type is None:
+            self.script(f"RELEASE SAVEPOINT {name}")
+        else:
+            self.script(f"ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}")
+
+
+def _closed(raw: psycopg.Connection[Any]) -> None:
+    """A closed connection's release: closing twice does nothing."""
+
+
+class PostgresDatabase(Database):
+    """A Postgres server; one bounded connection pool per process, opened lazily."""
+
+    backend = "postgres"
+
+    def __init__(self, conninfo: str, *, pool_max: int = DEFAULT_POOL_MAX) -> None:
+        self.conninfo = conninfo
+        self.pool_max = pool_max
+        self._pool: psycopg_pool.ConnectionPool[Any] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        parts = urlsplit(self.conninfo)
+        if parts.password is None:
+            return self.conninfo
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        return urlunsplit(parts._replace(netloc=netloc))
+
+    @property
+    def address(self) -> str:
+        return self.conninfo
+
+    def pool(self) -> psycopg_pool.ConnectionPool[Any]:
+        with self._lock:
+            if self._pool is None:
+                self._pool = psycopg_pool.ConnectionPool(
+                    self.conninfo, min_size=0, max_size=self.pool_max,
+                    kwargs={"autocommit": True}, timeout=POOL_TIMEOUT_S, open=True,
+                    name="lore")
+            return self._pool
+
+    def connect(self, *, readonly: bool = False) -> Connection:
+        pool = self.pool()
+        raw = _call(lambda: pool.getconn())
+        return PgConnection(raw, pool.putconn)
+
+    def close(self) -> None:
+        """Close the pool (idle connections go now; borrowed ones when returned)."""
+        with self._lock:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
+
+    def _init_args(self) -> tuple[Any, ...]:
+        return (self.conninfo,)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.conninfo,), {"pool_max": self.pool_max})
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.pool_max = state["pool_max"]
+
+    def __repr__(self) -> str:
+        return f"PostgresDatabase({self.url!r})"
