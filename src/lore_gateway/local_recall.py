@@ -28,6 +28,7 @@ from lore_gateway.body import ClientDisconnected, read_body
 from lore_gateway.channel import ClientChannel, Receive, Send
 from lore_gateway.errors import GatewayError, error_body
 from lore_gateway.headers import header_map
+from lore_gateway.memory.errors import MemoryUnavailable
 from lore_gateway.memory.records import Identity
 
 LOCAL_RECALL_PATH = "/lore/recall"
@@ -54,6 +55,8 @@ async def handle(scope: dict[str, Any], receive: Receive, send: Send, memory: An
         status, body = await _answer(scope, receive, memory)
     except GatewayError as exc:
         status, body = exc.status, exc.body()
+    except MemoryUnavailable as exc:  # the database or the search process is gone
+        status, body = 503, error_body("api_error", f"memory cannot answer now: {exc}")
     except ClientDisconnected:
         return 0
     await channel.respond(status, body)

@@ -71,7 +71,7 @@ def entries(conn: Connection, tenant: str | None, project: str | None, *,
     sorted by category then title. ``project=None`` lists every project."""
     rows = conn.execute(
         "SELECT * FROM knowledge WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR"
-        " project = ?2 OR (?3 AND cross_project = 1)) ORDER BY category, lower(title), id",
+        " project = ?2 OR (?3 = 1 AND cross_project = 1)) ORDER BY category, lower(title), id",
         (tenant, project, int(include_cross))).fetchall()
     return [_entry(r) for r in rows]
 
@@ -147,7 +147,8 @@ def _find(conn: Connection, tenant: str, project: str, title: str, entry_id: str
         if row is not None:
             return _entry(row)
     rows = conn.execute(
-        "SELECT * FROM knowledge WHERE tenant = ? AND (project = ? OR (? AND cross_project = 1))",
+        "SELECT * FROM knowledge WHERE tenant = ? AND (project = ? OR (? = 1 AND"
+        " cross_project = 1))",
         (tenant, project, int(cross_project))).fetchall()
     for row in rows:
         if same_title(str(row[4]), title):

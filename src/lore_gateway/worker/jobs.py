@@ -177,9 +177,11 @@ def charge(conn: Connection, tenant: str, now: float, tokens_in: int,
            tokens_out: int) -> None:
     conn.execute(
         "INSERT INTO worker_usage(tenant, day, requests, tokens_in, tokens_out) VALUES"
-        " (?,?,1,?,?) ON CONFLICT(tenant, day) DO UPDATE SET requests = requests + 1,"
-        " tokens_in = tokens_in + excluded.tokens_in, tokens_out = tokens_out +"
-        " excluded.tokens_out", (tenant, day_of(now), tokens_in, tokens_out))
+        " (?,?,1,?,?) ON CONFLICT(tenant, day) DO UPDATE SET"
+        " requests = worker_usage.requests + 1,"
+        " tokens_in = worker_usage.tokens_in + excluded.tokens_in,"
+        " tokens_out = worker_usage.tokens_out + excluded.tokens_out",
+        (tenant, day_of(now), tokens_in, tokens_out))
 
 
 def usage_today(conn: Connection, now: float) -> dict[str, dict[str, int]]:
