@@ -75,7 +75,7 @@ async def _answer(scope: dict[str, Any], receive: Receive, memory: Any) -> tuple
     raw = await read_body(receive, limit=MAX_REQUEST_BYTES,
                           content_length=headers.get("content-length"))
     request = _parse(raw)
-    if str(request.get("db", "")) != str(memory.settings.db_path.resolve()):
+    if str(request.get("db", "")) != memory.database.url:
         return 409, error_body("invalid_request_error",
                                "this gateway serves another database; search it locally")
     tenant = memory.tenancy.tenant(headers)  # 401 in team mode without a valid key

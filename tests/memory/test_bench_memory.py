@@ -99,6 +99,7 @@ def test_two_real_conversations_bm25_beats_floor() -> None:
     assert figures["cats_1_4"]["mrr"] > 0.38
 
 
+@pytest.mark.sqlite_only  # `lore bench search` builds a SQLite store (--backend: pgops)
 def test_search_bench_small_corpus() -> None:
     _register()
     out = CliRunner().invoke(app, ["bench", "search", "--messages", "2000", "--queries", "10",

@@ -12,7 +12,12 @@ from lore_gateway.memory import db
 from lore_gateway.memory.embed import as_blob, from_blob, load_embedder
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
-from lore_gateway.memory.vectors import EXACT_SCOPE_ROWS, VectorIndex, sign_codes
+from lore_gateway.memory.vectors import (
+    EXACT_SCOPE_ROWS,
+    sign_codes,
+    vector_param,
+    vector_search,
+)
 from lore_gateway.protocols.common import Message
 
 embedder = load_embedder()
@@ -63,7 +68,7 @@ def test_open_embeds_messages_stored_while_the_model_was_absent(tmp_path: Path) 
         bm25_only.close()
 
     def vectors() -> int:
-        conn = db.connect(settings.db_path)
+        conn = db.connect(settings.database)
         try:
             return int(conn.execute("SELECT count(*) FROM embeddings").fetchone()[0])
         finally:
@@ -100,13 +105,14 @@ def test_a_scope_past_the_exact_limit_is_pre_ranked_and_still_finds_the_nearest(
     rng = np.random.default_rng(3)
     vectors = rng.standard_normal((rows, 384)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    conn = db.connect(settings.db_path)
+    conn = db.connect(settings.database)
     try:
         ids = [int(r[0]) for r in conn.execute("SELECT id FROM messages ORDER BY id")]
         with conn:
             conn.executemany("INSERT INTO embeddings(message_id, model, vector) VALUES (?,?,?)",
-                             [(mid, "m", as_blob(v)) for mid, v in zip(ids, vectors, strict=True)])
-        index = VectorIndex("m", 384)
+                             [(mid, "m", vector_param(conn, v))
+                              for mid, v in zip(ids, vectors, strict=True)])
+        index = vector_search(conn, "m", 384)
         for target in (7, 1_234, rows - 1):
             query = vectors[target] + 0.6 * rng.standard_normal(384).astype(np.float32) / 20
             query /= np.linalg.norm(query)

@@ -173,9 +173,10 @@ def test_another_tenants_rows_do_not_crowd_out_this_tenants_in_scope_all(
     assert [h.content for h in hits] == ["the websocket reconnect flakes on slow networks"]
 
 
+@pytest.mark.sqlite_only  # upgrades an older SQLite file
 def test_a_version_3_store_migrates_forward_and_stays_searchable(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path, embeddings=False)
-    conn = db.connect(settings.db_path)
+    conn = db.connect(settings.database)
     for migration in schema.MIGRATIONS[:3]:
         conn.execute(migration.sql)
     conn.execute("CREATE TABLE schema_version(version INTEGER NOT NULL)")

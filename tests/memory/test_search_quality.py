@@ -131,9 +131,10 @@ def test_recall_calls_and_results_are_never_hits(memory: Memory) -> None:
     assert not is_recall_traffic("[tool:call_9] ## Results of my own script")
 
 
+@pytest.mark.sqlite_only  # upgrades an older SQLite file
 def test_a_version_4_store_migrates_to_the_v7_search_index(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path, embeddings=False)
-    conn = db.connect(settings.db_path)
+    conn = db.connect(settings.database)
     conn.execute("CREATE TABLE schema_version(version INTEGER NOT NULL)")
     for migration in schema.MIGRATIONS[:4]:
         conn.execute(migration.sql)

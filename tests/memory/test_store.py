@@ -15,10 +15,11 @@ import apsw
 import pytest
 
 from lore_gateway.config import Settings
-from lore_gateway.memory import schema
+from lore_gateway.memory import db, schema
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
 from lore_gateway.protocols.common import Message
+from lore_gateway.testing.postgres import indexed_ids
 
 SECRET = "sk-proj-LoreTestSecret0123456789abcdefXYZ"
 
@@ -36,7 +37,9 @@ def memory(settings: Settings) -> Iterator[Memory]:
 
 
 def rows(settings: Settings, sql: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
-    conn = apsw.Connection(str(settings.db_path), flags=apsw.SQLITE_OPEN_READONLY)
+    from lore_gateway.memory import db
+
+    conn = db.connect(settings.database, readonly=True)
     try:
         return [tuple(r) for r in conn.execute(sql, args)]
     finally:
@@ -76,8 +79,7 @@ def test_completed_turn_is_stored_once_with_token_estimates(memory: Memory,
     ]
     assert rows(settings, "SELECT turns FROM sessions WHERE id = 's-1'") == [(1,)]
     # The FTS index follows the table.
-    assert rows(settings, "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'build'") \
-        == [(1,), (2,)]
+    assert indexed_ids(settings.database, "build") == [1, 2]
 
 
 def test_abandoned_turn_keeps_input_and_partial_output_and_a_retry_replaces_it(
@@ -98,8 +100,7 @@ def test_abandoned_turn_keeps_input_and_partial_output_and_a_retry_replaces_it(
         "refactor the parser into two modules", "Done: parser/lexer.py and parser/ast.py"]
     assert rows(settings, "SELECT turns FROM sessions") == [(1,)]
     # Only the superseded attempt's FTS rows are gone.
-    assert rows(settings, "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'first'") \
-        == [(0,)]
+    assert indexed_ids(settings.database, "first") == []
 
 
 def test_a_retried_tool_loop_step_replaces_its_failed_attempt(
@@ -158,7 +159,7 @@ def test_markers_anchors_and_credentials_never_reach_the_file(
         'curl -H "x-api-key: [redacted]" https://api.example',
         "I will not repeat it. Authorization: Bearer [redacted]",
     ]
-    for path in settings.data_dir.iterdir():
+    for path in settings.data_dir.iterdir() if settings.data_dir.exists() else ():
         data = path.read_bytes()
         for needle in (SECRET, "plainvalue123", "tok_abcdefgh12345", "lore-recall:", "📚"):
             assert needle.encode() not in data, f"{needle!r} found in {path.name}"
@@ -180,6 +181,7 @@ def test_dedup_key_makes_a_repeat_a_no_op_and_a_new_version_replaces(
     assert rows(settings, "SELECT turns FROM sessions") == [(1,)]
 
 
+@pytest.mark.sqlite_only  # stalls the writer with SQLite's file lock
 def test_submit_never_blocks_when_the_queue_is_full(
         settings: Settings, caplog: pytest.LogCaptureFixture) -> None:
     from lore_gateway.memory.db import conn_factory
@@ -189,7 +191,7 @@ def test_submit_never_blocks_when_the_queue_is_full(
     blocker = apsw.Connection(str(settings.db_path))
     blocker.set_busy_timeout(0)
     blocker.execute("BEGIN IMMEDIATE")  # hold the write lock: the writer stalls
-    writer = TurnWriter(conn_factory(settings.db_path), max_message_bytes=1000, max_queue=3)
+    writer = TurnWriter(conn_factory(settings.database), max_message_bytes=1000, max_queue=3)
     try:
         started = time.monotonic()
         accepted = [writer.submit(turn(ALICE, ("user", f"q{i}"))) for i in range(300)]
@@ -254,7 +256,7 @@ def test_delete_project_removes_messages_index_rows_and_sessions(
                          progress=lambda done, total: seen.append((done, total))) == 2
     assert seen[-1] == (2, 2)
     assert rows(settings, "SELECT project FROM messages") == [("/elsewhere",)]
-    assert rows(settings, "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'zebra'") \
+    assert [(i,) for i in indexed_ids(settings.database, "zebra")] \
         == rows(settings, "SELECT id FROM messages")
     assert [s.session for s in memory.sessions("t-alice")] == ["s-2"]
 
@@ -262,9 +264,9 @@ def test_delete_project_removes_messages_index_rows_and_sessions(
 def test_schema_is_versioned_and_refuses_a_newer_database(settings: Settings) -> None:
     Memory.open(settings, embedder=None).close()
     Memory.open(settings, embedder=None).close()
+    conn = db.connect(settings.database)
     assert rows(settings, "SELECT version FROM schema_version") == [
-        (m.version,) for m in schema.MIGRATIONS]
-    conn = apsw.Connection(str(settings.db_path))
+        (m.version,) for m in schema.migrations_for(conn)]
     conn.execute("INSERT INTO schema_version(version) VALUES (999)")
     conn.close()
     with pytest.raises(RuntimeError, match="schema version 999"):
@@ -278,6 +280,7 @@ from lore_gateway.config import Settings
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
 from lore_gateway.protocols.common import Message
+from lore_gateway.testing.postgres import indexed_ids
 mem = Memory.open(Settings(data_dir=Path(sys.argv[1])), embedder=None)
 ident = Identity("t-crash", "/p", "s")
 i = 0
@@ -292,6 +295,7 @@ while True:
 """
 
 
+@pytest.mark.sqlite_only  # SQLite's integrity checks of the file and its FTS5 index
 def test_a_writer_killed_mid_write_leaves_a_consistent_database(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", _CRASH_WRITER, str(tmp_path)],
                             stdout=subprocess.PIPE, text=True)
@@ -325,7 +329,7 @@ def test_deleting_a_session_removes_its_replayable_recalls(tmp_path: Path) -> No
                                       messages=(Message("user", "hello"),),
                                       created_at=time.time()))
     mem.flush(timeout=10)
-    conn = _db.connect(settings.db_path)
+    conn = _db.connect(settings.database)
     with conn:
         conn.execute(
             "INSERT INTO recall_anchors(tenant, session, anchor_id, protocol, marker, call_id,"

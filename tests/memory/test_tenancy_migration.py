@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from lore_gateway.config import Settings
 from lore_gateway.memory import db, schema
 from lore_gateway.memory.identity import PERSONAL
@@ -46,6 +48,7 @@ def _older_database(path: Path) -> None:
     conn.close()
 
 
+@pytest.mark.sqlite_only  # upgrades an older SQLite file
 def test_credential_tenants_merge_into_the_personal_tenant(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path, embeddings=False)
     _older_database(settings.db_path)
@@ -59,7 +62,7 @@ def test_credential_tenants_merge_into_the_personal_tenant(tmp_path: Path) -> No
         assert sessions["fp-shared"].first_seen == 1.7e9
         hits = memory.search_sync("cache key", identity=Identity(PERSONAL, "/repo", "x")).hits
         assert len(hits) == 3  # every old tenant's turn, found from the one memory
-        conn = db.connect(settings.db_path)
+        conn = db.connect(settings.database)
         try:
             for table in ("turns", "messages", "sessions", "recall_anchors", "search_scopes"):
                 left = conn.execute(

@@ -32,6 +32,9 @@ def lore_env(root: Path, **settings: str) -> dict[str, str]:
         "XDG_CONFIG_HOME": str(root / "config"),
         "LORE_DATA_DIR": str(root / "data"),
         "LORE_EMBEDDINGS": "false",
+        # The backend suites' Postgres database (tests/conftest.py), when there is one.
+        **({"LORE_DATABASE_URL": os.environ["LORE_DATABASE_URL"]}
+           if "LORE_DATABASE_URL" in os.environ else {}),
         **settings,
     }
 

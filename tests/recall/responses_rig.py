@@ -66,7 +66,7 @@ def private_coverage_marks(gw: Any) -> list[bytes]:
 
     from lore_gateway.memory import db
 
-    conn = db.connect(gw.memory.settings.db_path, readonly=True)
+    conn = db.connect(gw.memory.settings.database, readonly=True)
     try:
         contents = [str(row[0]) for row in conn.execute("SELECT content FROM messages")]
     finally:

@@ -9,19 +9,22 @@ from pathlib import Path
 import orjson
 import pytest
 
+from lore_gateway.config import Settings
 from lore_gateway.memory import db, schema
 from lore_gateway.memory.anchor_store import AnchorStore, RecallStoreFull, StoredRecall
+from lore_gateway.storage import Database
 
 T, S = "tenant-a", "session-1"
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    path = tmp_path / "lore.db"
-    conn = db.connect(path)
+def db_path(tmp_path: Path) -> Database:
+    """The test's database (SQLite in tmp_path, or the Postgres of LORE_DATABASE_URL)."""
+    database = Settings(data_dir=tmp_path).database
+    conn = db.connect(database)
     schema.migrate(conn)
     conn.close()
-    return path
+    return database
 
 
 def recall(text: str = "blue cluster", *, padding: int = 0) -> StoredRecall:
@@ -35,7 +38,7 @@ def recall(text: str = "blue cluster", *, padding: int = 0) -> StoredRecall:
                      "output": text + "x" * padding})
 
 
-async def test_commit_then_lookup_is_verbatim_and_survives_a_new_store(db_path: Path) -> None:
+async def test_commit_then_lookup_is_verbatim_and_survives_a_new_store(db_path: Database) -> None:
     store = AnchorStore(db_path)
     await store.session(T, S)
     entry = recall("café ☕ \u2028 \"quoted\"")
@@ -55,7 +58,7 @@ async def test_commit_then_lookup_is_verbatim_and_survives_a_new_store(db_path: 
     reopened.close()
 
 
-async def test_commit_to_an_unloaded_session_is_seen_by_the_next_load(db_path: Path) -> None:
+async def test_commit_to_an_unloaded_session_is_seen_by_the_next_load(db_path: Database) -> None:
     store = AnchorStore(db_path)
     entry = recall()
     store.commit(T, S, [entry])  # never loaded: the commit loads it first
@@ -67,7 +70,7 @@ async def test_commit_to_an_unloaded_session_is_seen_by_the_next_load(db_path: P
     reopened.close()
 
 
-async def test_full_session_never_evicts_live_anchors(db_path: Path) -> None:
+async def test_full_session_never_evicts_live_anchors(db_path: Database) -> None:
     store = AnchorStore(db_path, max_entries=3)
     recalls = await store.session(T, S)
     first = [recall() for _ in range(3)]
@@ -91,7 +94,7 @@ async def test_full_session_never_evicts_live_anchors(db_path: Path) -> None:
     reopened.close()
 
 
-async def test_byte_capacity_is_enforced(db_path: Path) -> None:
+async def test_byte_capacity_is_enforced(db_path: Database) -> None:
     store = AnchorStore(db_path, max_bytes=4096)
     await store.session(T, S)
     with pytest.raises(RecallStoreFull):
@@ -104,7 +107,7 @@ async def test_byte_capacity_is_enforced(db_path: Path) -> None:
     store.close()
 
 
-async def test_cached_sessions_are_bounded_and_reload_from_the_database(db_path: Path) -> None:
+async def test_cached_sessions_are_bounded_and_reload_from_the_database(db_path: Database) -> None:
     store = AnchorStore(db_path, max_sessions=2)
     entries = {}
     for name in ("s1", "s2", "s3"):
@@ -119,7 +122,8 @@ async def test_cached_sessions_are_bounded_and_reload_from_the_database(db_path:
     store.close()
 
 
-async def test_damaged_rows_are_skipped(db_path: Path) -> None:
+@pytest.mark.sqlite_only  # writes text into an integer column, which only SQLite allows
+async def test_damaged_rows_are_skipped(db_path: Database) -> None:
     good = recall()
     store = AnchorStore(db_path)
     store.commit(T, S, [good])
@@ -145,7 +149,7 @@ async def test_without_a_database_the_store_still_serves_its_cache() -> None:
     store.close()
 
 
-async def test_a_credential_in_recall_arguments_is_redacted_on_disk(db_path: Path) -> None:
+async def test_a_credential_in_recall_arguments_is_redacted_on_disk(db_path: Database) -> None:
     """Redaction covers every stored field, the recall anchors included (issue 10
     §9): a key the user typed, which the model put into its recall query, never
     reaches the database; the live cache keeps the verbatim pair for replay."""
@@ -176,7 +180,7 @@ async def test_a_credential_in_recall_arguments_is_redacted_on_disk(db_path: Pat
     assert orjson.loads(reloaded.get(entry.anchor_id).arguments)["query"].endswith("[redacted]")
 
 
-async def test_the_store_writes_through_the_memory_writer(db_path: Path) -> None:
+async def test_the_store_writes_through_the_memory_writer(db_path: Database) -> None:
     """No second SQLite writer: the gateway's store queues its writes on the one
     ``TurnWriter`` it is given (issue 9 §7)."""
     from lore_gateway.memory.writer import TurnWriter

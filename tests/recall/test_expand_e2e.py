@@ -52,7 +52,7 @@ def wait_anchors(gw: Any, count: int) -> None:
     deadline = time.monotonic() + 10
     seen = -1
     while time.monotonic() < deadline:
-        conn = db.connect(gw.settings.db_path, readonly=True)
+        conn = db.connect(gw.settings.database, readonly=True)
         try:
             row = conn.execute("SELECT count(*) FROM recall_anchors").fetchone()
         except apsw.SQLError:

@@ -80,7 +80,7 @@ def transcript(path: Path, cwd: Path) -> Path:
 
 def lore_import(data_dir: Path, path: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("LORE_", "OPENAI", "ANTHROPIC"))}
+           if not k.startswith(("LORE_", "OPENAI", "ANTHROPIC")) or k == "LORE_DATABASE_URL"}
     env |= {"LORE_DATA_DIR": str(data_dir), "LORE_EMBEDDINGS": "false"}
     return subprocess.run([sys.executable, "-m", "lore_gateway", "import", "claude-code",
                            str(path)], env=env, capture_output=True, text=True, timeout=120,
@@ -125,7 +125,7 @@ def test_personal_mode_one_memory_across_agents_credentials_and_imports(
 @pytest.fixture
 def team_gateway(fake_upstream: FakeUpstream, tmp_path: Path) -> Iterator[tuple[Any, str, str]]:
     settings = gateway_settings(fake_upstream, tmp_path / "data", tenancy="keys")
-    conn = db.connect(settings.db_path)
+    conn = db.connect(settings.database)
     schema.migrate(conn)
     _, alice = keys.create(conn, "alice")
     _, bob = keys.create(conn, "bob")

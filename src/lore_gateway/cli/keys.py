@@ -27,7 +27,7 @@ app.add_typer(keys_app, name="keys")
 @contextmanager
 def _database() -> Iterator[tuple[Settings, Connection]]:
     settings = Settings()
-    conn = db.connect(settings.db_path)
+    conn = db.connect(settings.database)
     try:
         schema.migrate(conn)
         yield settings, conn

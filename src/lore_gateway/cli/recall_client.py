@@ -38,7 +38,7 @@ def ask_gateway(settings: Settings, *, query: str, scope: str, project: str,
         if not key:
             return None  # the local path explains what is missing
         headers["x-lore-key"] = key
-    body = json.dumps({"db": str(settings.db_path.resolve()), "query": query, "scope": scope,
+    body = json.dumps({"db": settings.database.url, "query": query, "scope": scope,
                        "project": project, "session": session or "", "limit": limit})
     connection = http.client.HTTPConnection(settings.host, settings.port, timeout=TIMEOUT_S)
     try:

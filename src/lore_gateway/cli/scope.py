@@ -61,7 +61,7 @@ def tenant_of_key_env(memory: Memory, var: str) -> str:
     key = os.environ.get(var, "").strip()
     if not key:
         raise fail(f"environment variable {var} is not set or empty")
-    conn = db.connect(memory.settings.db_path)
+    conn = db.connect(memory.database)
     try:
         tenant = keys.tenant_of(conn, key)
     finally:
@@ -101,7 +101,7 @@ def resolve_session(memory: Memory, tenant: str | None, prefix: str) -> str:
 
 
 def _key_tenants(memory: Memory) -> list[str]:
-    conn = db.connect(memory.settings.db_path)
+    conn = db.connect(memory.database)
     try:
         return [k.tenant for k in keys.list_keys(conn)]
     finally:

@@ -176,7 +176,7 @@ def for_scope(conn: Connection, tenant: str | None, *, session: str | None = Non
     rows = conn.execute(
         "SELECT * FROM distillations WHERE (?1 IS NULL OR tenant = ?1)"
         " AND (?2 IS NULL OR session = ?2) AND (?3 IS NULL OR project = ?3)"
-        " AND (?4 OR (archived = 0 AND text != '')) ORDER BY id",
+        " AND (?4 = 1 OR (archived = 0 AND text != '')) ORDER BY id",
         (tenant, session, project, int(include_archived)))
     return [_row(r) for r in rows.fetchall()]
 

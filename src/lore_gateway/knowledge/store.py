@@ -147,8 +147,8 @@ def _find(conn: Connection, tenant: str, project: str, title: str, entry_id: str
         if row is not None:
             return _entry(row)
     rows = conn.execute(
-        "SELECT * FROM knowledge WHERE tenant = ? AND (project = ? OR (? = 1 AND"
-        " cross_project = 1))",
+        "SELECT * FROM knowledge WHERE tenant = ? AND (project = ?"
+        " OR (? = 1 AND cross_project = 1))",
         (tenant, project, int(cross_project))).fetchall()
     for row in rows:
         if same_title(str(row[4]), title):

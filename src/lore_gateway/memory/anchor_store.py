@@ -47,7 +47,7 @@ import orjson
 from lore_gateway.memory import db
 from lore_gateway.memory.sanitize import redact_credentials
 from lore_gateway.memory.writer import TurnWriter
-from lore_gateway.storage.base import Connection
+from lore_gateway.storage.base import Connection, Database
 
 log = logging.getLogger("lore.recall")
 
@@ -192,9 +192,9 @@ def _redact_json(raw: bytes) -> bytes:
 
 
 class AnchorStore:
-    """Recalls per (tenant, session): an in-memory LRU over a SQLite table."""
+    """Recalls per (tenant, session): an in-memory LRU over a database table."""
 
-    def __init__(self, db_path: Path | None = None, *,
+    def __init__(self, db_path: Database | Path | None = None, *,
                  writer: TurnWriter | None = None,
                  max_entries: int = MAX_ENTRIES_PER_SESSION,
                  max_bytes: int = MAX_BYTES_PER_SESSION,

@@ -114,15 +114,21 @@ CREATE FUNCTION lore_recall_traffic(body text) RETURNS boolean LANGUAGE sql IMMU
         OR body LIKE '[tool:%] No results found for this query.%'
 $$;
 -- FTS5's bm25() (k1 = 1.2, b = 0.75) over the query terms: ``terms`` numbers the
--- query phrase each lexeme belongs to (a phrase counts as often as its rarest word),
--- ``prefixes`` marks prefix terms, ``idfs`` is each lexeme's phrase IDF.
+-- query phrase each lexeme belongs to, ``prefixes`` marks prefix terms, ``idfs`` is
+-- each lexeme's phrase IDF, ``phrases`` the phrase's tsquery where it has several
+-- words (NULL otherwise): a phrase counts only where its words are adjacent, and
+-- then as often as its rarest word.
 CREATE FUNCTION lore_bm25(doc tsvector, dl integer, lexemes text[], terms integer[],
-                          prefixes boolean[], idfs double precision[], avgdl double precision)
+                          prefixes boolean[], idfs double precision[], phrases tsquery[],
+                          avgdl double precision)
 RETURNS double precision LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT coalesce(sum(s.idf * s.tf * 2.2
                         / (s.tf + 1.2 * (0.25 + 0.75 * dl / greatest(avgdl, 1e-9)))), 0)
-    FROM (SELECT q.term, max(q.idf) AS idf, min(coalesce(f.tf, 0)) AS tf
-          FROM unnest(lexemes, terms, prefixes, idfs) AS q(lexeme, term, prefix, idf)
+    FROM (SELECT q.term, max(q.idf) AS idf,
+                 CASE WHEN bool_and(coalesce(doc @@ q.phrase, true))
+                      THEN min(coalesce(f.tf, 0)) ELSE 0 END AS tf
+          FROM unnest(lexemes, terms, prefixes, idfs, phrases)
+               AS q(lexeme, term, prefix, idf, phrase)
           LEFT JOIN LATERAL (
               SELECT sum(cardinality(u.positions))::double precision AS tf FROM unnest(doc) u
               WHERE u.lexeme = q.lexeme OR (q.prefix AND starts_with(u.lexeme, q.lexeme))

@@ -214,6 +214,7 @@ class PgTextIndex:
         terms: list[int] = []
         prefixes: list[bool] = []
         idfs: list[float] = []
+        gates: list[str | None] = []
         for number, phrase in enumerate(parsed):
             df = self._df(conn, table, phrase, DF_CAP, size)
             total = max(rows, df)  # the two counts were taken at different times
@@ -224,14 +225,16 @@ class PgTextIndex:
                 terms.append(number)
                 prefixes.append(phrase.prefix)
                 idfs.append(idf)
+                gates.append(phrase.tsquery if len(phrase.lexemes) > 1 else None)
         column, length = _COLUMNS[table]
         where, args = self._scope_sql(token)
         return [(int(r[0]), float(r[1])) for r in conn.execute(
             f"SELECT message_id, lore_bm25({column}, {length} + {SCOPE_TOKENS}, ?::text[],"
-            f" ?::integer[], ?::boolean[], ?::double precision[], ?) AS score"
+            f" ?::integer[], ?::boolean[], ?::double precision[], ?::tsquery[], ?) AS score"
             f" FROM search_docs WHERE {column} @@ ?::tsquery{where} AND message_id >= ?"
             f" ORDER BY score DESC, message_id DESC LIMIT {int(limit)}",
-            (lexemes, terms, prefixes, idfs, avgdl + SCOPE_TOKENS, query, *args, floor))]
+            (lexemes, terms, prefixes, idfs, gates, avgdl + SCOPE_TOKENS, query, *args,
+             floor))]
 
     def matching(self, conn: Connection, table: Table, phrases: Sequence[str],
                  ids: Sequence[int]) -> list[int]:

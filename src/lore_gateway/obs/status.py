@@ -88,25 +88,33 @@ def _storage(settings: Settings, live: Live | None) -> dict[str, Any]:
 
 
 def database_facts(settings: Settings) -> dict[str, Any]:
-    """Size and counts of the database file; ``exists: false`` before the first start."""
-    path = settings.db_path
-    facts: dict[str, Any] = {"path": str(path), "exists": path.exists()}
-    if not path.exists():
-        return facts | {"bytes": 0, "sessions": 0, "turns": 0, "messages": 0,
-                        "embedding_backlog": 0}
-    size = path.stat().st_size
-    for suffix in ("-wal", "-shm"):
-        extra = path.with_name(path.name + suffix)
-        if extra.exists():
-            size += extra.stat().st_size
-    facts["bytes"] = size
+    """Size and counts of the database; ``exists: false`` before the first start.
+    On Postgres ``path`` is the URL (without its password) and ``bytes`` the
+    server's size of the database."""
+    database = settings.database
+    if database.backend == "postgres":
+        facts: dict[str, Any] = {"path": database.url, "exists": True, "backend": "postgres"}
+    else:
+        path = settings.db_path
+        facts = {"path": str(path), "exists": path.exists()}
+        if not path.exists():
+            return facts | {"bytes": 0, "sessions": 0, "turns": 0, "messages": 0,
+                            "embedding_backlog": 0}
+        size = path.stat().st_size
+        for suffix in ("-wal", "-shm"):
+            extra = path.with_name(path.name + suffix)
+            if extra.exists():
+                size += extra.stat().st_size
+        facts["bytes"] = size
     from lore_gateway.memory import db
 
     try:
-        conn = db.connect(path, readonly=True)
+        conn = db.connect(database, readonly=True)
     except Exception as exc:
         return facts | {"error": f"cannot read it: {exc}"}
     try:
+        if database.backend == "postgres":
+            facts["bytes"] = _count(conn, "SELECT pg_database_size(current_database())")
         facts["sessions"] = _count(conn, "SELECT COUNT(*) FROM sessions")
         facts["turns"] = _count(conn, "SELECT COUNT(*) FROM turns")
         facts["messages"] = _count(conn, "SELECT COUNT(*) FROM messages")

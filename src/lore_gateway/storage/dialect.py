@@ -23,3 +23,12 @@ def no_index(conn: Connection, column: str) -> str:
     """``column`` written so SQLite's planner does not pick its index (unary ``+``);
     Postgres has no such hint and needs none here."""
     return column if conn.backend == "postgres" else f"+{column}"
+
+
+def table_exists(conn: Connection, name: str) -> bool:
+    """Whether the table ``name`` exists (an older schema may lack it)."""
+    if conn.backend == "postgres":
+        row = conn.execute("SELECT to_regclass(?) IS NOT NULL", (name,)).fetchone()
+        return bool(row and row[0])
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                        (name,)).fetchone() is not None

@@ -76,7 +76,8 @@ def translate(sql: str) -> tuple[str, bool]:
 
     ``?`` becomes ``%s``; when the statement numbers any (``?2``, reused as in
     ``(?1 IS NULL OR tenant = ?1)``), every placeholder becomes ``%(pN)s``, with a
-    plain ``?`` numbered one past the highest so far, as SQLite does. A literal
+    plain ``?`` numbered one past the highest so far, as SQLite does (such
+    statements are bound client-side: ``PgConnection.execute``). A literal
     ``%`` is doubled; string literals and quoted identifiers are copied as they are.
     """
     out: list[str] = []
@@ -187,7 +188,14 @@ class PgConnection(Connection):
     def execute(self, sql: str, params: Params = ()) -> Cursor:
         text, numbered = translate(sql)
         raw = self._live()
-        cursor = _call(lambda: raw.execute(text, _bind(numbered, params)))
+        if numbered:
+            # ``(?1 IS NULL OR tenant = ?1)``: Postgres types a parameter at its first
+            # use, and ``$1 IS NULL`` says nothing; bound client-side, the value is
+            # a typed literal in the statement instead.
+            cursor: psycopg.Cursor[Any] = psycopg.ClientCursor(raw)
+            _call(lambda: cursor.execute(text, _bind(numbered, params)))
+        else:
+            cursor = _call(lambda: raw.execute(text, tuple(params)))
         self._rowcount = max(cursor.rowcount, 0)
         return PgCursor(cursor)
 

@@ -103,3 +103,19 @@ class PostgresForTests:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+
+
+def indexed_ids(database: Any, word: str) -> list[int]:
+    """Ids of the messages whose indexed text holds ``word``, on either backend (for
+    tests that check the search index follows the table)."""
+    from lore_gateway.memory import db
+    from lore_gateway.memory.query import phrase
+    from lore_gateway.memory.textindex import text_index
+
+    conn = db.connect(database)
+    try:
+        found = text_index(conn).newest(conn, "messages", [phrase(word, prefix=False)],
+                                        conjunction=False, token=None, limit=100_000)
+    finally:
+        conn.close()
+    return sorted(found)

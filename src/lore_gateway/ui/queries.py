@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from lore_gateway.storage.dialect import table_exists
+
 # Turns that hold a distillation's observations message: shown beside the turns
 # they cover, not as turns of their own (distill/store.py).
 DISTILL_PROTOCOL = "lore-distill"
@@ -105,8 +107,7 @@ class Distillation:
 
 
 def _table_exists(conn: Any, name: str) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                        (name,)).fetchone() is not None
+    return table_exists(conn, name)
 
 
 def projects(conn: Any, tenant: str) -> list[Project]:

@@ -21,6 +21,7 @@ from dataclasses import astuple, dataclass, fields
 from typing import Any
 
 from lore_gateway.obs import metrics
+from lore_gateway.storage.dialect import table_exists
 
 log = logging.getLogger("lore.ui")
 
@@ -216,8 +217,7 @@ def tenant_series(conn: Any, tenant: str, window_s: float, now: float | None = N
             "SELECT created_at, role, tokens FROM messages WHERE tenant = ? AND created_at > ?"
             " AND created_at <= ? AND role != 'observations'", (tenant, start, now)):
         (down if role == "assistant" else up)[slot(float(ts))] += int(tokens)
-    has_anchors = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'recall_anchors'"
-                               ).fetchone() is not None
+    has_anchors = table_exists(conn, "recall_anchors")
     if has_anchors:
         for ts, result in conn.execute(
                 "SELECT created_at, tool_result FROM recall_anchors WHERE tenant = ?"

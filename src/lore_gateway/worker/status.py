@@ -47,13 +47,14 @@ def status_from_db(settings: Settings) -> dict[str, Any]:
     from lore_gateway.memory import db
 
     facts = worker_settings(settings)
-    if not settings.db_path.exists():
+    database = settings.database
+    if not database.exists():
         return facts | {"jobs": {"queued": 0, "done": 0, "failed": 0}, "today": {}}
-    conn = db.connect(settings.db_path, readonly=True)
+    conn = db.connect(database, readonly=True)
     try:
         facts.update(job_facts(conn, settings, time.time()))
     except Exception as exc:  # an older schema without the worker tables
-        facts["error"] = f"no worker tables in {settings.db_path}: {exc}"
+        facts["error"] = f"no worker tables in {database.url}: {exc}"
     finally:
         conn.close()
     return facts
