@@ -295,9 +295,8 @@ def test_a_queued_job_survives_a_restart_and_runs_with_the_next_credential(
 
 
 def read_db(data_dir: Path, sql: str) -> list[tuple[Any, ...]]:
-    from lore_gateway.memory import db
-
     from lore_gateway.config import Settings
+    from lore_gateway.memory import db
 
     conn = db.connect(Settings(data_dir=data_dir).database, readonly=True)
     try:
