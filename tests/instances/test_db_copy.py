@@ -270,3 +270,25 @@ def test_an_unreachable_database_is_one_line_with_the_fix(tmp_path: Path) -> Non
 
 def _raw_url(target: Database) -> str:
     return str(getattr(target, "conninfo", target.url))
+
+
+def test_doctor_checks_the_postgres_connection_and_pgvector(postgres_url: str) -> None:
+    code, checks = _doctor(postgres_url)
+    database, vector = checks["database"], checks["pgvector"]
+    assert database["status"] == "ok", database
+    assert "PostgreSQL 16" in database["detail"] and "schema version" in database["detail"]
+    assert vector["status"] == "ok" and vector["detail"].startswith("vector ")
+
+    code, checks = _doctor("postgresql://lore:secret@127.0.0.1:9/lore")
+    database = checks["database"]
+    assert code == 1 and database["status"] == "FAIL"
+    assert "cannot connect" in database["detail"] and "secret" not in database["detail"]
+    assert "LORE_DATABASE_URL" in database["fix"]
+    assert checks["pgvector"]["status"] == "skipped"
+
+
+def _doctor(url: str) -> tuple[int, dict[str, Any]]:
+    result = lore("doctor", "--json", env={"LORE_DATABASE_URL": url, "LORE_EMBEDDINGS": "false"})
+    assert "Traceback" not in result.stderr
+    checks = json.loads(result.stdout)["checks"]
+    return result.returncode, {c["name"]: c for c in checks}
