@@ -11,6 +11,7 @@ stored before is lost.
 from __future__ import annotations
 
 import http.client
+import itertools
 import os
 import re
 import signal
@@ -27,6 +28,7 @@ import orjson
 import pytest
 
 from lore_gateway.distill.store import DISTILL_PROTOCOL
+from lore_gateway.knowledge.block import UPDATE_HEADING
 from lore_gateway.memory import db
 from lore_gateway.storage.target import parse_url
 from lore_gateway.testing import ANTHROPIC_KEY, FakeUpstream
@@ -117,9 +119,10 @@ def instances(fake_upstream: FakeUpstream, shared_url: str,
 class Session:
     """One Claude-style conversation whose turns go to whichever instance is given."""
 
-    def __init__(self, project: Path) -> None:
+    def __init__(self, project: Path, name: str = "shared-session") -> None:
         self.system = SYSTEM + f"\nPrimary working directory: {project}"
         self.messages: list[dict[str, Any]] = []
+        self.name = name
 
     def body(self, text: str, *, stream: bool = False) -> dict[str, Any]:
         self.messages.append({"role": "user", "content": [{"type": "text", "text": text}]})
@@ -127,15 +130,16 @@ class Session:
                 "system": self.system, "tools": TOOLS, "messages": self.messages}
 
     def say(self, via: Instance, text: str, scenario: str = "text:" + ANSWER) -> None:
-        reply = post(via.url, self.body(text), scenario)
+        reply = post(via.url, self.body(text), scenario, self.name)
         self.messages.append({"role": "assistant", "content": orjson.loads(reply)["content"]})
 
 
-def post(url: str, body: dict[str, Any], scenario: str) -> bytes:
+def post(url: str, body: dict[str, Any], scenario: str,
+         session: str = "shared-session") -> bytes:
     request = urllib.request.Request(
         url + "/v1/messages", data=orjson.dumps(body), method="POST",
         headers={"content-type": "application/json", "x-api-key": ANTHROPIC_KEY,
-                 "anthropic-version": "2023-06-01", "x-lore-session-id": "shared-session",
+                 "anthropic-version": "2023-06-01", "x-lore-session-id": session,
                  "x-fake-scenario": scenario})
     with urllib.request.urlopen(request, timeout=60) as resp:
         assert resp.status == 200
@@ -279,3 +283,38 @@ def test_two_instances_serve_one_session_and_survive_losing_one(
         ("shared-session",))]
     for text in said:
         assert sum(text in s for s in stored_after) == 1
+
+
+def test_a_knowledge_update_reaches_the_session_on_both_instances(
+        instances: Callable[[str], Instance], fake_upstream: FakeUpstream,
+        shared_url: str, tmp_path: Path) -> None:
+    project = tmp_path / "repo"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    a, b = instances("a"), instances("b")
+
+    def entries() -> int:
+        return int(query(shared_url, "SELECT count(*) FROM knowledge")[0][0])
+
+    Session(project, "earlier").say(a, "Decision: use uv for every Python command. pip is "
+                                       "not allowed here.")
+    wait_until(lambda: entries() >= 1, "the first entry")
+    mark = len(fake_upstream.model_requests)
+    later = Session(project, "later")
+    later.say(a, "Hello again.")  # A freezes the session's block
+    later.say(b, "Decision: the API listens on port 8443. Port 8080 is taken by the proxy.")
+    wait_until(lambda: entries() >= 2, "the mid-session entry")
+    later.say(a, "Thanks, go on.")
+    later.say(b, "And now?")
+    sent = [r.json for r in agent_requests(fake_upstream, mark)
+            if b"Hello again." in r.body]
+    assert len(sent) == 4
+    assert all(x["system"] == sent[0]["system"] for x in sent)
+    assert "use uv for every Python command" in sent[0]["system"]
+    for earlier, nxt in itertools.pairwise(sent):
+        prefix = nxt["messages"][:len(earlier["messages"])]
+        assert orjson.dumps(prefix) == orjson.dumps(earlier["messages"])
+    updates = [m for m in sent[-1]["messages"]
+               if UPDATE_HEADING in orjson.dumps(m.get("content")).decode()]
+    assert len(updates) == 1 and "port 8443" in orjson.dumps(updates[0]).decode(), \
+        [m["role"] for m in sent[-1]["messages"]]
