@@ -209,8 +209,8 @@ def copy_command(
                                       "`lore keys create` gets)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Copy a whole memory into another database, e.g. a personal SQLite memory into a
-    team's Postgres. Resumable: run it again after an interruption and it continues.
+    """Copy a whole memory into another database (a personal SQLite memory into a
+    team's Postgres, say). Resumable: run it again after an interruption and it continues.
     Verified: every table's rows are counted in both at the end (exit code 1 if any
     differ). Stop the gateways writing to the source first."""
     from lore_gateway.memory import dbcopy
