@@ -75,7 +75,7 @@ async def _answer(scope: dict[str, Any], receive: Receive, memory: Any) -> tuple
     raw = await read_body(receive, limit=MAX_REQUEST_BYTES,
                           content_length=headers.get("content-length"))
     request = _parse(raw)
-    if str(request.get("db", "")) != memory.database.url:
+    if not _same_database(str(request.get("db", "")), memory.database.url):
         return 409, error_body("invalid_request_error",
                                "this gateway serves another database; search it locally")
     tenant = memory.tenancy.tenant(headers)  # 401 in team mode without a valid key
@@ -90,6 +90,19 @@ async def _answer(scope: dict[str, Any], receive: Receive, memory: Any) -> tuple
                   "content": h.content, "created_at": h.created_at, "session": h.session,
                   "project": h.project} for h in result.hits],
     })
+
+
+def _same_database(named: str, served: str) -> bool:
+    """Whether the caller's database (a URL, or the path of a SQLite file as older
+    CLIs send it) is the one this gateway serves."""
+    if named == served:
+        return True
+    from lore_gateway.storage.target import parse_url
+
+    try:
+        return named != "" and parse_url(named).url == served
+    except ValueError:
+        return False
 
 
 def _parse(raw: bytes) -> dict[str, Any]:
