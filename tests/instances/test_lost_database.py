@@ -68,7 +68,7 @@ def local_recall(gw: Any, query: str) -> tuple[int, Any]:
     import urllib.error
     import urllib.request
 
-    body = {"db": str(gw.memory.settings.db_path.resolve()), "query": query, "scope": "all"}
+    body = {"db": gw.memory.database.url, "query": query, "scope": "all"}
     request = urllib.request.Request(gw.url + "/lore/recall", data=orjson.dumps(body),
                                      method="POST",
                                      headers={"content-type": "application/json"})
