@@ -67,6 +67,8 @@ def test_claude_code_second_session_starts_with_the_first_sessions_decision(
     assert {r.headers["x-lore-worker"] for r in worker_requests(fake_upstream)} == {
         "distill", "curate"}
     wait_until(lambda: (project / ".lore.md").exists(), ".lore.md")
+    # The pointer is written just after .lore.md: wait for it too.
+    wait_until(lambda: (project / "CLAUDE.md").exists(), "the pointer in CLAUDE.md")
     assert "tangerine branch" in (project / ".lore.md").read_text()
     assert ex.POINTER_BEGIN in (project / "CLAUDE.md").read_text()
 
@@ -118,6 +120,8 @@ def test_codex_second_session_starts_with_the_first_sessions_decision(
         assert all(w.json["stream"] is True and "max_output_tokens" not in w.json
                    for w in workers)
     wait_until(lambda: (project / ".lore.md").exists(), ".lore.md")
+    # The pointer is written just after .lore.md: wait for it too.
+    wait_until(lambda: (project / "AGENTS.md").exists(), "the pointer in AGENTS.md")
     assert "tangerine branch" in (project / ".lore.md").read_text()
     assert ex.POINTER_BEGIN in (project / "AGENTS.md").read_text()
 
