@@ -29,6 +29,7 @@ from lore_gateway.channel import ClientChannel, Receive, Send
 from lore_gateway.config import Settings
 from lore_gateway.errors import GatewayError, error_body
 from lore_gateway.headers import header_map
+from lore_gateway.memory.errors import MemoryUnavailable
 from lore_gateway.memory.records import Identity
 
 LOCAL_RECALL_PATH = "/lore/recall"
@@ -62,6 +63,8 @@ async def handle(scope: dict[str, Any], receive: Receive, send: Send, memory: An
         status, body = await _answer(scope, receive, memory)
     except GatewayError as exc:
         status, body = exc.status, exc.body()
+    except MemoryUnavailable as exc:  # the database or the search process is gone
+        status, body = 503, error_body("api_error", f"memory cannot answer now: {exc}")
     except ClientDisconnected:
         return 0
     await channel.respond(status, body)
@@ -80,7 +83,9 @@ async def _answer(scope: dict[str, Any], receive: Receive, memory: Any) -> tuple
     raw = await read_body(receive, limit=MAX_REQUEST_BYTES,
                           content_length=headers.get("content-length"))
     request = _parse(raw)
-    if str(request.get("db", "")) != database_name(memory.settings):
+    named = str(request.get("db", ""))
+    if named != database_name(memory.settings) and not _same_database(named,
+                                                                      memory.database.url):
         return 409, error_body("invalid_request_error",
                                "this gateway serves another database; search it locally")
     tenant = memory.tenancy.tenant(headers)  # 401 in team mode without a valid key
@@ -95,6 +100,19 @@ async def _answer(scope: dict[str, Any], receive: Receive, memory: Any) -> tuple
                   "content": h.content, "created_at": h.created_at, "session": h.session,
                   "project": h.project} for h in result.hits],
     })
+
+
+def _same_database(named: str, served: str) -> bool:
+    """Whether the caller's database (a URL, or the path of a SQLite file as older
+    CLIs send it) is the one this gateway serves."""
+    if named == served:
+        return True
+    from lore_gateway.storage.target import parse_url
+
+    try:
+        return named != "" and parse_url(named).url == served
+    except ValueError:
+        return False
 
 
 def _parse(raw: bytes) -> dict[str, Any]:

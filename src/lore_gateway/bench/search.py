@@ -13,6 +13,11 @@ query itself is embedded with the real model, so hybrid latency includes it.
 
 Queries are 3–5 words taken from random stored messages plus filler words, so
 every query has matches, and are run with scopes ``project`` and ``all``.
+
+``backend="postgres"`` runs the same corpus and queries on Postgres: on the server
+``database_url`` names (an empty database; it is left filled), or else on a
+private throw-away server (pgserver, as the tests start), with the same seed, so
+the two backends' figures compare directly.
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -46,6 +52,7 @@ Progress = Callable[[str, int, int], None]
 
 @dataclass(slots=True)
 class SearchBenchReport:
+    backend: str = "sqlite"
     messages: int = 0
     insert_s: float = 0.0
     vectors_s: float = 0.0
@@ -54,6 +61,7 @@ class SearchBenchReport:
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
+            "backend": self.backend,
             "messages": self.messages,
             "insert_s": round(self.insert_s, 2),
             "insert_msgs_per_s": round(self.messages / self.insert_s) if self.insert_s else None,
@@ -64,6 +72,7 @@ class SearchBenchReport:
             ordered = sorted(values)
             out[name] = {
                 "p50_ms": round(statistics.median(ordered), 2),
+                "p95_ms": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 2),
                 "p99_ms": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 2),
                 "n": len(ordered),
             }
@@ -94,8 +103,42 @@ def _identity(index: int) -> Identity:
     return Identity(TENANT, f"project-{session // SESSIONS_PER_PROJECT}", f"session-{session}")
 
 
+Backend = Literal["sqlite", "postgres"]
+
+
+@contextmanager
+def _database_url(backend: Backend, database_url: str | None) -> Iterator[str | None]:
+    """The URL to benchmark on: None for SQLite (the data dir's file), the given
+    Postgres, or a private pgserver database that goes away afterwards."""
+    if backend == "sqlite" or database_url is not None:
+        yield database_url
+        return
+    try:
+        from lore_gateway.testing.postgres import PostgresForTests
+    except ImportError as exc:  # pragma: no cover - pgserver is a dev dependency
+        raise RuntimeError("no Postgres to benchmark on: pass --database-url "
+                           "postgresql://… (an empty database) or install pgserver") from exc
+    server = PostgresForTests()
+    try:
+        url = server.fresh_url()
+        yield url
+        from lore_gateway.storage.target import close_shared
+
+        close_shared(url)
+    finally:
+        server.close()
+
+
 def run(messages: int = 100_000, *, queries: int = 200, seed: int = 7,
-        progress: Progress | None = None) -> SearchBenchReport:
+        progress: Progress | None = None, backend: Backend = "sqlite",
+        database_url: str | None = None) -> SearchBenchReport:
+    with tempfile.TemporaryDirectory(prefix="lore-bench-search-") as tmp, \
+            _database_url(backend, database_url) as url:
+        return _run(messages, queries, seed, progress, Path(tmp), url)
+
+
+def _run(messages: int, queries: int, seed: int, progress: Progress | None, tmp: Path,
+         url: str | None) -> SearchBenchReport:
     from lore_gateway.memory import db
     from lore_gateway.memory.embed import load_embedder
     from lore_gateway.memory.search import Searcher
@@ -103,64 +146,76 @@ def run(messages: int = 100_000, *, queries: int = 200, seed: int = 7,
 
     rng = np.random.default_rng(seed)
     vocab = _vocabulary(rng)
-    report = SearchBenchReport(messages=messages)
-    with tempfile.TemporaryDirectory(prefix="lore-bench-search-") as tmp:
-        settings = Settings(data_dir=Path(tmp), embeddings=False)
-        memory = Memory.open(settings, embedder=None)
-        sample: list[tuple[int, str]] = []
-        try:
-            started = time.perf_counter()
-            chunk = 10_000
-            for start in range(0, messages, chunk):
-                texts = _texts(rng, vocab, min(chunk, messages - start))
-                for i in range(0, len(texts), 2):
-                    index = start + i
-                    pair = texts[i:i + 2]
-                    roles: tuple[Role, ...] = ("user", "assistant") if len(pair) == 2 else ("user",)
-                    record = TurnRecord(
-                        identity=_identity(index), protocol="bench:search", model=None,
-                        messages=tuple(Message(r, t) for r, t in zip(roles, pair, strict=True)),
-                        created_at=1.7e9 + index)
-                    # The benchmark may wait for the writer; the proxy never does.
-                    while memory.queue_depth > BACKLOG:
-                        time.sleep(0.005)
-                    if not memory.submit_turn(record):
-                        raise RuntimeError("the memory writer refused a turn; see the log")
-                if len(sample) < queries:
-                    sample.append((start, texts[int(rng.integers(0, len(texts)))]))
-                if progress is not None:
-                    progress("insert", start + len(texts), messages)
-            memory.flush()
-            report.insert_s = time.perf_counter() - started
-        finally:
-            memory.close()
-
+    settings = Settings(data_dir=tmp, embeddings=False, database_url=url)
+    report = SearchBenchReport(backend=settings.database.backend, messages=messages)
+    memory = Memory.open(settings, embedder=None)
+    sample: list[tuple[int, str]] = []
+    try:
         started = time.perf_counter()
-        _store_synthetic_vectors(settings.db_path, rng, progress)
-        report.vectors_s = time.perf_counter() - started
+        chunk = 10_000
+        for start in range(0, messages, chunk):
+            texts = _texts(rng, vocab, min(chunk, messages - start))
+            for i in range(0, len(texts), 2):
+                index = start + i
+                pair = texts[i:i + 2]
+                roles: tuple[Role, ...] = ("user", "assistant") if len(pair) == 2 else ("user",)
+                record = TurnRecord(
+                    identity=_identity(index), protocol="bench:search", model=None,
+                    messages=tuple(Message(r, t) for r, t in zip(roles, pair, strict=True)),
+                    created_at=1.7e9 + index)
+                # The benchmark may wait for the writer; the proxy never does.
+                while memory.queue_depth > BACKLOG:
+                    time.sleep(0.005)
+                if not memory.submit_turn(record):
+                    raise RuntimeError("the memory writer refused a turn; see the log")
+            if len(sample) < queries:
+                sample.append((start, texts[int(rng.integers(0, len(texts)))]))
+            if progress is not None:
+                progress("insert", start + len(texts), messages)
+        memory.flush()
+        report.insert_s = time.perf_counter() - started
+    finally:
+        memory.close()
 
-        embedder = load_embedder()
-        factory = db.conn_factory(settings.db_path)
-        searchers = {"bm25": Searcher(factory, None)}
-        if embedder is not None:
-            searchers["hybrid"] = Searcher(factory, embedder)
-        query_set = _queries(rng, sample, queries)
-        for name, searcher in searchers.items():
-            for scope in ("project", "all"):
-                timings = report.latencies.setdefault(f"{name}_{scope}", [])
-                # Warm-up: the first hybrid search loads the tenant's vector index.
-                searcher.search(query_set[0][1], tenant=TENANT, project=query_set[0][0].project,
-                                session=query_set[0][0].session, scope=scope)
-                for done, (ident, text) in enumerate(query_set, start=1):
-                    t0 = time.perf_counter()
-                    searcher.search(text, tenant=TENANT, project=ident.project,
-                                    session=ident.session, scope=scope, limit=10)
-                    timings.append((time.perf_counter() - t0) * 1000)
-                    # Outside the timed span; every 10th query keeps the cost negligible.
-                    if progress is not None and (done % 10 == 0 or done == len(query_set)):
-                        progress(f"search {name} {scope}", done, len(query_set))
-        report.db_bytes = sum(p.stat().st_size for p in Path(tmp).glob("lore.db*"))
+    started = time.perf_counter()
+    _store_synthetic_vectors(settings.database, rng, progress)
+    report.vectors_s = time.perf_counter() - started
+
+    embedder = load_embedder()
+    factory = db.conn_factory(settings.database)
+    searchers = {"bm25": Searcher(factory, None)}
+    if embedder is not None:
+        searchers["hybrid"] = Searcher(factory, embedder)
+    query_set = _queries(rng, sample, queries)
+    for name, searcher in searchers.items():
+        for scope in ("project", "all"):
+            timings = report.latencies.setdefault(f"{name}_{scope}", [])
+            # Warm-up: the first hybrid search loads the tenant's vector index.
+            searcher.search(query_set[0][1], tenant=TENANT, project=query_set[0][0].project,
+                            session=query_set[0][0].session, scope=scope)
+            for done, (ident, text) in enumerate(query_set, start=1):
+                t0 = time.perf_counter()
+                searcher.search(text, tenant=TENANT, project=ident.project,
+                                session=ident.session, scope=scope, limit=10)
+                timings.append((time.perf_counter() - t0) * 1000)
+                # Outside the timed span; every 10th query keeps the cost negligible.
+                if progress is not None and (done % 10 == 0 or done == len(query_set)):
+                    progress(f"search {name} {scope}", done, len(query_set))
+    report.db_bytes = _size(settings.database, tmp)
     return report
+
+
+def _size(database: Any, tmp: Path) -> int:
+    from lore_gateway.memory import db
+
+    if database.backend == "sqlite":
+        return sum(p.stat().st_size for p in tmp.glob("lore.db*"))
+    conn = db.connect(database)
+    try:
+        row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+        return int(row[0]) if row else 0
+    finally:
+        conn.close()
 
 
 def _queries(rng: np.random.Generator, sample: list[tuple[int, str]],
@@ -177,14 +232,15 @@ def _queries(rng: np.random.Generator, sample: list[tuple[int, str]],
     return out
 
 
-def _store_synthetic_vectors(db_path: Path, rng: np.random.Generator,
+def _store_synthetic_vectors(database: Any, rng: np.random.Generator,
                              progress: Progress | None) -> None:
     """One unit vector per message: a random topic centroid plus noise."""
     from lore_gateway.memory import db
     from lore_gateway.memory.embed import MODEL_NAME
+    from lore_gateway.memory.vectors import vector_param
 
     centroids = rng.standard_normal((TOPICS, 384)).astype(np.float32)
-    conn = db.connect(db_path)
+    conn = db.connect(database)
     try:
         ids = [int(r[0]) for r in conn.execute("SELECT id FROM messages ORDER BY id")]
         batch = 20_000
@@ -196,8 +252,8 @@ def _store_synthetic_vectors(db_path: Path, rng: np.random.Generator,
             with conn:
                 conn.executemany(
                     "INSERT INTO embeddings(message_id, model, vector) VALUES (?,?,?)",
-                    ((mid, MODEL_NAME, vec.astype("<f4").tobytes())
-                     for mid, vec in zip(chunk, vectors, strict=True)))
+                    [(mid, MODEL_NAME, vector_param(conn, vec))
+                     for mid, vec in zip(chunk, vectors, strict=True)])
             if progress is not None:
                 progress("vectors", start + len(chunk), len(ids))
     finally:

@@ -189,6 +189,86 @@ def check_database(db_path: Path) -> Check:
     return Check("database", Status.OK, f"integrity ok, schema version {version}{note}")
 
 
+def check_postgres(url: str) -> list[Check]:
+    """The shared database: reachable within the timeout, its schema, and pgvector
+    (installed in the database, or at least available to ``CREATE EXTENSION``)."""
+    import psycopg
+
+    from lore_gateway.memory.schema_pg import PG_MIGRATIONS
+    from lore_gateway.storage.target import parse_url
+
+    shown = parse_url(url).url
+    started = time.perf_counter()
+    try:
+        conn = psycopg.connect(url, connect_timeout=int(NETWORK_TIMEOUT_S) + 1,
+                               autocommit=True)
+    except psycopg.Error as exc:
+        reason = " ".join(str(exc).split())[:200]
+        return [Check("database", Status.FAIL, f"{shown}: cannot connect ({reason})",
+                      "start the Postgres server, or fix LORE_DATABASE_URL (host, port, user, "
+                      "password, database name)"),
+                Check("pgvector", Status.SKIP, "the database cannot be reached")]
+    try:
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        server = conn.execute("SHOW server_version").fetchone()
+        installed = conn.execute(
+            "SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+        available = conn.execute(
+            "SELECT default_version FROM pg_available_extensions WHERE name = 'vector'"
+        ).fetchone()
+        has_versions = conn.execute("SELECT to_regclass('schema_version')").fetchone()
+        version = 0
+        if has_versions and has_versions[0] is not None:
+            row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
+            version = int(row[0]) if row and row[0] is not None else 0
+    except psycopg.Error as exc:
+        return [Check("database", Status.FAIL, f"{shown}: {' '.join(str(exc).split())[:200]}",
+                      "check that the user may read the database")]
+    finally:
+        conn.close()
+    latest = PG_MIGRATIONS[-1].version
+    where = f"{shown} (PostgreSQL {server[0] if server else '?'}, {elapsed_ms:.0f} ms)"
+    if version > latest:
+        db_check = Check("database", Status.FAIL,
+                         f"{where}: schema version {version} is newer than this "
+                         f"lore-gateway ({latest})", "upgrade lore-gateway on this machine")
+    elif version == 0:
+        db_check = Check("database", Status.OK, f"{where}: empty, set up on first start "
+                         "(or `lore db migrate`)")
+    else:
+        note = "" if version == latest else f"; migrates to {latest} with `lore db migrate`"
+        db_check = Check("database", Status.OK, f"{where}: schema version {version}{note}")
+    if installed:
+        vector = Check("pgvector", Status.OK, f"vector {installed[0]} installed")
+    elif available:
+        vector = Check("pgvector", Status.OK if version == 0 else Status.FAIL,
+                       f"vector {available[0]} available, not installed in the database",
+                       "" if version == 0 else "run `CREATE EXTENSION vector` as a superuser "
+                       "in that database")
+    else:
+        vector = Check("pgvector", Status.FAIL, "the server has no pgvector extension",
+                       "install pgvector on the server (e.g. apt install "
+                       "postgresql-16-pgvector), then `CREATE EXTENSION vector`")
+    return [db_check, vector]
+
+
+def check_storage(settings: Settings) -> list[Check]:
+    """The memory database the settings name: the SQLite file, or Postgres."""
+    url = settings.database_url
+    if url is None:
+        return [check_database(settings.db_path)]
+    from lore_gateway.storage.target import POSTGRES_PREFIXES, parse_url
+
+    if url.startswith(POSTGRES_PREFIXES):
+        return check_postgres(url)
+    try:
+        target = parse_url(url)
+    except ValueError as exc:
+        return [Check("database", Status.FAIL, str(exc), "fix LORE_DATABASE_URL")]
+    path = getattr(target, "path", settings.db_path)
+    return [check_database(Path(path))]
+
+
 def check_embedder(settings: Settings) -> Check:
     if not settings.embeddings:
         return Check("embedding model", Status.SKIP, "disabled (LORE_EMBEDDINGS=false)")
@@ -251,7 +331,7 @@ def run_checks(settings: Settings, invalid: dict[str, str] | None = None) -> lis
         check_gateway(settings),
         *check_upstreams(settings, invalid),
         check_data_dir(settings),
-        check_database(settings.db_path),
+        *check_storage(settings),
         check_embedder(settings),
         check_worker(settings),
         *check_agents(settings),
@@ -266,8 +346,9 @@ def _style(row: int, column: int, text: str) -> str | None:
 def doctor_command(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Check the settings, gateway, upstreams, data dir, database, embedding model and
-    agent configs; exit code 1 when a check fails."""
+    """Check the settings, gateway, upstreams, data dir, database (the SQLite file, or
+    Postgres: connection, schema, pgvector), embedding model and agent configs; exit
+    code 1 when a check fails."""
     settings, invalid = lenient_settings()
     checks = run_checks(settings, invalid)
     if as_json:

@@ -51,6 +51,7 @@ def _register() -> None:
         bench_memory,
         bench_reliability,
         config_cmd,
+        db_cmds,
         doctor,
         embed_cmd,
         keys,

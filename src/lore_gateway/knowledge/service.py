@@ -8,6 +8,13 @@ bytes. Later requests reuse it. When the curator changes the project's entries
 during the session, the next request whose newest item is a user message gets
 one update inserted before that message, persisted with its position, and every
 later request carries it at the same place.
+
+Gateways sharing one database (``LORE_DATABASE_URL``; docs/storage.md, "Several
+instances") may each serve any turn of a session, so there the database is the
+only truth: each request re-reads the session's row (one key lookup) and takes
+the updates another instance appended, a project's version is the newest
+``updated_at`` of its entries (a curator on any instance moves it), and an
+update is appended only if the row still holds what this instance read.
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ class SessionKnowledge:
     block: str
     shown: dict[str, float]  # entry id -> the updated_at the session last saw
     deltas: list[Delta] = field(default_factory=list)
-    version: int = 0
+    version: float = 0
 
 
 def agents_file(family: str) -> str:
@@ -67,6 +74,8 @@ class KnowledgeService:
     def __init__(self, settings: Settings, memory: Any) -> None:
         self.settings = settings
         self.memory = memory
+        # Another gateway may serve this session's next turn (module docstring).
+        self.shared = settings.database_url is not None
         self._sessions: OrderedDict[tuple[str, str], SessionKnowledge] = OrderedDict()
         # Bumped by the curator (same process) when a project's entries change.
         self._versions: dict[tuple[str, str], int] = {}
@@ -116,6 +125,8 @@ class KnowledgeService:
         state = self._sessions.get(key)
         if state is not None:
             self._sessions.move_to_end(key)
+            if self.shared:
+                await asyncio.to_thread(self._refresh, identity, state)
             return state
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
@@ -128,6 +139,25 @@ class KnowledgeService:
                     self._locks.pop(old, None)
         return state
 
+    def _refresh(self, identity: Identity, state: SessionKnowledge) -> None:
+        """Take the updates another instance appended to the session (a thread)."""
+        row = self.memory.read(lambda c: c.execute(
+            "SELECT entry_ids, deltas FROM knowledge_sessions WHERE tenant = ? AND"
+            " session = ?", (identity.tenant, identity.session)).fetchone())
+        if row is None:
+            return
+        deltas = [Delta(int(p), str(t)) for p, t in orjson.loads(row[1])]
+        if deltas != state.deltas:
+            state.deltas = deltas
+            state.shown = {str(k): float(v) for k, v in orjson.loads(row[0]).items()}
+
+    def _project_version(self, identity: Identity) -> float:
+        """Shared: the newest change to the project's entries, from the database."""
+        row = self.memory.read(lambda c: c.execute(
+            "SELECT max(updated_at) FROM knowledge WHERE tenant = ? AND project = ?",
+            (identity.tenant, identity.project)).fetchone())
+        return float(row[0]) if row and row[0] is not None else 0.0
+
     def _open(self, identity: Identity, family: Family, underway: bool) -> SessionKnowledge:
         """Load the session's persisted block, or start it (runs in a thread).
 
@@ -136,7 +166,8 @@ class KnowledgeService:
         would rewrite a cached prefix; its knowledge comes as one update instead.
         """
         tenant, project, session = identity.tenant, identity.project, identity.session
-        version = self._versions.get((tenant, project), 0)
+        version: float = (self._project_version(identity) if self.shared
+                          else self._versions.get((tenant, project), 0))
         row = self.memory.read(lambda c: c.execute(
             "SELECT block, entry_ids, deltas FROM knowledge_sessions WHERE tenant = ? AND"
             " session = ?", (tenant, session)).fetchone())
@@ -169,6 +200,15 @@ class KnowledgeService:
                 " ON CONFLICT DO NOTHING",
                 (tenant, session, project, text, orjson.dumps(known, option=orjson.OPT_SORT_KEYS)
                  .decode(), time.time()))
+            if conn.changes() == 0:
+                # Another instance started this session first: its block is the one.
+                row = conn.execute("SELECT block, entry_ids, deltas FROM knowledge_sessions"
+                                   " WHERE tenant = ? AND session = ?",
+                                   (tenant, session)).fetchone()
+                return SessionKnowledge(
+                    project, str(row[0]), {str(k): float(v) for k, v in
+                                           orjson.loads(row[1]).items()},
+                    [Delta(int(p), str(t)) for p, t in orjson.loads(row[2])], version)
             if root is not None:
                 try:
                     sync.export(conn, tenant, project, root, agents_file(family))
@@ -183,7 +223,9 @@ class KnowledgeService:
 
     async def _maybe_update(self, family: Family, payload: dict[str, Any], identity: Identity,
                             state: SessionKnowledge) -> None:
-        version = self._versions.get((identity.tenant, identity.project), 0)
+        version: float = (await asyncio.to_thread(self._project_version, identity)
+                          if self.shared
+                          else self._versions.get((identity.tenant, identity.project), 0))
         if version == state.version or len(state.deltas) >= MAX_UPDATES_PER_SESSION:
             return
         items = payload.get("input" if family == "responses" else "messages")
@@ -201,14 +243,22 @@ class KnowledgeService:
         text, ids = kblock.render_update(fresh, UPDATE_BUDGET_TOKENS)
         if not ids:
             return
+        old = orjson.dumps([[d.position, d.text] for d in state.deltas]).decode()
         state.deltas.append(Delta(slot, text))
         state.shown.update({e.id: e.updated_at for e in fresh if e.id in ids})
         metrics.record_knowledge("update")
         deltas = orjson.dumps([[d.position, d.text] for d in state.deltas]).decode()
         shown = orjson.dumps(state.shown, option=orjson.OPT_SORT_KEYS).decode()
-        await asyncio.to_thread(self.memory.write_job, lambda c: c.execute(
-            "UPDATE knowledge_sessions SET deltas = ?, entry_ids = ? WHERE tenant = ? AND"
-            " session = ?", (deltas, shown, identity.tenant, identity.session)))
+
+        def append(conn: Any) -> bool:
+            # Only onto what this instance read: another may have appended meanwhile.
+            conn.execute("UPDATE knowledge_sessions SET deltas = ?, entry_ids = ? WHERE"
+                         " tenant = ? AND session = ? AND deltas = ?",
+                         (deltas, shown, identity.tenant, identity.session, old))
+            return bool(conn.changes())
+
+        if not await asyncio.to_thread(self.memory.write_job, append):
+            await asyncio.to_thread(self._refresh, identity, state)
 
     def export_now(self, tenant: str, project: str, agents_file: str) -> bool:
         """Rewrite the project's ``.lore.md`` (after the curator); blocks: a thread."""

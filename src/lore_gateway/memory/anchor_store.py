@@ -12,7 +12,11 @@ an assistant ``tool_calls`` + ``tool`` message). This module keeps those pairs:
 * persisted in the memory database (table ``recall_anchors``), because a restart
   that forgets them turns every marker into raw text upstream (lore-spec I.14);
 * bounded: at most 128 entries and 1 MiB per session (B.6), and a bounded LRU of
-  cached sessions in memory, loaded lazily from the database.
+  cached sessions in memory, loaded lazily from the database;
+* shared: gateways on one database serve the same sessions (a load balancer may
+  send each turn elsewhere), so a cached session that lacks an anchor the
+  request carries is re-read from the database once; an anchor found nowhere
+  is remembered as absent until the session is next re-read.
 
 All database work (loads and writes) runs as jobs on the memory's one writer
 thread (``TurnWriter.submit_job``), in submission order, so a session loaded after
@@ -63,6 +67,9 @@ MAX_PENDING_WRITES = 1_000
 # keep per stored field; the gateway's store shares the memory's writer.
 _OWN_WRITER_MESSAGE_BYTES = 1024 * 1024
 CAPACITY_EXCEEDED = "recall store capacity exceeded"
+# Anchors remembered per session as absent from the database (copied from
+# another conversation, or evicted): each would otherwise re-read the session.
+MAX_ABSENT_PER_SESSION = 1_024
 # Closing waits this long for queued anchor writes: the writer's own close then
 # finishes them, so a stalled disk delays shutdown by this much at most here.
 CLOSE_TIMEOUT_S = 30.0
@@ -143,6 +150,12 @@ class SessionRecalls:
     last_used: dict[str, int] = field(default_factory=dict)
     latest_expansion: int = 0
     bytes: int = 0
+    # Anchors a request carried that the database did not hold at the last read.
+    absent: set[str] = field(default_factory=set)
+
+    def lacks(self, anchor_ids: Iterable[str]) -> bool:
+        """Whether any of these anchors is neither here nor known to be absent."""
+        return any(a not in self.entries and a not in self.absent for a in anchor_ids)
 
     def get(self, anchor_id: str) -> StoredRecall | None:
         return self.entries.get(anchor_id)
@@ -163,6 +176,12 @@ class SessionRecalls:
 
 
 _stamps = itertools.count(1)
+
+
+def _note_absent(recalls: SessionRecalls, wanted: Iterable[str]) -> None:
+    for anchor_id in wanted:
+        if anchor_id not in recalls.entries and len(recalls.absent) < MAX_ABSENT_PER_SESSION:
+            recalls.absent.add(anchor_id)
 
 
 def _redact_json(raw: bytes) -> bytes:
@@ -206,20 +225,47 @@ class AnchorStore:
 
     # --- reads (event loop) ----------------------------------------------------------
 
-    async def session(self, tenant: str, session: str) -> SessionRecalls:
-        """The session's recalls, from the cache or (once) from the database."""
+    async def session(self, tenant: str, session: str,
+                      wanted: Iterable[str] = ()) -> SessionRecalls:
+        """The session's recalls, from the cache or (once) from the database.
+
+        ``wanted``: the anchors the request carries. A cached session lacking
+        one of them is re-read (another gateway on the same database may have
+        stored it), and what the database adds is merged into the cache.
+        """
         key = (tenant, session)
+        wanted = tuple(wanted)
         cached = self._cache.get(key)
         if cached is not None:
             self._cache.move_to_end(key)
+            if self._writer is None or not cached.lacks(wanted):
+                return cached
+            loaded = await self._run(lambda conn: _read_session(conn, key))
+            self._merge(key, cached, loaded, wanted)
             return cached
         loaded = await self._run(lambda conn: _read_session(conn, key))
         # Another request may have loaded (or committed to) it meanwhile.
         cached = self._cache.get(key)
         if cached is not None:
             return cached
+        _note_absent(loaded, wanted)
         self._remember(key, loaded)
         return loaded
+
+    def _merge(self, key: SessionKey, cached: SessionRecalls, loaded: SessionRecalls,
+               wanted: tuple[str, ...]) -> None:
+        """Add the recalls another instance stored to a cached session. Cached
+        entries win: they are verbatim, the database's are redacted."""
+        cached.absent.clear()
+        added = 0
+        for anchor_id, entry in loaded.entries.items():
+            if anchor_id not in cached.entries:
+                self._add(cached, entry)
+                added += entry.size
+        if key in self._cache:
+            self._cached_bytes += added
+        _note_absent(cached, wanted)
+        self._trim_cache()
 
     def touch(self, recalls: SessionRecalls, anchor_ids: Iterable[str]) -> None:
         """Mark these anchors as found in the session's latest expansion (live)."""

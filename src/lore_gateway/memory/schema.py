@@ -404,6 +404,17 @@ CREATE TABLE metrics_samples(
 CREATE INDEX metrics_samples_ts ON metrics_samples(ts);
 """
 
+# v9 (several instances, issue 17): worker jobs are leased, so that gateways sharing
+# one database run each job once (worker/jobs.py). ``owner`` is the instance that
+# queued the job (it holds the session's credential), ``leased_by`` and
+# ``lease_until`` the instance running it and until when. Self-contained:
+# renumber freely when merging.
+_V9_WORKER_LEASES = """
+ALTER TABLE worker_jobs ADD COLUMN owner TEXT;
+ALTER TABLE worker_jobs ADD COLUMN leased_by TEXT;
+ALTER TABLE worker_jobs ADD COLUMN lease_until REAL;
+"""
+
 # v10 (context, issue 13): each session's context-management state (layer, frozen
 # distilled prefix, calibration) as one JSON document, so the layout survives a
 # restart and can be shared by instances. Self-contained: renumber freely.
@@ -428,6 +439,8 @@ MIGRATIONS: list[Migration] = [
     Migration(6, "personal tenant: gateway keys; credential tenants merged", _V6_TENANCY),
     Migration(7, "search: call + output context, recall traffic unindexed", _V7),
     Migration(8, "ui: metrics samples for the overview charts", _V8_UI_METRICS),
+    Migration(9, "worker: job leases, for several instances on one database",
+              _V9_WORKER_LEASES),
     Migration(10, "context: per-session layer, frozen prefix, calibration", _V10_CONTEXT),
 ]
 

@@ -283,6 +283,14 @@ CREATE INDEX metrics_samples_ts ON metrics_samples(ts);
 
 _PG_V8_BASELINE = _PG_V8_BASELINE.replace("{index_chars}", str(INDEX_CHARS))
 
+# v9 (several instances, issue 17): worker job leases (schema.py's v9). Self-contained:
+# renumber with SQLite's step when merging.
+_PG_V9_WORKER_LEASES = """
+ALTER TABLE worker_jobs ADD COLUMN owner TEXT;
+ALTER TABLE worker_jobs ADD COLUMN leased_by TEXT;
+ALTER TABLE worker_jobs ADD COLUMN lease_until DOUBLE PRECISION;
+"""
+
 # v10 (context, issue 13): SQLite's _V10_CONTEXT.
 _PG_V10_CONTEXT = """
 CREATE TABLE context_sessions(
@@ -299,5 +307,7 @@ PG_MIGRATIONS: list[Migration] = [
     Migration(8, "baseline: SQLite's v1..v8 (turns, messages, search_docs, pgvector "
                  "embeddings, recall anchors, knowledge, gateway keys, metrics)",
               _PG_V8_BASELINE),
+    Migration(9, "worker: job leases, for several instances on one database",
+              _PG_V9_WORKER_LEASES),
     Migration(10, "context: per-session layer, frozen prefix, calibration", _PG_V10_CONTEXT),
 ]

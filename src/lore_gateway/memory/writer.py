@@ -32,7 +32,7 @@ from typing import Any, Generic, TypeVar
 import orjson
 
 from lore_gateway.memory.db import ConnFactory
-from lore_gateway.memory.errors import StorageBusy, StorageError
+from lore_gateway.memory.errors import StorageBusy, StorageError, StorageUnavailable
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.sanitize import clean_for_storage, storable
 from lore_gateway.obs import metrics
@@ -56,6 +56,11 @@ DROP_WARNING_INTERVAL_S = 10.0
 # Back-off of the supervisor loop after an unexpected error: long enough not to
 # spin on a broken disk, short enough that memory is back within seconds.
 RESTART_BACKOFF_S = (0.1, 0.5, 2.0, 5.0)
+# While the database cannot be reached (Postgres restarting, a cut network), a batch
+# is kept and retried after these pauses (the last one repeats): turns wait in the
+# bounded queue instead of being dropped. Stopping gives up after CLOSING_ATTEMPTS.
+UNREACHABLE_BACKOFF_S = (0.2, 0.5, 1.0, 2.0)
+CLOSING_ATTEMPTS = 2
 # The roles of a turn's client-side input; the assistant's output is everything else.
 INPUT_ROLES = ("user", "tool")
 
@@ -297,7 +302,38 @@ class TurnWriter:
             self._done(1)
 
     def _write_batch(self, conn: Connection, batch: list[object]) -> None:
+        """Write one batch; while the database cannot be reached, keep it and retry."""
+        attempt = 0
+        while True:
+            counters = (self.written, self.skipped, self.failed)
+            try:
+                self._commit_batch(conn, batch)
+            except StorageUnavailable as exc:
+                self.written, self.skipped, self.failed = counters
+                if self._closing and attempt + 1 >= CLOSING_ATTEMPTS:
+                    self.failed += len(batch)
+                    log.error("memory: stopping while the database cannot be reached; %d "
+                              "turns are not stored (%s)", len(batch), _brief(exc))
+                    self._done(len(batch))
+                    return
+                self.degraded = (f"the memory database cannot be reached; {len(batch)} turns "
+                                 f"wait to be written ({_brief(exc)})")
+                if attempt == 0:
+                    log.error("memory: %s", self.degraded)
+                time.sleep(UNREACHABLE_BACKOFF_S[min(attempt, len(UNREACHABLE_BACKOFF_S) - 1)])
+                attempt += 1
+                continue
+            if attempt:
+                log.warning("memory: the database answers again; %d waiting turns written",
+                            len(batch))
+                self.degraded = None
+            return
+
+    def _commit_batch(self, conn: Connection, batch: list[object]) -> None:
+        """One commit of whole turns; raises ``StorageUnavailable`` (nothing committed,
+        the batch not counted as done) when the database cannot be reached."""
         message_ids: list[int] = []
+        unreachable = False
         try:
             written_before = self.written
             _begin_immediate(conn)
@@ -306,6 +342,8 @@ class TurnWriter:
                 try:
                     with conn:  # a savepoint: one turn is all or nothing
                         ids = write_turn(conn, item, self._max_message_bytes)
+                except StorageUnavailable:
+                    raise
                 except Exception as exc:
                     # Whatever is wrong with this turn must not cost the others:
                     # skip it, say why (never its content), and go on.
@@ -320,6 +358,11 @@ class TurnWriter:
                     message_ids.extend(ids)
             conn.commit()
             metrics.record_stored_turns(self.written - written_before)
+        except StorageUnavailable:
+            unreachable = True
+            if conn.in_transaction:
+                conn.rollback()
+            raise
         except StorageError as exc:
             self.failed += len(batch)
             log.error("memory: a commit of %d turns failed (%s); they are not stored",
@@ -328,7 +371,8 @@ class TurnWriter:
                 conn.rollback()
             message_ids = []
         finally:
-            self._done(len(batch))
+            if not unreachable:
+                self._done(len(batch))
         if message_ids and self._on_commit is not None:
             try:
                 self._on_commit(message_ids)

@@ -17,6 +17,7 @@ client's body goes upstream as it came.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from lore_gateway.memory.anchor_store import (
@@ -39,6 +40,10 @@ log = logging.getLogger("lore.recall")
 # What every anchor contains; a body without it has nothing to expand, and the
 # check is a byte search, so requests without recalls pay nothing else.
 ANCHOR_PROBE = b"lore-recall:"
+# The anchor's id, found in the raw body (a serialiser may escape the comment's
+# ``<`` and ``>``, never the id).
+_ANCHOR_ID = re.compile(rb"lore-recall:([0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}"
+                        rb"-[0-9a-f]{12})")
 
 
 def history_key(family: Family) -> str:
@@ -57,7 +62,8 @@ class AnchorReplay:
         if ANCHOR_PROBE not in body:
             return None
         try:
-            recalls = await self.store.session(identity.tenant, identity.session)
+            recalls = await self.store.session(identity.tenant, identity.session,
+                                               anchor_ids(body))
         except Exception as exc:  # expansion is an optimisation of history, never a failure
             log.warning("recall anchors not expanded: %s: %s", type(exc).__name__, exc)
             return None
@@ -82,6 +88,11 @@ class AnchorReplay:
         except RecallStoreFull as exc:
             log.warning("recall store: %s; %d recall(s) will not be replayed",
                         exc, len(entries))
+
+
+def anchor_ids(body: bytes) -> list[str]:
+    """The anchor ids a request body carries, in order, once each."""
+    return list(dict.fromkeys(m.decode() for m in _ANCHOR_ID.findall(body)))
 
 
 def expand(family: Family, payload: dict[str, Any],

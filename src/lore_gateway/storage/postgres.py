@@ -4,13 +4,29 @@ Connections run in autocommit mode; transactions are explicit (``begin`` or
 ``with conn:``), as on SQLite, so a statement outside a transaction commits at
 once on both backends. SQL arrives with ``?`` placeholders and is translated once
 per distinct statement (``?`` → ``%s`` outside string literals, ``%`` → ``%%``).
+
+A lost server (a restart, a failover, a cut network) must cost a clear error, never
+a hung request or a connection that stays broken after the server is back:
+
+* a connection the server dropped is swapped for a fresh one from the pool at its
+  next statement, unless a transaction was open on it (that one fails: its work is
+  gone), so long-held connections (the writer's, the reader's, a search thread's)
+  heal by themselves;
+* a borrow that finds no free connection within ``FIRST_WAIT_S`` checks the
+  server directly (``PROBE_TIMEOUT_S``); when it is unreachable the borrow fails
+  at once with the reason, and for ``DOWN_RECHECK_S`` so does every other borrow,
+  without waiting on the pool; a reachable server means the pool is exhausted,
+  and the borrow waits out ``POOL_TIMEOUT_S``. The probe is one connection beyond
+  the pool's bound, one at a time.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar
@@ -40,6 +56,18 @@ POOL_TIMEOUT_S = 10.0
 TRANSLATED_STATEMENTS = 4096
 # The key of the advisory lock that serialises migrations across instances.
 SCHEMA_LOCK_KEY = 0x6C6F7265  # "lore"
+# A borrow waits this long for a free connection before it checks whether the
+# server answers at all (a healthy pool hands one out in well under a millisecond).
+FIRST_WAIT_S = 2.0
+# The direct check: long enough for a loaded server to accept, short enough that a
+# request needing memory learns the database is gone within seconds.
+PROBE_TIMEOUT_S = 2
+# After a failed check, borrows fail at once for this long, then check again.
+DOWN_RECHECK_S = 1.0
+
+log = logging.getLogger(__name__)
+# The pool logs every failed reconnection attempt; an outage is reported once, here.
+logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 
 @functools.lru_cache(maxsize=TRANSLATED_STATEMENTS)
@@ -138,28 +166,44 @@ class PgConnection(Connection):
     backend = "postgres"
 
     def __init__(self, raw: psycopg.Connection[Any],
-                 release: Callable[[psycopg.Connection[Any]], None]) -> None:
+                 release: Callable[[psycopg.Connection[Any]], None],
+                 borrow: Callable[[], psycopg.Connection[Any]] | None = None) -> None:
         self.raw = raw
         self._release = release
+        self._borrow = borrow
         self._rowcount = 0
         self._savepoints: list[str | None] = []
+        self._begun = False  # a transaction opened with begin()
+
+    def _live(self) -> psycopg.Connection[Any]:
+        """The raw connection; one the server dropped is replaced from the pool
+        first, unless a transaction was open on it (module docstring)."""
+        if self.raw.broken and self._borrow is not None and not self._begun \
+                and not self._savepoints:
+            fresh = self._borrow()  # raises StorageUnavailable while the server is gone
+            broken, self.raw = self.raw, fresh
+            self._release(broken)  # the pool discards a broken connection
+        return self.raw
 
     def execute(self, sql: str, params: Params = ()) -> Cursor:
         text, numbered = translate(sql)
+        raw = self._live()
         if numbered:
             # ``(?1 IS NULL OR tenant = ?1)``: Postgres types a parameter at its first
             # use, and ``$1 IS NULL`` says nothing; bound client-side, the value is
             # a typed literal in the statement instead.
-            cursor: psycopg.Cursor[Any] = psycopg.ClientCursor(self.raw)
+            cursor: psycopg.Cursor[Any] = psycopg.ClientCursor(raw)
             _call(lambda: cursor.execute(text, _bind(numbered, params)))
         else:
-            cursor = _call(lambda: self.raw.execute(text, tuple(params)))
+            cursor = _call(lambda: raw.execute(text, tuple(params)))
         self._rowcount = max(cursor.rowcount, 0)
         return PgCursor(cursor)
 
     def executemany(self, sql: str, rows: Iterable[Params]) -> None:
+        raw = self._live()
+
         def run() -> None:
-            with self.raw.cursor() as cur:
+            with raw.cursor() as cur:
                 text, numbered = translate(sql)
                 cur.executemany(text, [_bind(numbered, r) for r in rows])
                 self._rowcount = max(cur.rowcount, 0)
@@ -168,22 +212,30 @@ class PgConnection(Connection):
     def script(self, sql: str) -> None:
         # Without parameters psycopg sends the text as one simple query, so several
         # statements (and ``$$`` function bodies) go through unparsed.
-        _call(lambda: self.raw.execute(sql.encode()))
+        raw = self._live()
+        _call(lambda: raw.execute(sql.encode()))
 
     def changes(self) -> int:
         return self._rowcount
 
     @property
     def in_transaction(self) -> bool:
-        return self.raw.info.transaction_status != TransactionStatus.IDLE
+        # A dropped connection holds no transaction: the server rolled it back.
+        return not self.raw.broken and \
+            self.raw.info.transaction_status != TransactionStatus.IDLE
 
     def begin(self, *, immediate: bool = True) -> None:
         self.script("BEGIN")
+        self._begun = True
 
     def commit(self) -> None:
+        self._begun = False
         self.script("COMMIT")
 
     def rollback(self) -> None:
+        self._begun = False
+        if self.raw.broken:
+            return  # nothing to roll back: the server did when the connection died
         self.script("ROLLBACK")
 
     def lock_schema(self) -> None:
@@ -210,7 +262,7 @@ class PgConnection(Connection):
             self.commit() if exc_type is None else self.rollback()
         elif exc_type is None:
             self.script(f"RELEASE SAVEPOINT {name}")
-        else:
+        elif not self.raw.broken:
             self.script(f"ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}")
 
 
@@ -228,6 +280,12 @@ class PostgresDatabase(Database):
         self.pool_max = pool_max
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._lock = threading.Lock()
+        self._probe_lock = threading.Lock()
+        # Why the server was last found unreachable, and when (monotonic).
+        self._down: tuple[str, float] | None = None
+        # Until the first connection, a borrow checks the server first: a wrong
+        # URL or a stopped server fails at once, not after FIRST_WAIT_S.
+        self._reached = False
 
     @property
     def url(self) -> str:
@@ -251,9 +309,50 @@ class PostgresDatabase(Database):
             return self._pool
 
     def connect(self, *, readonly: bool = False) -> Connection:
+        raw = self._borrow()
+        return PgConnection(raw, self.pool().putconn, self._borrow)
+
+    def _borrow(self) -> psycopg.Connection[Any]:
+        """A connection from the pool, or a clear ``StorageUnavailable`` soon
+        when the server does not answer (module docstring)."""
+        down = self._down
+        if down is not None:
+            if time.monotonic() - down[1] < DOWN_RECHECK_S:
+                raise StorageUnavailable(down[0])
+            self._check()
+        elif not self._reached:
+            self._check()
         pool = self.pool()
-        raw = _call(lambda: pool.getconn())
-        return PgConnection(raw, pool.putconn)
+        try:
+            raw: psycopg.Connection[Any] = pool.getconn(timeout=FIRST_WAIT_S)
+        except psycopg_pool.PoolTimeout:
+            self._check()
+            raw = _call(lambda: pool.getconn(timeout=POOL_TIMEOUT_S - FIRST_WAIT_S))
+        except (psycopg.Error, psycopg_pool.PoolClosed) as exc:
+            raise mapped(exc) from exc
+        self._reached = True
+        return raw
+
+    def _check(self) -> None:
+        """Connect directly; raise ``StorageUnavailable`` with the reason if that
+        fails (and remember it), else forget an earlier failure."""
+        with self._probe_lock:
+            down = self._down
+            if down is not None and time.monotonic() - down[1] < DOWN_RECHECK_S:
+                raise StorageUnavailable(down[0])
+            try:
+                psycopg.connect(self.conninfo, connect_timeout=PROBE_TIMEOUT_S).close()
+            except psycopg.Error as exc:
+                reason = " ".join(str(exc).split())[:300]
+                message = f"the memory database cannot be reached ({self.url}): {reason}"
+                if self._down is None:
+                    log.error("memory: %s; requests that need memory fail until it is back, "
+                              "plain forwarding goes on", message)
+                self._down = (message, time.monotonic())
+                raise StorageUnavailable(message) from exc
+            if self._down is not None:
+                log.warning("memory: the database %s answers again", self.url)
+            self._down = None
 
     def close(self) -> None:
         """Close the pool (idle connections go now; borrowed ones when returned)."""

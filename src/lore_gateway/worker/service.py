@@ -10,6 +10,10 @@ failing or hung upstream costs a background job, never an agent's response.
 Distill jobs use the worker model when it is allowed (on, budget left,
 credential present, upstream answering) and the extractive distiller otherwise.
 Curate jobs need the model; without it they wait (budget: until the next day).
+
+Gateways that share one database each run a worker; every job is leased
+(``jobs.claim``) before it runs and its result is saved only while the lease
+holds, so each job runs once across instances (docs/storage.md).
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import secrets
+import socket
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -60,6 +67,11 @@ MIN_IDLE_TOKENS = 64
 # A queued distill job whose session lent no credential for this long (a restart
 # forgot it) is distilled extractively instead of waiting any longer.
 CREDENTIAL_WAIT_S = 600.0
+# A running job's lease: renewed every LEASE_RENEW_S while the job runs, so an
+# instance that dies mid-job frees it within LEASE_S, and a live one keeps it
+# however long its model call takes.
+LEASE_S = 30.0
+LEASE_RENEW_S = 10.0
 _FAMILY: dict[Protocol, wreq.Family] = {
     Protocol.ANTHROPIC: "anthropic", Protocol.RESPONSES: "responses", Protocol.CODEX: "codex",
     Protocol.CHAT: "chat"}
@@ -88,6 +100,10 @@ class BackgroundWorker:
         self._task: asyncio.Task[None] | None = None
         self.caller = ModelCaller(settings, memory, upstream, lambda: self.clock())
         self._retry_at: float | None = None
+        # Names this process in job leases: unique across the instances sharing
+        # a database, readable in `lore status` (host, pid).
+        self.instance = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.lease_s = LEASE_S
 
     # --- the proxy's side ------------------------------------------------------------
 
@@ -122,6 +138,11 @@ class BackgroundWorker:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+            try:
+                await asyncio.to_thread(self.memory.write_job,
+                                        lambda c: jobs.release(c, self.instance))
+            except Exception as exc:  # the lease then runs out on its own
+                log.warning("worker: could not release job leases at stop: %s", exc)
 
     async def _run(self) -> None:
         while True:
@@ -158,8 +179,11 @@ class BackgroundWorker:
             if not seen.idle_done and now - seen.at >= self.settings.distill_idle_s:
                 seen.idle_done = True
                 await self._plan(key, seen.project, MIN_IDLE_TOKENS)
-        for job in await asyncio.to_thread(self.memory.read, lambda c: jobs.due(
-                c, self.clock(), JOBS_PER_PASS)):
+        for _ in range(JOBS_PER_PASS):
+            job = await asyncio.to_thread(self.memory.write_job, lambda c: jobs.claim(
+                c, self.instance, self.clock(), self.lease_s))
+            if job is None:
+                break
             await self._run_job(job)
 
     async def _plan(self, key: tuple[str, str], project: str, threshold: int) -> None:
@@ -168,7 +192,8 @@ class BackgroundWorker:
         def plan(conn: Any) -> bool:
             if dstore.undistilled_tokens(conn, tenant, session) < max(1, threshold):
                 return False
-            return jobs.enqueue(conn, "distill", tenant, project, session, self.clock())
+            return jobs.enqueue(conn, "distill", tenant, project, session, self.clock(),
+                                owner=self.instance)
 
         if await asyncio.to_thread(self.memory.write_job, plan):
             self._wake.set()
@@ -176,6 +201,27 @@ class BackgroundWorker:
     # --- jobs ------------------------------------------------------------------------
 
     async def _run_job(self, job: jobs.Job) -> None:
+        renewal = asyncio.create_task(self._renew(job), name="lore-worker-lease")
+        try:
+            await self._run_job_leased(job)
+        finally:
+            renewal.cancel()
+            await asyncio.gather(renewal, return_exceptions=True)
+
+    async def _renew(self, job: jobs.Job) -> None:
+        """Keep the job's lease while it runs (a task beside it)."""
+        while True:
+            await asyncio.sleep(LEASE_RENEW_S)
+            try:
+                held = await asyncio.to_thread(self.memory.write_job, lambda c: jobs.renew(
+                    c, job.id, self.instance, self.clock() + self.lease_s))
+            except Exception as exc:
+                log.warning("worker: could not renew the lease of job %d: %s", job.id, exc)
+                continue
+            if not held:
+                return
+
+    async def _run_job_leased(self, job: jobs.Job) -> None:
         try:
             if job.kind == "distill":
                 await self._distill(job)
@@ -216,18 +262,27 @@ class BackgroundWorker:
             text = extractive.distill(segment)
 
         def save(conn: Any) -> int | None:
-            row = dstore.save(conn, tenant=job.tenant, project=job.project,
-                              session=job.session, text=text or "", sources=segment,
-                              generation=0, method=method)
-            if text and self.settings.worker and job.project != UNKNOWN_PROJECT:
-                jobs.enqueue(conn, "curate", job.tenant, job.project, job.session, self.clock())
-            jobs.finish(conn, job.id, "done", self.clock())
-            if dstore.undistilled_tokens(conn, job.tenant, job.session) >= \
-                    self.settings.distill_segment_tokens:
-                jobs.enqueue(conn, "distill", job.tenant, job.project, job.session, self.clock())
-            return row
+            with conn:
+                if not jobs.holds(conn, job.id, self.instance, self.clock()):
+                    return _LEASE_LOST
+                row = dstore.save(conn, tenant=job.tenant, project=job.project,
+                                  session=job.session, text=text or "", sources=segment,
+                                  generation=0, method=method)
+                if text and self.settings.worker and job.project != UNKNOWN_PROJECT:
+                    jobs.enqueue(conn, "curate", job.tenant, job.project, job.session,
+                                 self.clock(), owner=self.instance)
+                jobs.finish(conn, job.id, "done", self.clock(), instance=self.instance)
+                if dstore.undistilled_tokens(conn, job.tenant, job.session) >= \
+                        self.settings.distill_segment_tokens:
+                    jobs.enqueue(conn, "distill", job.tenant, job.project, job.session,
+                                 self.clock(), owner=self.instance)
+                return row
 
         row = await asyncio.to_thread(self.memory.write_job, save)
+        if row == _LEASE_LOST:
+            log.warning("worker: distill job %d: its lease ran out before the result was "
+                        "saved; another instance runs it", job.id)
+            return
         metrics.record_worker_job("distill", method)
         if row is not None:
             metrics.record_distillation(method, 0)
@@ -312,14 +367,21 @@ class BackgroundWorker:
                 metrics.record_worker_job("curate", "failed")
             return
 
-        def apply(conn: Any) -> int:
-            changed = curator.apply_ops(conn, job.tenant, job.project, ops,
-                                        f"session {job.session[:24]}")
-            dstore.mark_curated(conn, [d.id for d in logs])
-            jobs.finish(conn, job.id, "done", self.clock())
-            return changed
+        def apply(conn: Any) -> int | None:
+            with conn:
+                if not jobs.holds(conn, job.id, self.instance, self.clock()):
+                    return None
+                changed = curator.apply_ops(conn, job.tenant, job.project, ops,
+                                            f"session {job.session[:24]}")
+                dstore.mark_curated(conn, [d.id for d in logs])
+                jobs.finish(conn, job.id, "done", self.clock(), instance=self.instance)
+                return changed
 
         changed = await asyncio.to_thread(self.memory.write_job, apply)
+        if changed is None:
+            log.warning("worker: curate job %d: its lease ran out before the result was "
+                        "saved; another instance runs it", job.id)
+            return
         metrics.record_worker_job("curate", "done")
         if changed and self.knowledge is not None:
             self.knowledge.changed(job.tenant, job.project)
@@ -343,12 +405,12 @@ class BackgroundWorker:
     async def _retry(self, job: jobs.Job, delay: float, reason: str, *, count: bool = True) -> None:
         now = self.clock()
         self._retry_at = min(self._retry_at or now + delay, now + delay)
-        await asyncio.to_thread(self.memory.write_job,
-                                lambda c: jobs.retry(c, job.id, now + delay, now, reason, count))
+        await asyncio.to_thread(self.memory.write_job, lambda c: jobs.retry(
+            c, job.id, now + delay, now, reason, count, instance=self.instance))
 
     async def _finish(self, job: jobs.Job, state: str, error: str | None = None) -> None:
-        await asyncio.to_thread(self.memory.write_job,
-                                lambda c: jobs.finish(c, job.id, state, self.clock(), error))
+        await asyncio.to_thread(self.memory.write_job, lambda c: jobs.finish(
+            c, job.id, state, self.clock(), error, instance=self.instance))
 
     # --- status ----------------------------------------------------------------------
 
@@ -359,7 +421,12 @@ class BackgroundWorker:
         facts["tokens_in_since_start"] = self.caller.tokens_in
         facts["tokens_out_since_start"] = self.caller.tokens_out
         facts["sessions_with_credentials"] = len(self.vault)
+        facts["instance"] = self.instance
         return facts
+
+
+# What a distill job's save returns when the lease was lost (a row id is >= 1).
+_LEASE_LOST = -1
 
 
 def _tool_family(protocol: Protocol) -> str:

@@ -49,7 +49,8 @@ def status_from_db(settings: Settings) -> dict[str, Any]:
     facts = worker_settings(settings)
     database = settings.database
     if not database.exists():
-        return facts | {"jobs": {"queued": 0, "done": 0, "failed": 0}, "today": {}}
+        return facts | {"jobs": {"queued": 0, "done": 0, "failed": 0, "running": 0},
+                        "today": {}}
     conn = db.connect(database, readonly=True)
     try:
         facts.update(job_facts(conn, settings, time.time()))

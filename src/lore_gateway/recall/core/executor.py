@@ -22,6 +22,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
+from lore_gateway.memory.errors import StorageUnavailable
 from lore_gateway.memory.records import Identity
 from lore_gateway.recall.core.budget import Coverage
 from lore_gateway.recall.core.tool import DEFAULT_DETAIL_LIMIT, RecallArgs
@@ -38,6 +39,8 @@ NO_RESULTS = "[No results found.]"
 EXECUTION_FAILED = "Recall search failed. The memory system encountered an error."
 UNAVAILABLE = ("Recall is unavailable right now: the memory system is busy. "
                "Answer without it, or try again later.")
+DATABASE_UNREACHABLE = ("Recall is unavailable right now: the memory database cannot be "
+                        "reached. Answer without it, or try again later.")
 TIMED_OUT = ("Recall timed out: the memory system did not answer in time. "
              "Answer without it, or try again later.")
 
@@ -172,6 +175,10 @@ class RecallExecutor:
         except MemoryBusy as exc:
             log.warning("recall refused: %s", exc)
             return RecallOutcome(UNAVAILABLE, (), failed=True, failure="recall_unavailable")
+        except StorageUnavailable as exc:
+            log.warning("recall without memory: %s", exc)
+            return RecallOutcome(DATABASE_UNREACHABLE, (), failed=True,
+                                 failure="recall_unavailable")
         except TimeoutError:
             log.warning("recall timed out after %.1f s", self._gate.timeout)
             return RecallOutcome(TIMED_OUT, (), failed=True, failure="recall_timeout")
