@@ -20,8 +20,8 @@ Search indexes and scopes are not copied: the target's triggers build them from
 the messages as they arrive (on Postgres ``search_docs``, on SQLite FTS5), in id
 order, so each message's context (its predecessor) is the same as in the source.
 Not copied either: ``worker_jobs`` (a running gateway's queue, re-planned from
-the memory on the next turn), ``metrics_samples`` (one gateway's charts), and
-``kv`` (caches keyed by a tenant, rebuilt when needed), and ``context_sessions``
+the memory on the next turn), ``metrics_samples`` (one gateway's charts),
+``kv`` (caches keyed by a tenant, rebuilt when needed) and ``context_sessions``
 (a session's context layout, planned again on its next request).
 """
 
