@@ -221,7 +221,11 @@ def _child_main(db_path: str, jobs: Any, acks: Any, stop: Any, parent: int,
     """The child: lowest priority, one embedder, one connection, one batch at a time."""
     with contextlib.suppress(OSError):
         os.nice(BACKGROUND_NICE)
+    from lore_gateway import heap
     from lore_gateway.memory import db
+
+    heap.name_process("lore-embed")
+    heap.start_trimmer()
     from lore_gateway.memory.embed import BACKGROUND_THREADS, load_embedder
 
     embedder = load_embedder(threads=BACKGROUND_THREADS)

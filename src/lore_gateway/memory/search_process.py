@@ -52,9 +52,12 @@ def _init(db_path: str, embeddings: bool, parent: int) -> None:
     global _SEARCHER
     threading.Thread(target=_exit_with_parent, args=(parent,), name="lore-search-parent",
                      daemon=True).start()
+    from lore_gateway import heap
     from lore_gateway.memory import db
     from lore_gateway.memory.search import Searcher
 
+    heap.name_process("lore-search")
+    heap.start_trimmer()
     embedder = None
     if embeddings:
         from lore_gateway.memory.embed import load_embedder

@@ -1,0 +1,48 @@
+"""Serving memory (issue 14 point 3): one copy of the weights where they are used."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lore_gateway import heap
+from lore_gateway.config import Settings
+from lore_gateway.memory.embed import model_info
+from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.service import Memory
+from lore_gateway.protocols.common import Message
+
+IDENT = Identity("tenant-a", "proj", "sess")
+
+
+async def test_the_gateway_searches_with_vectors_without_loading_the_model(
+    tmp_path: Path,
+) -> None:
+    assert model_info() is not None
+    memory = Memory.open(Settings(data_dir=tmp_path, embeddings=True))
+    try:
+        memory.submit_turn(TurnRecord(identity=IDENT, protocol="chat", model=None,
+                                      created_at=time.time(),
+                                      messages=(Message("user", "the quokka migration"),)),
+                           wait=True)
+        memory.flush(timeout=60)
+        result = await memory.search("quokka", identity=IDENT, scope="all")
+        assert memory.embeddings
+        assert [h.content for h in result.hits] == ["the quokka migration"]
+        assert memory._embedder == "lazy"  # the search process loaded it, this one did not
+        assert memory.search_sync("quokka", identity=IDENT).hits  # loads it here
+        assert memory._embedder != "lazy"
+    finally:
+        memory.close()
+
+
+def test_trim_and_process_name_work_on_glibc() -> None:
+    code = ("from lore_gateway import heap; b = bytearray(64 << 20); del b; "
+            "heap.name_process('lore-probe'); print(heap.available(), "
+            "open('/proc/self/comm').read().strip())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == [str(heap.available()), "lore-probe"]
+    assert heap.available() == sys.platform.startswith("linux")
