@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -83,5 +84,21 @@ async def test_a_dead_search_process_is_replaced(memory: Memory) -> None:
         assert failed <= 1
         assert searches.restarts == 1
         assert searches.pids != [pid]
+    finally:
+        searches.close()
+
+
+async def test_the_first_searches_arriving_together_all_get_their_own_answer(
+    memory: Memory,
+) -> None:
+    searches = SearchProcess(memory.settings.db_path, embeddings=False, workers=2)
+    try:
+        queries = ["quokka", "pasta", "tuesdays", "migration"] * 5
+        results = await asyncio.gather(*(searches.search(
+            q, tenant=IDENT.tenant, project=IDENT.project, session=IDENT.session,
+            scope="all", limit=5) for q in queries))
+        for query, result in zip(queries, results, strict=True):
+            assert query in result.hits[0].content
+        assert searches.restarts == 0
     finally:
         searches.close()

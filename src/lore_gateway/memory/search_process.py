@@ -152,13 +152,21 @@ class _Worker:
         self.pending: dict[int, asyncio.Future[SearchResult]] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         self._writer: asyncio.StreamWriter | None = None
+        self._opening: asyncio.Task[asyncio.StreamWriter] | None = None
         self.dead = False
 
     async def _connect(self) -> asyncio.StreamWriter:
-        if self._writer is None:
-            reader, self._writer = await asyncio.open_connection(sock=self._sock)
+        # Opened once: the first searches arrive together, and two streams on
+        # one socket would split each other's replies.
+        if self._opening is None:
             self.loop = asyncio.get_running_loop()
-            self.loop.create_task(self._read(reader), name="lore-search-replies")
+            self._opening = self.loop.create_task(self._open())
+        return await asyncio.shield(self._opening)
+
+    async def _open(self) -> asyncio.StreamWriter:
+        reader, self._writer = await asyncio.open_connection(sock=self._sock)
+        assert self.loop is not None
+        self.loop.create_task(self._read(reader), name="lore-search-replies")
         return self._writer
 
     async def ask(self, request_id: int, query: str, args: tuple[Any, ...]
