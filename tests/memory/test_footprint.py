@@ -46,3 +46,18 @@ def test_trim_and_process_name_work_on_glibc() -> None:
                          check=True).stdout.split()
     assert out == [str(heap.available()), "lore-probe"]
     assert heap.available() == sys.platform.startswith("linux")
+
+
+def test_the_footprint_bench_reads_every_process_of_the_gateway_tree() -> None:
+    from lore_gateway.bench.footprint import run
+
+    result = run(turns=4, recall_every=2, embeddings=False)
+    assert result["failed"] == 0
+    assert result["stored_turns"] == 4 + 2  # and the two warm-up turns
+    after = result["after"]
+    names = [p["name"] for p in after["processes"]]
+    assert "lore-search" in names  # the recalls searched in their own process
+    assert "lore-embed" not in names  # embeddings off: no embedder
+    assert after["rss_mib"] == round(sum(p["rss_mib"] for p in after["processes"]), 1)
+    assert all(0 < p["pss_mib"] <= p["rss_mib"] <= p["peak_rss_mib"]
+               for p in after["processes"])
