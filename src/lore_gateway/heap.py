@@ -23,7 +23,6 @@ import threading
 import time
 from collections.abc import Callable
 
-
 # glibc's mallopt parameter for the number of malloc arenas.
 _M_ARENA_MAX = -8
 # Arenas per process. glibc's default is 8 per core, one more for each thread
