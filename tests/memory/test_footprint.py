@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 from lore_gateway import heap
@@ -61,3 +62,26 @@ def test_the_footprint_bench_reads_every_process_of_the_gateway_tree() -> None:
     assert after["rss_mib"] == round(sum(p["rss_mib"] for p in after["processes"]), 1)
     assert all(0 < p["pss_mib"] <= p["rss_mib"] <= p["peak_rss_mib"]
                for p in after["processes"])
+
+
+def test_a_cached_recall_holds_no_more_than_its_bytes() -> None:
+    from lore_gateway.memory.anchor_store import StoredRecall
+
+    entry = StoredRecall.from_messages(
+        anchor_id="a1", protocol="responses", marker=None, call_id="call_1",
+        arguments='{"query":"what did we decide"}', position=0, context_id="c",
+        assistant={"type": "function_call", "call_id": "call_1", "name": "recall"},
+        tool_result={"type": "function_call_output", "output": "- (user) the quokka"})
+    assert entry.size >= len(entry.assistant_json) + len(entry.result_json)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [StoredRecall.from_messages(
+            anchor_id=f"a{i}", protocol="responses", marker=None, call_id="call_1",
+            arguments="{}", position=i, context_id="c", assistant={"n": i},
+            tool_result={"output": "x"}) for i in range(200)]
+        held = (tracemalloc.get_traced_memory()[0] - before) / len(kept)
+    finally:
+        tracemalloc.stop()
+    # orjson's own result keeps its 4 KiB write buffer behind a short length
+    assert held < 1024

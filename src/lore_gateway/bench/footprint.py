@@ -167,8 +167,10 @@ def run(*, turns: int = 1000, recall_every: int = 10, embeddings: bool = True,
                 stored, messages, vectors = _counts(db_path)
                 still = still + 1.0 if vectors == last else 0.0
                 last = vectors
-                if (not embeddings or vectors >= messages or still >= STALL_S
-                        or time.monotonic() > deadline):
+                written = stored >= turns + 2 - failed  # the writer caught up too
+                if written and (not embeddings or vectors >= messages or still >= STALL_S):
+                    break
+                if time.monotonic() > deadline:
                     break
                 time.sleep(1.0)
             loaded = tree_memory(pid)

@@ -101,7 +101,7 @@ class StoredRecall:
                       call_id: str, arguments: str, position: int, context_id: str,
                       assistant: dict[str, Any], tool_result: dict[str, Any]) -> StoredRecall:
         return cls(anchor_id, protocol, marker, call_id, arguments, position, context_id,
-                   orjson.dumps(assistant), orjson.dumps(tool_result), time.time())
+                   _compact_json(assistant), _compact_json(tool_result), time.time())
 
     @property
     def assistant(self) -> dict[str, Any]:
@@ -163,6 +163,17 @@ class SessionRecalls:
 
 
 _stamps = itertools.count(1)
+
+
+def _compact_json(value: dict[str, Any]) -> bytes:
+    """``orjson.dumps(value)`` in a bytes object of its own length.
+
+    orjson returns its 4 KiB write buffer with the length set short, so a 108-byte
+    entry kept 4 KiB resident: each cached recall held ~9 KiB against the ~0.5 KiB
+    its ``size`` counts, and the cache's byte bounds never applied (the soak's
+    gateway grew ~5 KB per stored turn). A copy is exact.
+    """
+    return memoryview(orjson.dumps(value)).tobytes()
 
 
 def _redact_json(raw: bytes) -> bytes:
