@@ -184,7 +184,7 @@ def run(data: Path | None = None, *, embeddings: bool = True,
         settings = Settings(data_dir=Path(tmp), embeddings=embeddings)
         memory = Memory.open(settings, embedder="auto" if embeddings else None)
         try:
-            report.embeddings = memory.embedder is not None
+            report.embeddings = memory.embeddings
             total = sum(len(s.messages) for s in sessions)
             report.ingest_s = ingest(memory, settings,
                                      (r for s in sessions for r in turn_records(s)),

@@ -115,7 +115,7 @@ def run(data: Path, *, embeddings: bool = True,
                                              time.perf_counter() - started))
                 if progress is not None:
                     progress("importing sessions", i + 1, len(files))
-            used = memory.embedder is not None
+            used = memory.embeddings
         finally:
             memory.close()  # joins the embedding process: its CPU time is counted now
     return ImportReport(timings, used, _cpu_seconds() - cpu_before)

@@ -62,7 +62,7 @@ def ingest(memory: Any, settings: Settings, records: Iterable[TurnRecord], total
 
 def _flush(memory: Any, settings: Settings, progress: Progress | None) -> None:
     """``memory.flush()``, reporting the embedding of the ingested messages."""
-    if progress is None or memory.embedder is None:
+    if progress is None or not memory.embeddings:
         memory.flush()
         return
     from lore_gateway.memory import db

@@ -202,7 +202,7 @@ def run(data: Path | None = None, *, embeddings: bool = True,
         settings = Settings(data_dir=Path(tmp), embeddings=embeddings)
         memory = Memory.open(settings, embedder="auto" if embeddings else None)
         try:
-            report.embeddings = memory.embedder is not None
+            report.embeddings = memory.embeddings
             total_turns = sum(len(c.turns) for c in convs)
             report.ingest_s = ingest(memory, settings,
                                      (r for conv in convs for r in turn_records(conv)),

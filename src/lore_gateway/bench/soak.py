@@ -232,7 +232,7 @@ def run(*, clients: int = 200, seconds: float = 60.0, recall_share: float = 0.5,
                 "rss_mb": load["rss"],
                 "write_queue_max": max(load["queue_depths"], default=0),
             }
-            rss = [mb for _, mb in load["rss"]]
+            rss = [mb for _, mb in load["rss"] if mb > 0]  # 0: the gateway had exited
             if len(rss) >= 4:
                 settled = rss[len(rss) // 2]
                 result["rss_growth_after_half"] = round(max(rss[len(rss) // 2:]) / settled - 1, 3)

@@ -46,6 +46,7 @@ def _root(
 def _register() -> None:
     # Each module attaches its commands to ``app`` / ``bench_app`` on import.
     from lore_gateway.cli import (  # noqa: F401
+        bench_footprint,
         bench_gateway,
         bench_import,
         bench_memory,

@@ -108,7 +108,7 @@ class StoredRecall:
                       call_id: str, arguments: str, position: int, context_id: str,
                       assistant: dict[str, Any], tool_result: dict[str, Any]) -> StoredRecall:
         return cls(anchor_id, protocol, marker, call_id, arguments, position, context_id,
-                   orjson.dumps(assistant), orjson.dumps(tool_result), time.time())
+                   _compact_json(assistant), _compact_json(tool_result), time.time())
 
     @property
     def assistant(self) -> dict[str, Any]:
@@ -182,6 +182,17 @@ def _note_absent(recalls: SessionRecalls, wanted: Iterable[str]) -> None:
     for anchor_id in wanted:
         if anchor_id not in recalls.entries and len(recalls.absent) < MAX_ABSENT_PER_SESSION:
             recalls.absent.add(anchor_id)
+
+
+def _compact_json(value: dict[str, Any]) -> bytes:
+    """``orjson.dumps(value)`` in a bytes object of its own length.
+
+    orjson returns its 4 KiB write buffer with the length set short, so a 108-byte
+    entry kept 4 KiB resident: each cached recall held ~9 KiB against the ~0.5 KiB
+    its ``size`` counts, and the cache's byte bounds never applied (the soak's
+    gateway grew ~5 KB per stored turn). A copy is exact.
+    """
+    return memoryview(orjson.dumps(value)).tobytes()
 
 
 def _redact_json(raw: bytes) -> bytes:

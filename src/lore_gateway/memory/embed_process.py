@@ -28,6 +28,7 @@ import multiprocessing
 import os
 import queue
 import threading
+import time
 from multiprocessing.context import SpawnProcess
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,10 @@ _STOP = None
 # Restarts of a child that died (a crash, the OOM killer) before giving up; a
 # message that kills the model every time must not turn into a restart loop.
 MAX_RESTARTS = 5
+# A trim when the queue runs empty, at most this often: freed run buffers (a
+# 256-token text's activations) otherwise stay resident until the 30 s trimmer;
+# measured, the process held 251 MiB right after a backlog, 189 MiB trimmed.
+IDLE_TRIM_S = 5.0
 # Attempts at writing one batch of vectors while another process holds the lock.
 WRITE_ATTEMPTS = 3
 
@@ -225,13 +230,18 @@ def _child_main(address: str, jobs: Any, acks: Any, stop: Any, parent: int,
     """The child: lowest priority, one embedder, one connection, one batch at a time."""
     with contextlib.suppress(OSError):
         os.nice(BACKGROUND_NICE)
+    from lore_gateway import heap
     from lore_gateway.memory import db
+
+    heap.name_process("lore-embed")
+    heap.start_trimmer()
     from lore_gateway.memory.embed import BACKGROUND_THREADS, load_embedder
 
     embedder = load_embedder(threads=BACKGROUND_THREADS)
     from lore_gateway.storage.target import parse_url
 
     conn = db.connect(parse_url(address))
+    trimmed = time.monotonic()
     try:
         while True:
             if stop.is_set() or os.getppid() != parent:
@@ -257,5 +267,8 @@ def _child_main(address: str, jobs: Any, acks: Any, stop: Any, parent: int,
                     logging.getLogger(__name__).exception(
                         "embedding %d messages failed; they stay BM25-only", len(ids))
             acks.put(done)
+            if jobs.empty() and time.monotonic() - trimmed > IDLE_TRIM_S:
+                heap.trim()  # a backlog's run buffers, given back once it is done
+                trimmed = time.monotonic()
     finally:
         conn.close()

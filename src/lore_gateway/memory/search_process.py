@@ -6,6 +6,12 @@ GIL: with 100 recall clients among 200, a search that takes 13-132 ms idle took
 in a child process with its own interpreter; the gateway only pickles a query
 and unpickles the hits.
 
+The event loop drives each child over a socket pair itself: a query is one
+length-prefixed pickle written to the socket, the hits come back the same way
+and resolve a future. No thread of the gateway takes part (a process pool hands
+every call and result over two threads, and under load each hand-off waited for
+the gateway's GIL behind the relay).
+
 Bounded: at most ``MAX_IN_FLIGHT`` searches wait or run at once (beyond it the
 search fails fast with ``MemoryUnavailable``), and each is given
 ``timeout`` seconds (``SearchTimeout``). A child that dies is replaced on the next
@@ -15,14 +21,17 @@ search.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import multiprocessing
 import os
+import pickle
+import socket
+import struct
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,9 +63,12 @@ def _init(address: str, embeddings: bool, parent: int) -> None:
     global _SEARCHER
     threading.Thread(target=_exit_with_parent, args=(parent,), name="lore-search-parent",
                      daemon=True).start()
+    from lore_gateway import heap
     from lore_gateway.memory import db
     from lore_gateway.memory.search import Searcher
 
+    heap.name_process("lore-search")
+    heap.start_trimmer()
     embedder = None
     if embeddings:
         from lore_gateway.memory.embed import load_embedder
@@ -113,12 +125,101 @@ def _search(query: str, tenant: str, project: str, session: str, scope: str,
                             scope=scope, limit=limit)
 
 
-def _ping() -> int:
-    return os.getpid()
+def _child_main(conn: Connection, address: str, embeddings: bool, parent: int) -> None:
+    """The child: answer one query at a time, in the order they came."""
+    _init(address, embeddings, parent)
+    while True:
+        try:
+            request_id, query, args = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return  # the gateway closed its end: stop
+        try:
+            reply = pickle.dumps((request_id, True, _search(query, *args)))
+        except Exception as exc:  # a failed search fails that recall, not the process
+            reply = pickle.dumps((request_id, False, f"{type(exc).__name__}: {exc}"))
+        conn.send_bytes(reply)
+
+
+class _Worker:
+    """One search child and the event loop's end of its socket pair."""
+
+    def __init__(self, address: str, embeddings: bool) -> None:
+        ctx = multiprocessing.get_context("spawn")  # never fork a threaded process
+        ours, theirs = socket.socketpair()
+        self._sock = ours
+        child_end = Connection(theirs.detach())
+        self.process = ctx.Process(target=_child_main,
+                                   args=(child_end, address, embeddings, os.getpid()),
+                                   name="lore-search", daemon=True)
+        self.process.start()
+        child_end.close()
+        self.pending: dict[int, asyncio.Future[SearchResult]] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._opening: asyncio.Task[asyncio.StreamWriter] | None = None
+        self.dead = False
+
+    async def _connect(self) -> asyncio.StreamWriter:
+        # Opened once: the first searches arrive together, and two streams on
+        # one socket would split each other's replies.
+        if self._opening is None:
+            self.loop = asyncio.get_running_loop()
+            self._opening = self.loop.create_task(self._open())
+        return await asyncio.shield(self._opening)
+
+    async def _open(self) -> asyncio.StreamWriter:
+        reader, self._writer = await asyncio.open_connection(sock=self._sock)
+        assert self.loop is not None
+        self.loop.create_task(self._read(reader), name="lore-search-replies")
+        return self._writer
+
+    async def ask(self, request_id: int, query: str, args: tuple[Any, ...]
+                  ) -> asyncio.Future[SearchResult]:
+        writer = await self._connect()
+        future: asyncio.Future[SearchResult] = asyncio.get_running_loop().create_future()
+        self.pending[request_id] = future
+        payload = pickle.dumps((request_id, query, args))
+        writer.write(struct.pack("!i", len(payload)) + payload)  # Connection's framing
+        await writer.drain()
+        return future
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                (size,) = struct.unpack("!i", await reader.readexactly(4))
+                if size == -1:  # Connection's framing of a message over 2 GiB
+                    (size,) = struct.unpack("!Q", await reader.readexactly(8))
+                request_id, ok, value = pickle.loads(await reader.readexactly(size))
+                future = self.pending.pop(request_id, None)
+                if future is None or future.done():
+                    continue  # its search timed out meanwhile
+                if ok:
+                    future.set_result(value)
+                else:
+                    future.set_exception(RuntimeError(f"memory search failed: {value}"))
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            pass
+        finally:
+            self.dead = True
+            for future in self.pending.values():
+                if not future.done():
+                    future.set_exception(MemoryUnavailable(
+                        "the memory search process died; it is restarting"))
+            self.pending.clear()
+            if self._writer is not None:
+                self._writer.close()
+
+    def stop(self) -> None:
+        """End the child; the reply reader sees the socket close and ends too."""
+        self.dead = True
+        self.process.terminate()
+        self.process.join(timeout=2)
+        if self._writer is None:  # never used from a loop: nobody else closes it
+            self._sock.close()
 
 
 class SearchProcess:
-    """A pool of ``workers`` processes, each owning a ``Searcher``; ``search`` is awaited."""
+    """``workers`` search processes, each owning a ``Searcher``; ``search`` is awaited."""
 
     def __init__(self, database: Database | Path, *, embeddings: bool, workers: int = 1,
                  timeout: float = DEFAULT_TIMEOUT_S, max_in_flight: int = MAX_IN_FLIGHT) -> None:
@@ -129,28 +230,43 @@ class SearchProcess:
         self._max_in_flight = max_in_flight
         self._in_flight = 0
         self._lock = threading.Lock()
-        self._pool: ProcessPoolExecutor | None = None
+        self._pool: list[_Worker] = []
+        self._ids = itertools.count()
         self.restarts = 0
         self.timeouts = 0
         self.rejected = 0
         self.closed = False
 
-    def _executor(self) -> ProcessPoolExecutor:
+    @property
+    def pids(self) -> list[int]:
+        return [w.process.pid for w in self._pool if w.process.pid is not None]
+
+    def _worker(self) -> _Worker:
+        """The live worker with the fewest searches waiting, replacing dead ones."""
+        loop = asyncio.get_running_loop()
         with self._lock:
             if self.closed:
                 raise MemoryUnavailable("memory is closed")
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(
-                    max_workers=self._workers, mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_init,
-                    initargs=(self._database.address, self._embeddings, os.getpid()))
-            return self._pool
+            for index, worker in enumerate(self._pool):
+                moved = worker.loop is not None and worker.loop is not loop
+                if worker.dead or moved or not worker.process.is_alive():
+                    if not moved:
+                        log.error("memory: the search process died; starting another")
+                        self.restarts += 1
+                    worker.stop()
+                    self._pool[index] = _Worker(self._database.address, self._embeddings)
+            self._fill()
+            return min(self._pool, key=lambda w: len(w.pending))
+
+    def _fill(self) -> None:
+        while len(self._pool) < self._workers:
+            self._pool.append(_Worker(self._database.address, self._embeddings))
 
     def warm(self) -> None:
         """Start the children now (they load the model), so the first recall does not wait."""
-        pool = self._executor()
-        for _ in range(self._workers):
-            pool.submit(_ping)
+        with self._lock:
+            if not self.closed:
+                self._fill()
 
     async def search(self, query: str, *, tenant: str, project: str, session: str,
                      scope: str, limit: int) -> SearchResult:
@@ -159,43 +275,29 @@ class SearchProcess:
             raise MemoryUnavailable(
                 f"memory search is overloaded ({self._max_in_flight} searches in flight)")
         self._in_flight += 1
+        request_id = next(self._ids)
+        worker: _Worker | None = None
         try:
-            loop = asyncio.get_running_loop()
-            pool = self._executor()
-            try:
-                # submit() itself raises BrokenProcessPool once the pool noticed a death.
-                future = loop.run_in_executor(pool, _search, query, tenant, project, session,
-                                              scope, limit)
-                return await asyncio.wait_for(future, self.timeout)
-            except TimeoutError:
-                self.timeouts += 1
-                raise SearchTimeout(
-                    f"memory search took longer than {self.timeout:g} s") from None
-            except BrokenProcessPool:
-                self._replace(pool)
-                raise MemoryUnavailable(
-                    "the memory search process died; it is restarting") from None
+            worker = self._worker()
+            async with asyncio.timeout(self.timeout):
+                future = await worker.ask(request_id, query,
+                                          (tenant, project, session, scope, limit))
+                return await future
+        except TimeoutError:
+            self.timeouts += 1
+            raise SearchTimeout(f"memory search took longer than {self.timeout:g} s") from None
+        except (ConnectionError, OSError):
+            raise MemoryUnavailable(
+                "the memory search process died; it is restarting") from None
         finally:
             self._in_flight -= 1
-
-    def _replace(self, broken: ProcessPoolExecutor) -> None:
-        with self._lock:
-            if self._pool is broken:
-                log.error("memory: the search process died; starting another")
-                self.restarts += 1
-                self._pool = None
-        broken.shutdown(wait=False, cancel_futures=True)
+            if worker is not None:
+                worker.pending.pop(request_id, None)
 
     def close(self) -> None:
         with self._lock:
             self.closed = True
-            pool, self._pool = self._pool, None
-        if pool is None:
-            return
-        processes: dict[Any, Any] = dict(getattr(pool, "_processes", None) or {})
-        pool.shutdown(wait=False, cancel_futures=True)
-        for process in processes.values():
+            pool, self._pool = self._pool, []
+        for worker in pool:
             # A search in progress is moot at shutdown; never wait for it.
-            process.terminate()
-        for process in processes.values():
-            process.join(timeout=2)
+            worker.stop()

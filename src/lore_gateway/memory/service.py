@@ -91,7 +91,8 @@ class Memory:
     """The memory store: write path, search, detail lookup and housekeeping."""
 
     def __init__(self, settings: Settings, *, writer: TurnWriter,
-                 embedder: Embedder | None, embedding_worker: EmbeddingProcess | None) -> None:
+                 embedder: Embedder | Literal["lazy"] | None,
+                 embedding_worker: EmbeddingProcess | None) -> None:
         self.settings = settings
         # Where memory lives (either backend); every connection below opens it.
         self.database = settings.database
@@ -102,7 +103,11 @@ class Memory:
             self.tenancy = identity.KeyTenancy(self._keyring.tenant)
         self._writer = writer
         self._conn_factory = db.conn_factory(self.database)
-        self.embedder = embedder
+        # "lazy": the model is installed, but loaded in this process only when a
+        # search runs here (the CLI, the benches). The gateway searches in its
+        # search process and never loads it: ~150 MiB of weights saved.
+        self._embedder: Embedder | Literal["lazy"] | None = embedder
+        self._embedder_lock = threading.Lock()
         self._embedding_worker = embedding_worker
         # One search thread: searches are short, and a single worker bounds the CPU
         # memory search can take from the proxy on a small machine.
@@ -132,14 +137,19 @@ class Memory:
             schema.migrate(conn)
         finally:
             conn.close()
+        wanted: Embedder | Literal["lazy"] | None = None
         if embedder == "auto":
-            embedder = None
             if settings.embeddings:
-                from lore_gateway.memory.embed import load_embedder
+                from lore_gateway.memory.embed import model_info, warn_model_missing
 
-                embedder = load_embedder()
+                if model_info() is not None:
+                    wanted = "lazy"
+                else:
+                    warn_model_missing()
+        else:
+            wanted = embedder
         worker: EmbeddingProcess | None = None
-        if embedder is not None and embed_backlog:
+        if wanted is not None and embed_backlog:
             from lore_gateway.memory.embed_process import EmbeddingProcess
 
             worker = EmbeddingProcess(database)
@@ -148,10 +158,24 @@ class Memory:
             max_message_bytes=settings.store_max_message_bytes,
             on_commit=worker.submit if worker is not None else None,
         )
-        memory = cls(settings, writer=writer, embedder=embedder,
-                     embedding_worker=worker)
+        memory = cls(settings, writer=writer, embedder=wanted, embedding_worker=worker)
         memory._start_backfill()
         return memory
+
+    @property
+    def embeddings(self) -> bool:
+        """Whether search is hybrid (the model is installed and on), without loading it."""
+        return self._embedder is not None
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The in-process embedder, loaded on first use (``None``: BM25 only)."""
+        with self._embedder_lock:
+            if self._embedder == "lazy":
+                from lore_gateway.memory.embed import load_embedder
+
+                self._embedder = load_embedder()
+            return self._embedder
 
     def _start_backfill(self) -> None:
         """Queue stored messages that have no vector (written while the model was
@@ -299,7 +323,7 @@ class Memory:
             from lore_gateway.memory.search_process import SearchProcess
 
             self._searches = SearchProcess(self.database,
-                                           embeddings=self.embedder is not None,
+                                           embeddings=self.embeddings,
                                            workers=self.settings.search_workers,
                                            timeout=self.settings.search_timeout)
         return self._searches

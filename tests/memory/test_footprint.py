@@ -1,0 +1,87 @@
+"""Serving memory (issue 14 point 3): one copy of the weights where they are used."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+from lore_gateway import heap
+from lore_gateway.config import Settings
+from lore_gateway.memory.embed import model_info
+from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.service import Memory
+from lore_gateway.protocols.common import Message
+
+IDENT = Identity("tenant-a", "proj", "sess")
+
+
+async def test_the_gateway_searches_with_vectors_without_loading_the_model(
+    tmp_path: Path,
+) -> None:
+    assert model_info() is not None
+    memory = Memory.open(Settings(data_dir=tmp_path, embeddings=True))
+    try:
+        memory.submit_turn(TurnRecord(identity=IDENT, protocol="chat", model=None,
+                                      created_at=time.time(),
+                                      messages=(Message("user", "the quokka migration"),)),
+                           wait=True)
+        memory.flush(timeout=60)
+        result = await memory.search("quokka", identity=IDENT, scope="all")
+        assert memory.embeddings
+        assert [h.content for h in result.hits] == ["the quokka migration"]
+        assert memory._embedder == "lazy"  # the search process loaded it, this one did not
+        assert memory.search_sync("quokka", identity=IDENT).hits  # loads it here
+        assert memory._embedder != "lazy"
+    finally:
+        memory.close()
+
+
+def test_trim_and_process_name_work_on_glibc() -> None:
+    code = ("from lore_gateway import heap; b = bytearray(64 << 20); del b; "
+            "heap.name_process('lore-probe'); print(heap.available(), "
+            "open('/proc/self/comm').read().strip())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == [str(heap.available()), "lore-probe"]
+    assert heap.available() == sys.platform.startswith("linux")
+
+
+def test_the_footprint_bench_reads_every_process_of_the_gateway_tree() -> None:
+    from lore_gateway.bench.footprint import run
+
+    result = run(turns=4, recall_every=2, embeddings=False)
+    assert result["failed"] == 0
+    assert result["stored_turns"] == 4 + 2  # and the two warm-up turns
+    after = result["after"]
+    names = [p["name"] for p in after["processes"]]
+    assert "lore-search" in names  # the recalls searched in their own process
+    assert "lore-embed" not in names  # embeddings off: no embedder
+    assert after["rss_mib"] == round(sum(p["rss_mib"] for p in after["processes"]), 1)
+    assert all(0 < p["pss_mib"] <= p["rss_mib"] <= p["peak_rss_mib"]
+               for p in after["processes"])
+
+
+def test_a_cached_recall_holds_no_more_than_its_bytes() -> None:
+    from lore_gateway.memory.anchor_store import StoredRecall
+
+    entry = StoredRecall.from_messages(
+        anchor_id="a1", protocol="responses", marker=None, call_id="call_1",
+        arguments='{"query":"what did we decide"}', position=0, context_id="c",
+        assistant={"type": "function_call", "call_id": "call_1", "name": "recall"},
+        tool_result={"type": "function_call_output", "output": "- (user) the quokka"})
+    assert entry.size >= len(entry.assistant_json) + len(entry.result_json)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [StoredRecall.from_messages(
+            anchor_id=f"a{i}", protocol="responses", marker=None, call_id="call_1",
+            arguments="{}", position=i, context_id="c", assistant={"n": i},
+            tool_result={"output": "x"}) for i in range(200)]
+        held = (tracemalloc.get_traced_memory()[0] - before) / len(kept)
+    finally:
+        tracemalloc.stop()
+    # orjson's own result keeps its 4 KiB write buffer behind a short length
+    assert held < 1024
