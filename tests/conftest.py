@@ -52,7 +52,8 @@ def recorded_streams() -> list[Path]:
 
 # The suites that run once per storage backend (docs/storage.md, "Tests"): every
 # test under these folders runs on SQLite and on Postgres, unless marked
-# ``sqlite_only`` (it is about the SQLite file itself).
+# ``sqlite_only`` (it is about the SQLite file itself). A module elsewhere joins
+# with ``pytestmark = pytest.mark.both_backends``.
 BACKEND_SUITES = ("memory", "recall", "knowledge")
 BACKENDS = ("sqlite", "postgres")
 
@@ -66,7 +67,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("recorded_stream", streams, ids=ids)
     if ("db_backend" in metafunc.fixturenames
             and metafunc.definition.get_closest_marker("sqlite_only") is None
-            and _in_backend_suite(metafunc.definition.path)):
+            and (_in_backend_suite(metafunc.definition.path)
+                 or metafunc.definition.get_closest_marker("both_backends") is not None)):
         metafunc.parametrize("db_backend", BACKENDS, indirect=True, scope="session")
 
 

@@ -20,10 +20,13 @@ import openai
 import pytest
 
 from lore_gateway.config import Settings
-from lore_gateway.local_recall import LOCAL_RECALL_PATH
+from lore_gateway.local_recall import LOCAL_RECALL_PATH, database_name
 from lore_gateway.memory import db, keys, schema
 from lore_gateway.memory.records import Identity
 from lore_gateway.testing import BackgroundServer, FakeUpstream, gateway_settings
+
+# Isolation is every query's job, so it is checked on both storage backends.
+pytestmark = pytest.mark.both_backends
 
 KEY_A = "sk-tenancy-openai-0123456789"
 KEY_B = "sk-ant-tenancy-anthropic-0123456789"
@@ -66,7 +69,7 @@ def test_personal_mode_two_credentials_share_one_memory(make_gateway: Any,
 def team_gateway(fake_upstream: FakeUpstream, tmp_path: Path) -> Iterator[tuple[Any, str, str]]:
     """A team-mode gateway whose database already holds keys for alice and bob."""
     settings: Settings = gateway_settings(fake_upstream, tmp_path, tenancy="keys")
-    conn = db.connect(settings.db_path)
+    conn = db.connect(settings.database)
     schema.migrate(conn)
     _, alice = keys.create(conn, "alice")
     _, bob = keys.create(conn, "bob")
@@ -126,7 +129,7 @@ def test_team_mode_the_key_selects_the_tenant_and_never_goes_upstream(
         extra_headers={"x-fake-scenario": "recall:release train schedule"}).output_text
     assert FACT in answer
     # The same through the route `lore recall` uses.
-    ask = {"db": str(gw.settings.db_path.resolve()), "query": "release train schedule"}
+    ask = {"db": database_name(gw.settings), "query": "release train schedule"}
     for key, found in ((alice, True), (bob, False)):
         reply = httpx.post(gw.url + LOCAL_RECALL_PATH, json=ask, headers={"x-lore-key": key})
         assert reply.status_code == 200
@@ -139,7 +142,7 @@ def test_a_revoked_key_is_refused_by_the_running_gateway(
     client = openai.OpenAI(base_url=gw.url + "/v1", api_key=KEY_A, max_retries=0,
                            default_headers={"X-Lore-Key": alice})
     assert client.responses.create(model="gpt-x", input="hello").output_text
-    conn = db.connect(gw.settings.db_path)
+    conn = db.connect(gw.settings.database)
     (key,) = [k for k in keys.list_keys(conn) if k.tenant == "alice"]
     keys.revoke(conn, key.id)
     conn.close()
