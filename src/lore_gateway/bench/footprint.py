@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import apsw
 
 from lore_gateway.bench.soak import RECALL_BODY, _Servers
+from lore_gateway.config import Settings
+from lore_gateway.memory import db
 
 # Concurrent clients storing the turns: enough to overlap streams, few enough
 # that the machine's load does not decide the figures.
@@ -103,11 +104,11 @@ def tree_memory(pid: int) -> dict[str, Any]:
             "pss_mib": round(sum(p["pss_mib"] for p in processes), 1)}
 
 
-def _counts(db_path: Path) -> tuple[int, int, int]:
-    """(turns stored, messages, messages with a vector)."""
-    conn = apsw.Connection(str(db_path), flags=apsw.SQLITE_OPEN_READONLY)
+def _counts(data_dir: Path) -> tuple[int, int, int]:
+    """(turns stored, messages, messages with a vector), in the database the gateway
+    writes (the SQLite file in ``data_dir``, or ``LORE_DATABASE_URL``)."""
+    conn = db.connect(Settings(data_dir=data_dir).database, readonly=True)
     try:
-        conn.setbusytimeout(5000)
         turns = conn.execute("SELECT count(*) FROM turns").fetchone()
         messages = conn.execute("SELECT count(*) FROM messages").fetchone()
         vectors = conn.execute("SELECT count(*) FROM embeddings").fetchone()
@@ -160,11 +161,10 @@ def run(*, turns: int = 1000, recall_every: int = 10, embeddings: bool = True,
             started = time.monotonic()
             failed = asyncio.run(_store(servers.url, turns, recall_every))
             stored_s = time.monotonic() - started
-            db_path = Path(tmp) / "lore.db"
             deadline = time.monotonic() + settle
             last, still = -1, 0.0
             while True:
-                stored, messages, vectors = _counts(db_path)
+                stored, messages, vectors = _counts(Path(tmp))
                 still = still + 1.0 if vectors == last else 0.0
                 last = vectors
                 written = stored >= turns + 2 - failed  # the writer caught up too

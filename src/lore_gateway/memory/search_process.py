@@ -125,6 +125,15 @@ def _search(query: str, tenant: str, project: str, session: str, scope: str,
                             scope=scope, limit=limit)
 
 
+def _failure(exc: Exception) -> MemoryUnavailable | str:
+    """What goes back for a failed search: our own typed "memory cannot answer"
+    errors as they are (an unreachable database must reach the recall as that, not
+    as a generic failure), anything else as its text."""
+    if isinstance(exc, MemoryUnavailable):
+        return type(exc)(str(exc))
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _child_main(conn: Connection, address: str, embeddings: bool, parent: int) -> None:
     """The child: answer one query at a time, in the order they came."""
     _init(address, embeddings, parent)
@@ -136,7 +145,7 @@ def _child_main(conn: Connection, address: str, embeddings: bool, parent: int) -
         try:
             reply = pickle.dumps((request_id, True, _search(query, *args)))
         except Exception as exc:  # a failed search fails that recall, not the process
-            reply = pickle.dumps((request_id, False, f"{type(exc).__name__}: {exc}"))
+            reply = pickle.dumps((request_id, False, _failure(exc)))
         conn.send_bytes(reply)
 
 
@@ -195,6 +204,8 @@ class _Worker:
                     continue  # its search timed out meanwhile
                 if ok:
                     future.set_result(value)
+                elif isinstance(value, MemoryUnavailable):
+                    future.set_exception(value)  # typed: the recall names the cause
                 else:
                     future.set_exception(RuntimeError(f"memory search failed: {value}"))
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
