@@ -303,6 +303,43 @@ CREATE TABLE context_sessions(
 );
 """
 
+# v11 (fast Postgres writes): the search index of inserted messages is filled once
+# per statement from its transition table, set-wise, instead of once per row, so a
+# multi-row INSERT (writer_pg) indexes a whole batch in one statement. It stores
+# exactly what lore_index_message stores; updates keep that row trigger.
+_PG_V11_SETWISE_INDEX = """
+CREATE FUNCTION lore_index_messages() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO search_docs(message_id, tenant, project, session, content, content_len,
+                            context, context_len)
+    SELECT d.id, d.tenant, d.project, d.session, d.cv, lore_tokens(d.cv),
+           d.xv, lore_tokens(d.xv)
+    FROM (SELECT n.id, n.tenant, n.project, n.session,
+                 lore_tsv(CASE WHEN r.traffic THEN '' ELSE n.content END) AS cv,
+                 lore_tsv(CASE WHEN r.traffic THEN ''
+                          ELSE coalesce(prev.body, '') || chr(10) || n.content END) AS xv
+          FROM new_messages n
+          CROSS JOIN LATERAL (SELECT lore_recall_traffic(n.content) AS traffic) r
+          LEFT JOIN LATERAL (
+              SELECT CASE WHEN lore_recall_traffic(p.content) THEN ''
+                          WHEN length(p.content) <= 2000 THEN p.content
+                          ELSE left(p.content, 1000) || chr(10) || right(p.content, 1000)
+                     END AS body
+              FROM messages p
+              WHERE p.tenant = n.tenant AND p.session = n.session AND p.id < n.id
+              ORDER BY p.id DESC LIMIT 1) prev ON NOT r.traffic) d
+    ON CONFLICT (message_id) DO UPDATE SET tenant = excluded.tenant,
+        project = excluded.project, session = excluded.session,
+        content = excluded.content, content_len = excluded.content_len,
+        context = excluded.context, context_len = excluded.context_len;
+    RETURN NULL;
+END
+$$;
+DROP TRIGGER search_index_ai ON messages;
+CREATE TRIGGER search_index_ai AFTER INSERT ON messages REFERENCING NEW TABLE AS new_messages
+    FOR EACH STATEMENT EXECUTE FUNCTION lore_index_messages();
+"""
+
 PG_MIGRATIONS: list[Migration] = [
     Migration(8, "baseline: SQLite's v1..v8 (turns, messages, search_docs, pgvector "
                  "embeddings, recall anchors, knowledge, gateway keys, metrics)",
@@ -310,4 +347,6 @@ PG_MIGRATIONS: list[Migration] = [
     Migration(9, "worker: job leases, for several instances on one database",
               _PG_V9_WORKER_LEASES),
     Migration(10, "context: per-session layer, frozen prefix, calibration", _PG_V10_CONTEXT),
+    Migration(11, "search: the index of inserted messages filled set-wise, per statement",
+              _PG_V11_SETWISE_INDEX),
 ]
