@@ -11,7 +11,8 @@ lists under the same number (docs/storage.md, "Adding a table"). Differences:
   with their token counts, filled by a trigger, GIN-indexed. Words are split on
   every non-alphanumeric character and stemmed by Snowball English without stop
   words (the ``lore`` text search configuration), close to FTS5's
-  ``porter unicode61``. ``lore_bm25`` scores a row exactly as FTS5's ``bm25()``.
+  ``porter unicode61``. ``lore_bm25`` scores a row exactly as FTS5's ``bm25()``
+  (until v11, which scores every candidate in one statement: ``text_postgres``).
 - ``embeddings.vector`` is a pgvector ``vector``.
 """
 
@@ -303,10 +304,11 @@ CREATE TABLE context_sessions(
 );
 """
 
-# v11 (fast Postgres writes): the search index of inserted messages is filled once
-# per statement from its transition table, set-wise, instead of once per row, so a
-# multi-row INSERT (writer_pg) indexes a whole batch in one statement. It stores
-# exactly what lore_index_message stores; updates keep that row trigger.
+# v11 (fast Postgres, set-wise): the search index of inserted messages is filled once
+# per statement from its transition table instead of once per row, so a multi-row
+# INSERT (writer_pg) indexes a whole batch in one statement. It stores exactly what
+# lore_index_message stores; updates keep that row trigger. BM25 moved into one
+# statement per search (text_postgres), so the per-row lore_bm25 goes.
 _PG_V11_SETWISE_INDEX = """
 CREATE FUNCTION lore_index_messages() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -338,6 +340,9 @@ $$;
 DROP TRIGGER search_index_ai ON messages;
 CREATE TRIGGER search_index_ai AFTER INSERT ON messages REFERENCING NEW TABLE AS new_messages
     FOR EACH STATEMENT EXECUTE FUNCTION lore_index_messages();
+-- BM25 is one set-wise statement now (text_postgres._BM25), not a function per row.
+DROP FUNCTION lore_bm25(tsvector, integer, text[], integer[], boolean[], double precision[],
+                        tsquery[], double precision);
 """
 
 PG_MIGRATIONS: list[Migration] = [
@@ -347,6 +352,6 @@ PG_MIGRATIONS: list[Migration] = [
     Migration(9, "worker: job leases, for several instances on one database",
               _PG_V9_WORKER_LEASES),
     Migration(10, "context: per-session layer, frozen prefix, calibration", _PG_V10_CONTEXT),
-    Migration(11, "search: the index of inserted messages filled set-wise, per statement",
+    Migration(11, "search: index filled per statement; BM25 set-wise (lore_bm25 dropped)",
               _PG_V11_SETWISE_INDEX),
 ]
