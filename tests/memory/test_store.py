@@ -339,3 +339,64 @@ def test_deleting_a_session_removes_its_replayable_recalls(tmp_path: Path) -> No
     assert conn.execute("SELECT COUNT(*) FROM recall_anchors").fetchall() == [(0,)]
     conn.close()
     mem.close()
+
+
+def test_a_backlog_written_as_one_batch_stores_what_turn_by_turn_writes_store(
+        settings: Settings) -> None:
+    """Turns that queue up behind a busy writer share one batch (on Postgres written
+    set-wise, with a retry, a dedup-keyed import and an empty turn among them): the
+    rows, their order, the session counts and the search index are what writing
+    them one at a time gives."""
+    import threading
+
+    from lore_gateway.memory.query import phrase
+    from lore_gateway.memory.textindex import text_index
+
+    bob = Identity(tenant="t-alice", project="/home/a/other", session="s-2")
+    backlog = [
+        turn(ALICE, ("user", "where is the zebra config?"), ("assistant", "in etc"), at=1.0),
+        turn(ALICE, ("user", "rename the walrus module"), ("assistant", "Sure"),
+             complete=False, at=2.0),
+        turn(bob, ("user", "bob asks about okapi"), at=3.0),
+        turn(ALICE, ("user", "rename the walrus module"), ("assistant", "renamed to seal"),
+             at=4.0),
+        turn(ALICE, ("user", "   "), at=5.0),
+        turn(bob, ("user", "imported narwhal note"), dedup_key="imp-1", at=6.0),
+        turn(bob, ("user", "imported narwhal note"), dedup_key="imp-1", at=7.0),
+        turn(ALICE, ("assistant", "answer about the zebra"), at=8.0),
+    ]
+    memory = Memory.open(settings, embedder=None)
+    try:
+        release = threading.Event()
+        assert memory._writer.submit_job(lambda conn: release.wait(10)) is not None
+        for record in backlog:
+            assert memory.submit_turn(record)
+        release.set()
+        memory.flush(10)
+    finally:
+        memory.close()
+
+    assert rows(settings, "SELECT session, complete, created_at FROM turns ORDER BY id") == [
+        ("s-1", 1, 1.0), ("s-2", 1, 3.0), ("s-1", 1, 4.0), ("s-2", 1, 6.0), ("s-1", 1, 8.0)]
+    assert [r[0] for r in rows(settings, "SELECT content FROM messages ORDER BY id")] == [
+        "where is the zebra config?", "in etc", "bob asks about okapi",
+        "rename the walrus module", "renamed to seal", "imported narwhal note",
+        "answer about the zebra"]
+    assert rows(settings, "SELECT id, project, first_seen, last_seen, turns FROM sessions"
+                          " ORDER BY id") == [("s-1", "/home/a/proj", 1.0, 8.0, 3),
+                                              ("s-2", "/home/a/other", 3.0, 6.0, 2)]
+    ids = [r[0] for r in rows(settings, "SELECT id FROM messages ORDER BY id")]
+    assert indexed_ids(settings.database, "zebra") == [ids[0], ids[6]]
+    assert indexed_ids(settings.database, "sure") == []  # the superseded attempt
+    conn = db.connect(settings.database)
+    try:
+        # The context index holds each message with the one before it in its session.
+        index = text_index(conn)
+        in_context = index.newest(conn, "context", [phrase("seal", prefix=False)],
+                                  conjunction=False, token=None, limit=10)
+        after_etc = index.newest(conn, "context", [phrase("etc", prefix=False)],
+                                 conjunction=False, token=None, limit=10)
+    finally:
+        conn.close()
+    assert sorted(in_context) == [ids[4], ids[6]]
+    assert sorted(after_etc) == [ids[1], ids[3]]

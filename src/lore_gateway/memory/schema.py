@@ -429,6 +429,11 @@ CREATE TABLE context_sessions(
 ) WITHOUT ROWID;
 """
 
+# v11 (fast Postgres writes): Postgres fills its search index per statement
+# (schema_pg's _PG_V11_SETWISE_INDEX); SQLite's FTS5 triggers stay as they are. The
+# step exists so both backends keep the same version numbers. Renumber freely.
+_V11_SETWISE_INDEX = "SELECT 1;"
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "turns, messages + FTS5, embeddings, sessions, kv", _V1),
     Migration(2, "context_fts: each message with its predecessor, for search", _V2),
@@ -442,6 +447,8 @@ MIGRATIONS: list[Migration] = [
     Migration(9, "worker: job leases, for several instances on one database",
               _V9_WORKER_LEASES),
     Migration(10, "context: per-session layer, frozen prefix, calibration", _V10_CONTEXT),
+    Migration(11, "search: Postgres indexes inserted messages set-wise (nothing here)",
+              _V11_SETWISE_INDEX),
 ]
 
 

@@ -11,7 +11,8 @@ lists under the same number (docs/storage.md, "Adding a table"). Differences:
   with their token counts, filled by a trigger, GIN-indexed. Words are split on
   every non-alphanumeric character and stemmed by Snowball English without stop
   words (the ``lore`` text search configuration), close to FTS5's
-  ``porter unicode61``. ``lore_bm25`` scores a row exactly as FTS5's ``bm25()``.
+  ``porter unicode61``. ``lore_bm25`` scores a row exactly as FTS5's ``bm25()``
+  (until v11, which scores every candidate in one statement: ``text_postgres``).
 - ``embeddings.vector`` is a pgvector ``vector``.
 """
 
@@ -303,6 +304,47 @@ CREATE TABLE context_sessions(
 );
 """
 
+# v11 (fast Postgres, set-wise): the search index of inserted messages is filled once
+# per statement from its transition table instead of once per row, so a multi-row
+# INSERT (writer_pg) indexes a whole batch in one statement. It stores exactly what
+# lore_index_message stores; updates keep that row trigger. BM25 moved into one
+# statement per search (text_postgres), so the per-row lore_bm25 goes.
+_PG_V11_SETWISE_INDEX = """
+CREATE FUNCTION lore_index_messages() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO search_docs(message_id, tenant, project, session, content, content_len,
+                            context, context_len)
+    SELECT d.id, d.tenant, d.project, d.session, d.cv, lore_tokens(d.cv),
+           d.xv, lore_tokens(d.xv)
+    FROM (SELECT n.id, n.tenant, n.project, n.session,
+                 lore_tsv(CASE WHEN r.traffic THEN '' ELSE n.content END) AS cv,
+                 lore_tsv(CASE WHEN r.traffic THEN ''
+                          ELSE coalesce(prev.body, '') || chr(10) || n.content END) AS xv
+          FROM new_messages n
+          CROSS JOIN LATERAL (SELECT lore_recall_traffic(n.content) AS traffic) r
+          LEFT JOIN LATERAL (
+              SELECT CASE WHEN lore_recall_traffic(p.content) THEN ''
+                          WHEN length(p.content) <= 2000 THEN p.content
+                          ELSE left(p.content, 1000) || chr(10) || right(p.content, 1000)
+                     END AS body
+              FROM messages p
+              WHERE p.tenant = n.tenant AND p.session = n.session AND p.id < n.id
+              ORDER BY p.id DESC LIMIT 1) prev ON NOT r.traffic) d
+    ON CONFLICT (message_id) DO UPDATE SET tenant = excluded.tenant,
+        project = excluded.project, session = excluded.session,
+        content = excluded.content, content_len = excluded.content_len,
+        context = excluded.context, context_len = excluded.context_len;
+    RETURN NULL;
+END
+$$;
+DROP TRIGGER search_index_ai ON messages;
+CREATE TRIGGER search_index_ai AFTER INSERT ON messages REFERENCING NEW TABLE AS new_messages
+    FOR EACH STATEMENT EXECUTE FUNCTION lore_index_messages();
+-- BM25 is one set-wise statement now (text_postgres._BM25), not a function per row.
+DROP FUNCTION lore_bm25(tsvector, integer, text[], integer[], boolean[], double precision[],
+                        tsquery[], double precision);
+"""
+
 PG_MIGRATIONS: list[Migration] = [
     Migration(8, "baseline: SQLite's v1..v8 (turns, messages, search_docs, pgvector "
                  "embeddings, recall anchors, knowledge, gateway keys, metrics)",
@@ -310,4 +352,6 @@ PG_MIGRATIONS: list[Migration] = [
     Migration(9, "worker: job leases, for several instances on one database",
               _PG_V9_WORKER_LEASES),
     Migration(10, "context: per-session layer, frozen prefix, calibration", _PG_V10_CONTEXT),
+    Migration(11, "search: index filled per statement; BM25 set-wise (lore_bm25 dropped)",
+              _PG_V11_SETWISE_INDEX),
 ]

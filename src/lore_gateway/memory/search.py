@@ -316,9 +316,11 @@ class _Match:
         found = dict.fromkeys(mids, 0.0)
         if total <= 0 or not mids:
             return found
-        for phrase_, weight in self.weights:
-            # The context index holds the message itself and the one before it.
-            for mid in self.index.matching(conn, "context", [phrase_], mids):
+        # The context index holds the message itself and the one before it.
+        phrases = [phrase_ for phrase_, _ in self.weights]
+        for (_, weight), matched in zip(self.weights, self.index.matching_each(
+                conn, "context", phrases, mids), strict=True):
+            for mid in matched:
                 found[mid] += weight
         return {mid: f / total for mid, f in found.items()}
 
@@ -411,18 +413,17 @@ def _neighbours(conn: Connection, own: dict[int, float],
     if not best:
         return {}
     marks = ",".join("?" * len(best))
+    # One statement for all of them (a round trip each is most of a search's time
+    # on Postgres); each subquery is one step of the (tenant, session, id) index.
     rows: list[tuple[Any, ...]] = conn.execute(
-        f"SELECT id, tenant, session FROM messages WHERE id IN ({marks})", best).fetchall()
-    out: dict[int, tuple[int | None, int | None]] = {}
-    for mid, tenant, session in rows:
-        prev = conn.execute(
-            "SELECT id FROM messages WHERE tenant = ? AND session = ? AND id < ?"
-            " ORDER BY id DESC LIMIT 1", (tenant, session, mid)).fetchone()
-        nxt = conn.execute(
-            "SELECT id FROM messages WHERE tenant = ? AND session = ? AND id > ?"
-            " ORDER BY id LIMIT 1", (tenant, session, mid)).fetchone()
-        out[int(mid)] = (int(prev[0]) if prev else None, int(nxt[0]) if nxt else None)
-    return out
+        "SELECT m.id,"
+        " (SELECT p.id FROM messages p WHERE p.tenant = m.tenant AND p.session = m.session"
+        " AND p.id < m.id ORDER BY p.id DESC LIMIT 1),"
+        " (SELECT n.id FROM messages n WHERE n.tenant = m.tenant AND n.session = m.session"
+        " AND n.id > m.id ORDER BY n.id LIMIT 1)"
+        f" FROM messages m WHERE m.id IN ({marks})", best).fetchall()
+    return {int(mid): (int(prev) if prev is not None else None,
+                       int(nxt) if nxt is not None else None) for mid, prev, nxt in rows}
 
 
 def _load_hits(conn: Connection, index: TextIndex, ranked: list[tuple[int, float]],

@@ -40,6 +40,49 @@ GROWTH = 1.1
 _LEXEME = re.compile(r"'((?:[^']|'')*)'(:\*)?")
 
 
+# FTS5's bm25() of every candidate at once (what schema_pg's ``lore_bm25`` computes
+# row by row, as one set-wise statement). Unnesting a whole ``tsvector`` is most of
+# the cost, so each candidate keeps only the query's lexemes first: ``setweight``
+# marks them (weight A; the index has only D) and ``ts_filter`` drops the rest, for
+# a prefix every stored lexeme that starts with it. Their positions are the term
+# frequencies; a phrase of several words counts only where its words are adjacent
+# (``doc @@ phrase``), and then as often as its rarest word.
+_BM25 = """
+WITH c AS MATERIALIZED (
+    SELECT message_id, {column} AS doc, {length} + {scope_tokens} AS dl FROM search_docs
+    WHERE message_id >= ?{where} AND {column} @@ ?::tsquery),
+q AS MATERIALIZED (
+    SELECT * FROM unnest(?::text[], ?::integer[], ?::boolean[], ?::double precision[],
+                         ?::tsquery[]) WITH ORDINALITY AS q(lexeme, term, prefix, idf, phrase, k)),
+w AS (SELECT coalesce(array_agg(lexeme) FILTER (WHERE NOT prefix), '{{}}') AS exact,
+             array_agg(lexeme) FILTER (WHERE prefix) AS prefixes FROM q),
+u AS MATERIALIZED (
+    SELECT c.message_id, u.lexeme, cardinality(u.positions) AS n
+    FROM c, w, unnest(ts_filter(setweight(c.doc, 'A', CASE WHEN w.prefixes IS NULL
+        THEN w.exact ELSE w.exact || coalesce((
+            SELECT array_agg(l) FROM unnest(tsvector_to_array(c.doc)) l
+            WHERE l ^@ ANY(w.prefixes)), '{{}}')
+        END), '{{a}}')) u),
+f AS (
+    SELECT u.message_id, q.k, sum(u.n)::double precision AS tf
+    FROM u JOIN q ON u.lexeme = q.lexeme AND NOT q.prefix GROUP BY u.message_id, q.k
+    UNION ALL
+    SELECT u.message_id, q.k, sum(u.n)::double precision AS tf
+    FROM u JOIN q ON q.prefix AND starts_with(u.lexeme, q.lexeme) GROUP BY u.message_id, q.k),
+t AS (
+    SELECT c.message_id, c.dl, q.term, max(q.idf) AS idf,
+           CASE WHEN bool_and(coalesce(c.doc @@ q.phrase, true))
+                THEN min(coalesce(f.tf, 0)) ELSE 0 END AS tf
+    FROM c CROSS JOIN q LEFT JOIN f ON f.message_id = c.message_id AND f.k = q.k
+    GROUP BY c.message_id, c.dl, q.term)
+SELECT message_id, coalesce(sum(idf * tf * 2.2
+                                / (tf + 1.2 * (0.25 + 0.75 * dl / greatest(?::double precision,
+                                                                         1e-9)))
+                            ORDER BY term) FILTER (WHERE tf > 0), 0) AS score
+FROM t GROUP BY message_id ORDER BY score DESC, message_id DESC LIMIT {limit}
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class _Phrase:
     """One FTS5 phrase as Postgres sees it."""
@@ -56,6 +99,11 @@ def _fts5_phrase(phrase: str) -> tuple[str, bool]:
     if len(body) >= 2 and body[0] == body[-1] == '"':
         body = body[1:-1].replace('""', '"')
     return body, prefix
+
+
+def _parsed(tsquery: str, prefix: bool) -> _Phrase:
+    lexemes = tuple(m.group(1).replace("''", "'") for m in _LEXEME.finditer(tsquery))
+    return _Phrase(tsquery, lexemes, prefix and len(lexemes) == 1)
 
 
 class _Cache:
@@ -110,14 +158,28 @@ class PgTextIndex:
             row = conn.execute(
                 "SELECT phraseto_tsquery('lore', regexp_replace(?, '[^[:alnum:]]+', ' ', 'g'))"
                 "::text", (text,)).fetchone()
-        tsquery = str(row[0]) if row is not None and row[0] else ""
-        lexemes = tuple(m.group(1).replace("''", "'") for m in _LEXEME.finditer(tsquery))
-        found = _Phrase(tsquery, lexemes, prefix and len(lexemes) == 1)
+        found = _parsed(str(row[0]) if row is not None and row[0] else "", prefix)
         self._phrases.put(phrase, found)
         return found
 
+    def _translate(self, conn: Connection, phrases: Sequence[str]) -> None:
+        """Translate every phrase not yet cached, in one statement."""
+        missing = sorted({p for p in phrases if self._phrases.get(p) is None})
+        if len(missing) < 2:
+            return  # ``_phrase`` does one on its own
+        parts = [_fts5_phrase(p) for p in missing]
+        rows = conn.execute(
+            "SELECT CASE WHEN q.prefix THEN to_tsquery('lore', quote_literal(lower(q.body))"
+            " || ':*')::text ELSE phraseto_tsquery('lore',"
+            " regexp_replace(q.body, '[^[:alnum:]]+', ' ', 'g'))::text END"
+            " FROM unnest(?::text[], ?::boolean[]) WITH ORDINALITY AS q(body, prefix, n)"
+            " ORDER BY q.n", ([b for b, _ in parts], [f for _, f in parts])).fetchall()
+        for phrase, (_body, prefix), row in zip(missing, parts, rows, strict=True):
+            self._phrases.put(phrase, _parsed(str(row[0]) if row[0] else "", prefix))
+
     def _tsquery(self, conn: Connection, phrases: Sequence[str],
                  conjunction: bool) -> tuple[list[_Phrase], str]:
+        self._translate(conn, phrases)
         parsed = [p for p in (self._phrase(conn, x) for x in phrases) if p.tsquery]
         joiner = " & " if conjunction else " | "
         return parsed, joiner.join(f"({p.tsquery})" for p in parsed)
@@ -229,12 +291,10 @@ class PgTextIndex:
         column, length = _COLUMNS[table]
         where, args = self._scope_sql(token)
         return [(int(r[0]), float(r[1])) for r in conn.execute(
-            f"SELECT message_id, lore_bm25({column}, {length} + {SCOPE_TOKENS}, ?::text[],"
-            f" ?::integer[], ?::boolean[], ?::double precision[], ?::tsquery[], ?) AS score"
-            f" FROM search_docs WHERE {column} @@ ?::tsquery{where} AND message_id >= ?"
-            f" ORDER BY score DESC, message_id DESC LIMIT {int(limit)}",
-            (lexemes, terms, prefixes, idfs, gates, avgdl + SCOPE_TOKENS, query, *args,
-             floor))]
+            _BM25.format(column=column, length=length, where=where, limit=int(limit),
+                         scope_tokens=SCOPE_TOKENS),
+            (floor, *args, query, lexemes, terms, prefixes, idfs, gates,
+             avgdl + SCOPE_TOKENS))]
 
     def matching(self, conn: Connection, table: Table, phrases: Sequence[str],
                  ids: Sequence[int]) -> list[int]:
@@ -247,6 +307,25 @@ class PgTextIndex:
         return [int(r[0]) for r in conn.execute(
             f"SELECT message_id FROM search_docs WHERE {column} @@ ?::tsquery"
             " AND message_id = ANY(?)", (query, list(ids)))]
+
+    def matching_each(self, conn: Connection, table: Table, phrases: Sequence[str],
+                      ids: Sequence[int]) -> list[set[int]]:
+        found: list[set[int]] = [set() for _ in phrases]
+        if not ids or not phrases:
+            return found
+        self._translate(conn, phrases)
+        queries = [self._phrase(conn, p).tsquery for p in phrases]
+        numbered = [(i, q) for i, q in enumerate(queries) if q]
+        if not numbered:
+            return found
+        column = _COLUMNS[table][0]
+        for mid, i in conn.execute(
+                f"SELECT s.message_id, q.i FROM search_docs s,"
+                " unnest(?::integer[], ?::tsquery[]) AS q(i, query)"
+                f" WHERE s.message_id = ANY(?) AND s.{column} @@ q.query",
+                ([i for i, _ in numbered], [q for _, q in numbered], list(ids))):
+            found[int(i)].add(int(mid))
+        return found
 
 
 INDEX = PgTextIndex()

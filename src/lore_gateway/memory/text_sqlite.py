@@ -67,5 +67,9 @@ class Fts5Index:
             f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? AND rowid IN ({marks})",
             (expression, *ids))]
 
+    def matching_each(self, conn: Connection, table: Table, phrases: Sequence[str],
+                      ids: Sequence[int]) -> list[set[int]]:
+        return [set(self.matching(conn, table, [p], ids)) for p in phrases]
+
 
 INDEX = Fts5Index()

@@ -5,8 +5,8 @@ signals, neighbours, confidence) in Python, shared by both backends; an index on
 answers the four questions that need the backend's own full-text engine: which
 scope token a scope has, how many rows match a phrase (for the planner), the
 newest rows matching a query, and the BM25 best rows. SQLite answers with FTS5
-(``text_sqlite``), Postgres with ``tsvector`` and ``lore_bm25`` (``text_postgres``),
-which computes FTS5's BM25 formula in SQL so both rank alike.
+(``text_sqlite``), Postgres with ``tsvector`` and one BM25 statement per list
+(``text_postgres``), which computes FTS5's BM25 formula in SQL so both rank alike.
 
 Queries arrive as FTS5 phrases (``query.phrase``: ``"word"``, ``"word"*``); each
 index translates them. ``table`` is ``messages`` (a message's own text) or
@@ -50,6 +50,11 @@ class TextIndex(Protocol):
     def matching(self, conn: Connection, table: Table, phrases: Sequence[str],
                  ids: Sequence[int]) -> list[int]:
         """Which of ``ids`` match any of ``phrases``."""
+
+    def matching_each(self, conn: Connection, table: Table, phrases: Sequence[str],
+                      ids: Sequence[int]) -> list[set[int]]:
+        """For each phrase, which of ``ids`` match it (one statement where the
+        backend can: a round trip per phrase is what costs on Postgres)."""
 
 
 def text_index(conn: Connection) -> TextIndex:

@@ -78,6 +78,8 @@ class _Job(Generic[T]):
 
 
 _STOP = object()
+# A turn that could not be written (``TurnWriter._write_one``).
+FAILED = object()
 
 
 class TurnWriter:
@@ -337,23 +339,21 @@ class TurnWriter:
         try:
             written_before = self.written
             _begin_immediate(conn)
-            for item in batch:
-                assert isinstance(item, TurnRecord)
-                try:
-                    with conn:  # a savepoint: one turn is all or nothing
-                        ids = write_turn(conn, item, self._max_message_bytes)
-                except StorageUnavailable:
-                    raise
-                except Exception as exc:
-                    # Whatever is wrong with this turn must not cost the others:
-                    # skip it, say why (never its content), and go on.
+            turns = [item for item in batch if isinstance(item, TurnRecord)]
+            assert len(turns) == len(batch)
+            if conn.backend == "postgres":
+                from lore_gateway.memory.writer_pg import write_turns
+
+                results = write_turns(conn, turns, self._max_message_bytes, self._write_one)
+            else:
+                results = [self._write_one(conn, turn) for turn in turns]
+            for ids in results:
+                if ids is FAILED:
                     self.failed += 1
-                    log.error("memory: could not store a turn of session %s (%s); skipped",
-                              storable(item.identity.session[:16]), _brief(exc))
-                    continue
-                if ids is None:
+                elif ids is None:
                     self.skipped += 1
                 else:
+                    assert isinstance(ids, list)
                     self.written += 1
                     message_ids.extend(ids)
             conn.commit()
@@ -378,6 +378,20 @@ class TurnWriter:
                 self._on_commit(message_ids)
             except Exception:
                 log.exception("memory: the post-commit hook failed")
+
+    def _write_one(self, conn: Connection, turn: TurnRecord) -> list[int] | object | None:
+        """One turn in its own savepoint: its message ids, None (nothing to write)
+        or ``FAILED`` (logged, never its content; the batch goes on)."""
+        try:
+            with conn:  # a savepoint: one turn is all or nothing
+                return write_turn(conn, turn, self._max_message_bytes)
+        except StorageUnavailable:
+            raise
+        except Exception as exc:
+            # Whatever is wrong with this turn must not cost the others.
+            log.error("memory: could not store a turn of session %s (%s); skipped",
+                      storable(turn.identity.session[:16]), _brief(exc))
+            return FAILED
 
 
 # Attempts at the write lock before a batch fails. Each waits up to the busy
@@ -430,26 +444,51 @@ def storable_turn(turn: TurnRecord) -> TurnRecord:
     )
 
 
-def write_turn(conn: Connection, turn: TurnRecord, max_message_bytes: int) -> list[int] | None:
-    """Insert one turn; the new message ids, or ``None`` when nothing was written.
-
-    Nothing is written when every message is empty after cleaning, or when the
-    turn's ``dedup_key`` is already stored (an import seen before).
-    """
+def prepare_turn(turn: TurnRecord, max_message_bytes: int) -> PreparedTurn | None:
+    """The turn made storable with its non-empty messages cleaned for storage
+    (role, content, truncated, meta); None when every message is empty."""
     turn = storable_turn(turn)
-    ident = turn.identity
     metas = turn.metas if turn.metas is not None else (None,) * len(turn.messages)
     rows: list[tuple[str, str, bool, dict[str, Any] | None]] = []
     for message, meta in zip(turn.messages, metas, strict=True):
         content, truncated = clean_for_storage(message.text, max_message_bytes)
         if content.strip():
             rows.append((message.role, content, truncated, meta))
-    if not rows:
-        return None
+    return PreparedTurn(turn, rows) if rows else None
+
+
+@dataclass(slots=True)
+class PreparedTurn:
+    turn: TurnRecord
+    rows: list[tuple[str, str, bool, dict[str, Any] | None]]
+
+    @property
+    def inputs(self) -> list[str]:
+        """The client-side input texts (what a retry of the same request repeats)."""
+        return [content for role, content, _, _ in self.rows if role in INPUT_ROLES]
+
+
+def meta_json(meta: dict[str, Any] | None) -> str | None:
+    return orjson.dumps(meta).decode() if meta is not None else None
+
+
+def write_turn(conn: Connection, turn: TurnRecord, max_message_bytes: int) -> list[int] | None:
+    """Insert one turn; the new message ids, or ``None`` when nothing was written.
+
+    Nothing is written when every message is empty after cleaning, or when the
+    turn's ``dedup_key`` is already stored (an import seen before).
+    """
+    prepared = prepare_turn(turn, max_message_bytes)
+    return None if prepared is None else write_prepared(conn, prepared)
+
+
+def write_prepared(conn: Connection, prepared: PreparedTurn) -> list[int] | None:
+    """``write_turn`` after ``prepare_turn``."""
+    turn, rows = prepared.turn, prepared.rows
+    ident = turn.identity
     if turn.dedup_key is not None and not _claim_dedup_key(conn, turn.dedup_key):
         return None
-    _supersede_incomplete(conn, turn, [content for role, content, _, _ in rows
-                                       if role in INPUT_ROLES])
+    _supersede_incomplete(conn, turn, prepared.inputs)
     turn_id = _insert_turn(conn, turn)
     ids: list[int] = []
     for seq, (role, content, truncated, meta) in enumerate(rows):
@@ -458,7 +497,7 @@ def write_turn(conn: Connection, turn: TurnRecord, max_message_bytes: int) -> li
             " created_at, truncated, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (turn_id, ident.tenant, ident.project, ident.session, seq, role, content,
              estimate_tokens(content), turn.created_at, int(truncated),
-             orjson.dumps(meta).decode() if meta is not None else None),
+             meta_json(meta)),
         ))
     conn.execute(
         "INSERT INTO sessions(tenant, id, project, first_seen, last_seen, turns)"
