@@ -183,6 +183,8 @@ def test_the_daily_budget_stops_worker_requests_until_the_next_day(
     session = AnthropicSession(gw, project, "thrifty")
     session.say("hello")
     tenant = wait_until(lambda: distillations(gw), "the first distillation")[0].tenant
+    # The first turn's jobs (its curation too) finish before the budget is spent.
+    wait_until(lambda: gw.memory.read(jobs.counts)["queued"] == 0, "the first turn's jobs")
     gw.memory.write_job(lambda c: jobs.charge(c, tenant, now, 49_000, 1_000))
     fake_upstream.reset()
     session.say(DECISION)
