@@ -22,7 +22,7 @@ from lore_gateway.testing import (
     FakeUpstream,
     gateway_settings,
 )
-from lore_gateway.testing.fake_upstream import BYTES_PER_TOKEN
+from lore_gateway.testing.fake_metered import BYTES_PER_TOKEN
 
 SYSTEM = ("You are a coding agent working in a git repository. Read files before editing "
           "them, run the tests after every change, keep diffs small, explain what you "

@@ -18,7 +18,7 @@ from lore_gateway.recall.responses.live import FollowUp, LiveInterceptor, RunRec
 from lore_gateway.sse import SSEDecoder
 from lore_gateway.testing import FakeUpstream
 from lore_gateway.testing import fake_streams as fs
-from lore_gateway.testing.fake_upstream import TEXT_RECALL_PREAMBLE
+from lore_gateway.testing.fake_recall import TEXT_RECALL_PREAMBLE
 
 QUERY = "staging database password rotation"
 FAILED_MESSAGE = "Lore could not continue the response after recall"

@@ -36,7 +36,7 @@ from lore_gateway.bench.ingest import find_data
 from lore_gateway.memory.records import Identity
 from lore_gateway.obs import metrics
 from lore_gateway.testing import ANTHROPIC_KEY, BackgroundServer, FakeUpstream, gateway_settings
-from lore_gateway.testing.fake_upstream import BYTES_PER_TOKEN
+from lore_gateway.testing.fake_metered import BYTES_PER_TOKEN
 
 DEFAULT_DATA = Path("../shared/data/coding-sessions/coding_eval.json")
 SESSION = "bench-context-long-session"

@@ -85,6 +85,8 @@ from aiohttp.web_protocol import RequestHandler
 
 from lore_gateway.testing import fake_compaction, fake_worker
 from lore_gateway.testing import fake_streams as fs
+from lore_gateway.testing.fake_metered import BYTES_PER_TOKEN, common_prefix, metered, overflow_body
+from lore_gateway.testing.fake_recall import RECALL_SCENARIOS, recall_call
 from lore_gateway.testing.fake_streams import Answer
 
 # Recorded requests kept for inspection. A test sends a handful; the bound only
@@ -96,7 +98,6 @@ MAX_SCRIPT = 1_000
 MISBEHAVE_AFTER = 3
 # Metered answers remembered for inspection (a long benchmark reads them per turn).
 MAX_METERED = 100_000
-BYTES_PER_TOKEN = 4
 # Text per delta in big-stream: large enough that 50 MiB is ~12k frames.
 BIG_DELTA_BYTES = 4096
 # How often a stalled handler looks whether its client has gone.
@@ -109,6 +110,7 @@ _Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 JSON_TYPE = "application/json"
+BLANK_TEXT = " \n\t "
 
 
 @dataclass
@@ -230,69 +232,6 @@ def error_body(shape: str, status: int, message: str) -> bytes:
     return orjson.dumps(
         {"error": {"message": message, "type": "server_error", "param": None, "code": code}}
     )
-
-
-def overflow_body(shape: str, tokens: int, window: int) -> bytes:
-    """The provider's context-length error, as each one words it."""
-    if shape == "anthropic":
-        return orjson.dumps({"type": "error", "error": {
-            "type": "invalid_request_error",
-            "message": f"prompt is too long: {tokens} tokens > {window} maximum"}})
-    return orjson.dumps({"error": {
-        "message": f"This model's maximum context length is {window} tokens. However, your"
-                   f" messages resulted in {tokens} tokens.",
-        "type": "invalid_request_error", "param": "input", "code": "context_length_exceeded"}})
-
-
-def _common_prefix(a: bytes, b: bytes) -> int:
-    """Length of the common prefix of two bodies (binary search on memcmp)."""
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def _metered_usage(shape: str, usage: dict[str, Any], tokens: int,
-                   cached: int) -> dict[str, Any]:
-    out = dict(usage)
-    if shape == "anthropic":
-        if "input_tokens" in out:
-            out.update(input_tokens=tokens - cached, cache_read_input_tokens=cached,
-                       cache_creation_input_tokens=0)
-        return out
-    if shape == "chat":
-        out.update(prompt_tokens=tokens, prompt_tokens_details={"cached_tokens": cached},
-                   total_tokens=tokens + int(out.get("completion_tokens") or 0))
-        return out
-    out.update(input_tokens=tokens, input_tokens_details={"cached_tokens": cached,
-                                                          "cache_write_tokens": 0},
-               total_tokens=tokens + int(out.get("output_tokens") or 0))
-    return out
-
-
-def _metered(answer: Answer, shape: str, tokens: int, cached: int) -> Answer:
-    """``answer`` with its usage replaced by the metered figures."""
-
-    def patch(doc: Any) -> Any:
-        if isinstance(doc, dict):
-            return {k: (_metered_usage(shape, v, tokens, cached)
-                        if k == "usage" and isinstance(v, dict) else patch(v))
-                    for k, v in doc.items()}
-        return doc
-
-    frames: list[bytes] = []
-    for frame in answer.frames:
-        if b'"usage"' not in frame:
-            frames.append(frame)
-            continue
-        head, _, data = frame.rstrip(b"\n").rpartition(b"data: ")
-        frames.append(head + b"data: " + orjson.dumps(patch(orjson.loads(data))) + b"\n\n")
-    body = orjson.dumps(patch(orjson.loads(answer.body))) if answer.body else answer.body
-    return Answer(tuple(frames), body)
 
 
 def _reply_headers(shape: str, request_id: str) -> dict[str, str]:
@@ -579,16 +518,16 @@ class FakeUpstream:
             api = shape if shape in ("anthropic", "chat") else "responses"
             answer = fake_compaction.with_input_tokens(answer, api, self.reported_input_tokens)
         if self.metered and "x-lore-worker" in record.headers:
-            answer = _metered(answer, shape, len(record.body) // BYTES_PER_TOKEN, 0)
+            answer = metered(answer, shape, len(record.body) // BYTES_PER_TOKEN, 0)
         elif self.metered:
             tokens = len(record.body) // BYTES_PER_TOKEN
             if self.window is not None and tokens > self.window:
                 return web.Response(status=400, body=overflow_body(shape, tokens, self.window),
                                     content_type=JSON_TYPE, headers=headers)
-            cached = _common_prefix(self._last_body, record.body) // BYTES_PER_TOKEN
+            cached = common_prefix(self._last_body, record.body) // BYTES_PER_TOKEN
             self._last_body = record.body
             self.metered_log.append((tokens, cached))
-            answer = _metered(answer, shape, tokens, cached)
+            answer = metered(answer, shape, tokens, cached)
         if not stream:
             return web.Response(body=answer.body, content_type=JSON_TYPE, headers=headers)
         if shape in ("responses", "codex"):
@@ -623,11 +562,11 @@ class FakeUpstream:
             if api == "responses":
                 return fs.responses_call(tool_name, arguments or "{}", model)
             return fs.chat_call(tool_name, arguments or "{}", model, chat_usage)
-        if name in _RECALL_SCENARIOS:
+        if name in RECALL_SCENARIOS:
             output = tool_output(api, body)
             if output is None or name == "call-recall":
                 query = scenario.arg or fs.DEFAULT_RECALL_QUERY
-                return _recall_call(api, name, orjson.dumps({"query": query}).decode(),
+                return recall_call(api, name, orjson.dumps({"query": query}).decode(),
                                     model, chat_usage)
             text = recall_answer_text(output)
         if name == "failed" and api == "responses":
@@ -748,42 +687,6 @@ class FakeUpstream:
             step = REPLAY_SLICE_BYTES
             frames = [data[i : i + step] for i in range(0, len(data), step)]
         return await self._stream(request, record, frames, headers)
-
-
-_RECALL_SCENARIOS = ("recall", "call-recall", "thinking-recall", "recall-first",
-                     "recall-between", "parallel-recall", "text-recall")
-_VISIBLE_TOOL = ("read_file", '{"path":"README.md"}')
-TEXT_RECALL_PREAMBLE = "Let me look that up."
-BLANK_TEXT = " \n\t "
-
-
-def _recall_call(api: str, name: str, arguments: str, model: str, chat_usage: bool) -> Answer:
-    """The answer of a recall scenario that calls the tool."""
-    recall = (fs.RECALL_TOOL, arguments)
-    if api == "chat":
-        if name == "recall-between":
-            return fs.chat_calls((_VISIBLE_TOOL, recall, _VISIBLE_TOOL), model, chat_usage)
-        return fs.chat_call(fs.RECALL_TOOL, arguments, model, chat_usage)
-    if api == "responses":
-        if name == "recall-between":
-            return fs.responses_calls((_VISIBLE_TOOL, recall, _VISIBLE_TOOL), model)
-        if name == "text-recall":
-            return fs.responses_calls((recall,), model, preamble=TEXT_RECALL_PREAMBLE)
-        if name == "parallel-recall":
-            second = orjson.dumps({"query": "a second search"}).decode()
-            return fs.responses_calls((recall, (fs.RECALL_TOOL, second)), model)
-        return fs.responses_call(fs.RECALL_TOOL, arguments, model)
-    call = ("tool_use", fs.RECALL_TOOL, arguments)
-    if name == "thinking-recall":
-        return fs.anthropic_blocks((("thinking", "The user wants a stored fact.", ""),
-                                    ("text", "Let me look that up.", ""), call), model)
-    if name == "recall-first":
-        return fs.anthropic_blocks((call,), model)
-    if name == "recall-between":
-        read = ("tool_use", *_VISIBLE_TOOL)
-        return fs.anthropic_blocks((("text", "Checking.", ""), read, call,
-                                    ("tool_use", "read_file", '{"path":"docs/a.md"}')), model)
-    return fs.anthropic_call(fs.RECALL_TOOL, arguments, model)
 
 
 def _jsonl_frames(data: bytes) -> Iterator[bytes]:
