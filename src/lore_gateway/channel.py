@@ -10,7 +10,7 @@ the upstream request.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -65,28 +65,47 @@ async def _until_disconnect(receive: Receive) -> None:
         pass
 
 
-async def watch(receive: Receive, work: Coroutine[Any, Any, T]) -> T:
-    """Run ``work`` to completion unless the client disconnects first.
+async def watch(receive: Receive, work: Awaitable[T]) -> T:
+    """Run ``work`` (a coroutine, or a task already running) to completion unless
+    the client disconnects first.
 
     Raises ``ClientGone`` after cancelling ``work`` when the client goes away.
     Call only after the request body has been read in full.
+
+    The caller awaits ``work`` itself and the disconnect listener only cancels
+    it: the caller resumes one loop iteration after ``work`` ends. (Waiting on
+    both with ``asyncio.wait`` took two more hand-offs, and under load every
+    hand-off waits a whole iteration: 150-400 ms at 200 clients on 2 CPUs.)
     """
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_until_disconnect(receive))
+    gone = False
+
+    def disconnected(listener: asyncio.Future[None]) -> None:
+        nonlocal gone
+        if not listener.cancelled() and listener.exception() is None and not task.done():
+            gone = True
+            task.cancel()
+
+    watcher.add_done_callback(disconnected)
     try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        task.cancel()
+        result = await task
+    except (asyncio.CancelledError, Exception):
+        if not gone or _cancelling():
+            raise
+        # The relay's own error (its cancellation included) is moot once the
+        # client is gone.
+        raise ClientGone from None
+    finally:
+        watcher.remove_done_callback(disconnected)
         watcher.cancel()
-        raise
-    if task.done():
-        watcher.cancel()
-        return task.result()
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        pass
-    except Exception:  # the relay's own error is moot once the client is gone
-        pass
-    raise ClientGone
+    if gone:
+        raise ClientGone
+    return result
+
+
+def _cancelling() -> bool:
+    """Whether the running task itself is being cancelled (shutdown), not only
+    the work it awaited."""
+    current = asyncio.current_task()
+    return current is not None and current.cancelling() > 0

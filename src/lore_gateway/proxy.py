@@ -160,7 +160,7 @@ class Proxy:
         self._idle.clear()
         ended = False
         try:
-            await watch(receive, _awaiting(relay))
+            await watch(receive, relay)
             ended = True
         except ClientGone:
             log.info("client disconnected; upstream request cancelled")
@@ -554,10 +554,6 @@ def broken_stream_event(protocol: Protocol, collector: TurnCollector | None,
     return encode_event("response.failed", orjson.dumps({"type": "response.failed", "response": {
         "id": response_id, "object": "response", "status": "failed", "output": [],
         "usage": None, "error": {"code": "server_error", "message": message}}}))
-
-
-async def _awaiting(relay: asyncio.Task[None]) -> None:
-    await relay
 
 
 def _cancelling() -> bool:

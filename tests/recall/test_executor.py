@@ -108,13 +108,13 @@ async def test_a_search_that_does_not_answer_in_time_is_a_timeout_failure() -> N
 
 
 async def test_searches_beyond_the_bound_fail_fast_as_unavailable() -> None:
-    """The gate admits ``running + waiting`` searches; the next one is refused at
+    """The gate admits ``limit`` searches; the next one is refused at
     once (no queueing without bound), and the admitted ones still finish."""
     memory = _StuckMemory()
-    gate = SearchGate(running=1, waiting=1, timeout=30)
+    gate = SearchGate(limit=2, timeout=30)
     executor = RecallExecutor(memory, IDENT, gate)
     admitted = [asyncio.create_task(executor.run(RecallArgs(query=f"q{i}"))) for i in range(2)]
-    await asyncio.wait_for(memory.started.wait(), 10)  # the second waits for the slot
+    await asyncio.wait_for(memory.started.wait(), 10)  # both are in flight
     assert gate.in_flight == 2
     refused = await executor.run(RecallArgs(query="one too many"))
     assert refused.failed and refused.failure == "recall_unavailable"

@@ -44,16 +44,17 @@ DATABASE_UNREACHABLE = ("Recall is unavailable right now: the memory database ca
 TIMED_OUT = ("Recall timed out: the memory system did not answer in time. "
              "Answer without it, or try again later.")
 
-# Searches running or waiting at once, over every request of the gateway. A
-# search's wall time under load is mostly its trip through the process pool's
-# hand-off threads, which need this process's GIL, not the workers' CPU (they sat
-# mostly idle): the more in flight, the more each hand-off carries. Soak with 100
-# recall clients, 30 s: 4 running served 597 searches (2 of 3 recalls refused as
-# busy, 3.5 s in this queue); 32 served 2,246 (none refused, 0.12 s here).
-# 64 waiting is about a second of searches, after which failing fast beats
-# queueing (issue 10 §3); the search process bounds its own queue at 256.
-MAX_RUNNING_SEARCHES = 32
-MAX_WAITING_SEARCHES = 64
+# Searches in flight at once, over every request of the gateway; beyond it a
+# recall fails fast as busy (issue 10 §3) instead of queueing without bound. The
+# search children answer in order, one at a time each, so this is also how long
+# their queue can get: 96 searches of 10-20 ms is about a second on two
+# children, well inside the search timeout. (There used to be a second bound, 32
+# running, from when searches ran on threads whose hand-offs needed this
+# process's GIL; with the children driven over sockets it only queued searches
+# in the gateway, one loop iteration per hand-over of a slot: a quarter of a
+# second per recall under the soak.) The search process bounds its own queue at
+# 256.
+MAX_IN_FLIGHT_SEARCHES = 96
 # One search or detail read, waited for at most this long (an idle search takes
 # 13–132 ms here; one that takes seconds is stuck behind something).
 DEFAULT_SEARCH_TIMEOUT_S = 10.0
@@ -89,34 +90,31 @@ class MemoryBusy(Exception):
 
 
 class SearchGate:
-    """Bounds the recall searches of one gateway: ``MAX_RUNNING_SEARCHES`` at once,
-    ``MAX_WAITING_SEARCHES`` queued, each awaited at most ``timeout`` seconds."""
+    """Bounds the recall searches of one gateway: at most ``limit`` in flight,
+    each awaited at most ``timeout`` seconds. Admission is a counter, never a
+    wait: a search is refused or started at once."""
 
-    def __init__(self, *, running: int = MAX_RUNNING_SEARCHES,
-                 waiting: int = MAX_WAITING_SEARCHES,
+    def __init__(self, *, limit: int = MAX_IN_FLIGHT_SEARCHES,
                  timeout: float = DEFAULT_SEARCH_TIMEOUT_S) -> None:
-        self._slots = asyncio.Semaphore(running)
-        self._running = running
         self._admitted = 0
-        self._capacity = running + waiting
+        self._limit = limit
         self.timeout = timeout
 
     @property
     def in_flight(self) -> int:
-        """Searches running or waiting now."""
+        """Searches in flight now."""
         return self._admitted
 
     async def run(self, work: Awaitable[T]) -> T:
-        """Await ``work`` in a slot; :class:`MemoryBusy` when the queue is full,
-        ``TimeoutError`` when waiting plus running took longer than ``timeout``."""
-        if self._admitted >= self._capacity:
+        """Await ``work``; :class:`MemoryBusy` when ``limit`` searches are already
+        in flight, ``TimeoutError`` when it took longer than ``timeout``."""
+        if self._admitted >= self._limit:
             _close(work)
             raise MemoryBusy(f"{self._admitted} recall searches in flight")
         self._admitted += 1
         try:
             async with asyncio.timeout(self.timeout):
-                async with self._slots:
-                    return await work
+                return await work
         finally:
             self._admitted -= 1
             _close(work)
