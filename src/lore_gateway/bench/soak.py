@@ -9,7 +9,12 @@ gateway. Every client has its own session and loops until the time is up.
 Reported: errors (anything but a complete, well-formed stream), leaks (the
 gateway's open file descriptors after the load against before it), latency by
 kind, the gateway's RSS over time, turns stored against turns completed, and
-how long the gateway took to exit on SIGTERM. ``kill=True`` ends the gateway
+how long the gateway took to exit on SIGTERM. So that a figure can be read
+against the machine it came from, also the load average before and after, the
+CPU each process used during the load (the gateway, its search and embedding
+children, the fake upstream and this client, which all share the same cores),
+and how late this client's own event loop ran (its lag: a starved client
+would add its own queueing to every latency it measures). ``kill=True`` ends the gateway
 with SIGKILL mid-load instead, restarts it on the same data dir and reports the
 integrity check and the turns lost against the documented window
 (docs/memory.md, "Durability").
@@ -32,9 +37,12 @@ from typing import Any
 import aiohttp
 import apsw
 
+from lore_gateway.bench import procstat
 from lore_gateway.bench.overhead import _pct, _wait_http, free_port, rss_bytes
 
 RSS_SAMPLE_S = 2.0
+# How often the client measures its own event loop's lag (a sleep's overshoot).
+LAG_SAMPLE_S = 0.1
 # aiohttp closes idle pooled upstream connections on a cleanup pass every 15 s,
 # so an idle connection can live up to 30 s.
 FD_SETTLE_S = 45.0
@@ -163,6 +171,8 @@ async def _load(servers: _Servers, *, clients: int, seconds: float, recall_share
     pid = servers.gateway.pid
     rss: list[tuple[float, float]] = []
     queue_depths: list[int] = []
+    lags: list[float] = []
+    cpu_end: list[_CPUReading] = []
     stop = asyncio.Event()
     timeout = aiohttp.ClientTimeout(total=None, sock_read=CLIENT_TIMEOUT_S)
     connector = aiohttp.TCPConnector(limit=clients + 8)
@@ -174,6 +184,7 @@ async def _load(servers: _Servers, *, clients: int, seconds: float, recall_share
             await _client(session, servers.url, 10_000 + recall, recall,
                           time.monotonic() + 0.001, Kind(), stop)
         fds_before = _fds(pid)
+        cpu_before = _cpu(servers)
         tasks = [asyncio.create_task(_client(
             session, servers.url, i, i < recall_clients, until,
             kinds["recall" if i < recall_clients else "text"], stop)) for i in range(clients)]
@@ -192,12 +203,20 @@ async def _load(servers: _Servers, *, clients: int, seconds: float, recall_share
             assert kill_at is not None
             await asyncio.sleep(kill_at)
             stop.set()
+            cpu_end.append(_cpu(servers))  # the gateway's CPU up to the kill
             servers.gateway.send_signal(signal.SIGKILL)
 
-        extra = [asyncio.create_task(sample())]
+        async def lag() -> None:
+            while time.monotonic() < until and not stop.is_set():
+                slept = time.perf_counter()
+                await asyncio.sleep(LAG_SAMPLE_S)
+                lags.append(max(0.0, time.perf_counter() - slept - LAG_SAMPLE_S))
+
+        extra = [asyncio.create_task(sample()), asyncio.create_task(lag())]
         if kill_at is not None:
             extra.append(asyncio.create_task(killer()))
         await asyncio.gather(*tasks)
+        cpu = _cpu_used(cpu_before, cpu_end[0] if cpu_end else _cpu(servers))
         for task in extra:
             task.cancel()
     # Pooled keep-alive connections (to the client and the upstream) close on
@@ -207,26 +226,67 @@ async def _load(servers: _Servers, *, clients: int, seconds: float, recall_share
         await asyncio.sleep(1.0)
     fds_after = _fds(pid)
     return {"kinds": kinds, "rss": rss, "fds_before": fds_before, "fds_after": fds_after,
-            "recall_clients": recall_clients, "queue_depths": queue_depths}
+            "recall_clients": recall_clients, "queue_depths": queue_depths, "cpu": cpu,
+            "client_lag_ms": {"p50": round(_pct(lags, 50) * 1e3, 1),
+                              "p99": round(_pct(lags, 99) * 1e3, 1)}}
+
+
+@dataclass(frozen=True, slots=True)
+class _CPUReading:
+    at: float
+    gateway: procstat.TreeSample
+    fake: procstat.TreeSample
+    client: float
+
+
+def _cpu(servers: _Servers) -> _CPUReading:
+    return _CPUReading(time.monotonic(), procstat.sample(servers.gateway.pid),
+                       procstat.sample(servers.fake.pid), time.process_time())
+
+
+def _cpu_used(before: _CPUReading, after: _CPUReading) -> dict[str, float]:
+    """CPU each part used during the load, in cores (CPU seconds per second)."""
+    wall = max(after.at - before.at, 1e-9)
+    gateway, gateway_tree = procstat.cpu_between(before.gateway, after.gateway)
+    _, fake = procstat.cpu_between(before.fake, after.fake)
+    return {"gateway": round(gateway / wall, 2),
+            "gateway_children": round((gateway_tree - gateway) / wall, 2),
+            "fake_upstream": round(fake / wall, 2),
+            "client": round((after.client - before.client) / wall, 2)}
+
+
+def _ratios(kinds: dict[str, Kind]) -> dict[str, float]:
+    """Recall latency over text latency, at p50 and p99 (the same run, the same
+    machine: the figure that survives a busy machine best)."""
+    out: dict[str, float] = {}
+    for p in (50, 99):
+        text = _pct(kinds["text"].latencies, p)
+        out[f"p{p}"] = round(_pct(kinds["recall"].latencies, p) / text, 2) if text else 0.0
+    return out
 
 
 def run(*, clients: int = 200, seconds: float = 60.0, recall_share: float = 0.5,
         embeddings: bool = True, grace: float = 10.0, kill: bool = False) -> dict[str, Any]:
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="lore-soak-") as tmp:
         servers = _Servers(Path(tmp), embeddings=embeddings, grace=grace)
         try:
             load = asyncio.run(_load(servers, clients=clients, seconds=seconds,
                                      recall_share=recall_share,
                                      kill_at=seconds / 2 if kill else None))
+            load_after = os.getloadavg()[0]
             kinds: dict[str, Kind] = load["kinds"]
             completed = sum(len(k.latencies) for k in kinds.values())
             result: dict[str, Any] = {
                 "config": {"clients": clients, "seconds": seconds,
                            "recall_clients": load["recall_clients"], "embeddings": embeddings,
                            "grace_s": grace, "kill": kill, "cpus": os.cpu_count(),
-                           "loadavg": os.getloadavg()[0]},
+                           "loadavg": load_after, "loadavg_before": load_before},
                 "text": kinds["text"].summary(),
                 "recall": kinds["recall"].summary(),
+                "recall_over_text": _ratios(kinds),
+                "cpu_cores": load["cpu"],
+                "client_lag_ms": load["client_lag_ms"],
                 "errors": sum(k.errors for k in kinds.values()),
                 "completed": completed,
                 "rss_mb": load["rss"],

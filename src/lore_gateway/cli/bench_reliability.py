@@ -43,6 +43,8 @@ def soak(
                       f"{s['p50_ms']:.0f} ms",
                       f"{s['p99_ms']:.0f} ms", f"{s['max_ms']:.0f} ms")
     console.print(table)
+    ratio = result["recall_over_text"]
+    typer.echo(f"recall / text: p50 x{ratio['p50']:.2f}, p99 x{ratio['p99']:.2f}")
     rss = ", ".join(f"{t:.0f}s {mb:.0f}" for t, mb in result["rss_mb"])
     typer.echo(f"gateway RSS (MB): {rss}")
     if "rss_growth_after_half" in result:
@@ -54,7 +56,14 @@ def soak(
     typer.echo(f"turns completed {result['completed']}, stored {result['stored']}, "
                f"lost {result['lost_turns']}; integrity {result['integrity']}")
     typer.echo(f"SIGTERM exit {result['shutdown_s']} s (exit code {result['exit_code']}, "
-               f"grace {grace:g} s); load average {result['config']['loadavg']:.1f} on "
+               f"grace {grace:g} s)")
+    cpu, lag = result["cpu_cores"], result["client_lag_ms"]
+    typer.echo(f"CPU during the load (cores): gateway {cpu['gateway']:.2f}, its search and "
+               f"embedding processes {cpu['gateway_children']:.2f}, fake upstream "
+               f"{cpu['fake_upstream']:.2f}, this client {cpu['client']:.2f}; client loop "
+               f"lag p50 {lag['p50']:.0f} ms, p99 {lag['p99']:.0f} ms")
+    typer.echo(f"load average {result['config']['loadavg_before']:.1f} before, "
+               f"{result['config']['loadavg']:.1f} after the load, on "
                f"{result['config']['cpus']} CPUs")
     if as_json:
         typer.echo(json.dumps(result))
