@@ -140,7 +140,7 @@ class Memory:
         wanted: Embedder | Literal["lazy"] | None = None
         if embedder == "auto":
             if settings.embeddings:
-                from lore_gateway.memory.embed import model_info, warn_model_missing
+                from lore_gateway.memory.model_files import model_info, warn_model_missing
 
                 if model_info() is not None:
                     wanted = "lazy"
