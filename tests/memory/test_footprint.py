@@ -153,3 +153,32 @@ async def test_searches_run_in_the_embedding_process_and_survive_its_death(
         assert worker.flush(timeout=120) and worker.embedded == before + 1
     finally:
         memory.close()
+
+
+def test_the_gateway_process_never_imports_numpy_or_the_search_stack(tmp_path: Path) -> None:
+    """Searching through the embedding process, the gateway unpickles the hits
+    (memory/hits.py) without importing numpy, onnxruntime or memory/search.py."""
+    script = f"""
+import asyncio, sys, time
+from pathlib import Path
+from lore_gateway.config import Settings
+from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.service import Memory
+from lore_gateway.protocols.common import Message
+if __name__ == "__main__":
+    ident = Identity("t", "p", "s")
+    memory = Memory.open(Settings(data_dir=Path({str(tmp_path)!r})))
+    memory.submit_turn(TurnRecord(identity=ident, protocol="chat", model=None,
+                                  created_at=time.time(),
+                                  messages=(Message("user", "the quokka migration"),)),
+                       wait=True)
+    memory.flush(timeout=60)
+    hits = asyncio.run(memory.search("quokka", identity=ident)).hits
+    print(len(hits), *sorted(m for m in ("numpy", "onnxruntime", "lore_gateway.memory.search")
+                             if m in sys.modules))
+    memory.close()
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=180, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1"]

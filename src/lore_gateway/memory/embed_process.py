@@ -13,6 +13,15 @@ The interface is the in-process ``EmbeddingWorker``'s: ``submit``, ``backfill``,
 ``flush``, ``close``. The queue is bounded; what does not fit is dropped, counted
 and left for ``backfill``.
 
+The same process answers recall searches (``search_channel``, used by
+``search_process.SearchProcess`` when ``LORE_SEARCH_WORKERS`` is 0, the
+default): it holds the model anyway, and a second model process costs ~140 MiB.
+Searches run on a thread at normal priority; only the backlog thread runs at
+nice 19 (Linux keeps a nice value per thread), so a search never waits behind
+the backlog for the CPU, and the backlog still yields to the relay. Both share
+one onnxruntime session with one intra-op thread, so each run executes on, and
+at the priority of, the thread that asked for it.
+
 A child that dies is restarted (up to ``MAX_RESTARTS`` times, then search stays
 BM25-only and ``degraded`` says so), and the restarted child is given the
 backlog again by ``backfill``. ``close`` never waits for the backlog: whatever

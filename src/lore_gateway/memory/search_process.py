@@ -41,7 +41,8 @@ from lore_gateway.memory.errors import MemoryUnavailable, SearchTimeout
 from lore_gateway.storage.base import Database
 
 if TYPE_CHECKING:
-    from lore_gateway.memory.search import Searcher, SearchResult
+    from lore_gateway.memory.hits import SearchResult
+    from lore_gateway.memory.search import Searcher
 
 log = logging.getLogger(__name__)
 
