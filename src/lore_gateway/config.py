@@ -101,13 +101,14 @@ class Settings(BaseSettings):
     # ended with their protocol's error event.
     shutdown_grace: float = 10.0
 
-    # Recall searches run in their own processes (memory/search_process.py) so
-    # they never wait on the relay for the GIL; off: in a thread of the gateway.
-    # Two workers: one search can run while another waits for the CPU (measured
-    # in docs/reliability.md). A search that takes longer than the timeout fails
-    # the recall, not the turn.
+    # Recall searches run in another process (memory/search_process.py) so they
+    # never wait on the relay for the GIL; off: in a thread of the gateway.
+    # Workers 0: in the embedding process, which holds the model anyway (one model
+    # process, docs/benchmarks.md "Memory"; without embeddings one search process);
+    # N: N dedicated search processes, each with its own copy of the model. A
+    # search that takes longer than the timeout fails the recall, not the turn.
     search_process: bool = True
-    search_workers: int = 2
+    search_workers: int = 0
     search_timeout: float = 10.0
 
     # Agent binaries launched by `lore run` (a name looked up on PATH, or a path).

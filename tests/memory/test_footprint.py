@@ -85,3 +85,100 @@ def test_a_cached_recall_holds_no_more_than_its_bytes() -> None:
         tracemalloc.stop()
     # orjson's own result keeps its 4 KiB write buffer behind a short length
     assert held < 1024
+
+
+def test_the_int8_table_rewrite_keeps_every_vector_bit_identical() -> None:
+    import numpy as np
+    import onnxruntime as ort
+
+    from lore_gateway.memory.embed import Embedder, tokenizer_path
+    from lore_gateway.memory.onnx_int8 import gather_int8
+
+    info = model_info()
+    assert info is not None
+    original = info.path.read_bytes()
+    rewritten, tables = gather_int8(original)
+    assert tables == 2  # the word- and position-embedding tables
+    assert gather_int8(rewritten) == (rewritten, 0)  # nothing left to rewrite
+    texts = ["the quokka migration runs at night", "x", "",
+             "a longer paragraph " * 60]  # past the 256-token truncation
+    ours = Embedder(info.path, tokenizer_path()).embed(texts)
+    # The package's graph as it ships, run through the same pipeline.
+    package = Embedder(info.path, tokenizer_path())
+    package._session = ort.InferenceSession(original, providers=["CPUExecutionProvider"])
+    assert np.array_equal(ours, package.embed(texts))
+
+
+async def test_searches_run_in_the_embedding_process_and_survive_its_death(
+    tmp_path: Path,
+) -> None:
+    """One model process (LORE_SEARCH_WORKERS=0, the default): the embedding
+    process answers searches; killed, it is replaced, and both go on."""
+    import os
+    import signal
+
+    from lore_gateway.memory.errors import MemoryUnavailable
+
+    memory = Memory.open(Settings(data_dir=tmp_path, embeddings=True))
+    try:
+        def store(text: str) -> None:
+            memory.submit_turn(TurnRecord(identity=IDENT, protocol="chat", model=None,
+                                          created_at=time.time(),
+                                          messages=(Message("user", text),)), wait=True)
+            memory.flush(timeout=60)
+
+        store("the quokka migration runs at night")
+        worker = memory._embedding_worker
+        assert worker is not None and worker.flush(timeout=120)
+        here = memory.search_sync("nocturnal marsupial move", identity=IDENT)
+        there = await memory.search("nocturnal marsupial move", identity=IDENT)
+        assert [(h.ref, h.score) for h in there.hits] == [(h.ref, h.score) for h in here.hits]
+        assert memory._searches is not None
+        (pid,) = memory._searches.pids
+        assert pid == worker._process.pid  # no search process of its own
+        os.kill(pid, signal.SIGKILL)
+        failed = 0
+        for _ in range(50):  # at most the search the death caught fails
+            try:
+                result = await memory.search("quokka", identity=IDENT)
+            except MemoryUnavailable:
+                failed += 1
+                continue
+            break
+        assert result.hits and failed <= 1
+        assert memory._searches.pids == [worker._process.pid] != [pid]
+        assert worker.restarts == 1
+        before = worker.embedded
+        store("the wombat burrow needs a new door")  # the new child embeds again
+        assert worker.flush(timeout=120) and worker.embedded == before + 1
+    finally:
+        memory.close()
+
+
+def test_the_gateway_process_never_imports_numpy_or_the_search_stack(tmp_path: Path) -> None:
+    """Searching through the embedding process, the gateway unpickles the hits
+    (memory/hits.py) without importing numpy, onnxruntime or memory/search.py."""
+    script = f"""
+import asyncio, sys, time
+from pathlib import Path
+from lore_gateway.config import Settings
+from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.service import Memory
+from lore_gateway.protocols.common import Message
+if __name__ == "__main__":
+    ident = Identity("t", "p", "s")
+    memory = Memory.open(Settings(data_dir=Path({str(tmp_path)!r})))
+    memory.submit_turn(TurnRecord(identity=ident, protocol="chat", model=None,
+                                  created_at=time.time(),
+                                  messages=(Message("user", "the quokka migration"),)),
+                       wait=True)
+    memory.flush(timeout=60)
+    hits = asyncio.run(memory.search("quokka", identity=ident)).hits
+    print(len(hits), *sorted(m for m in ("numpy", "onnxruntime", "lore_gateway.memory.search")
+                             if m in sys.modules))
+    memory.close()
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=180, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1"]

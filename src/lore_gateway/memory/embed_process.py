@@ -13,6 +13,15 @@ The interface is the in-process ``EmbeddingWorker``'s: ``submit``, ``backfill``,
 ``flush``, ``close``. The queue is bounded; what does not fit is dropped, counted
 and left for ``backfill``.
 
+The same process answers recall searches (``search_channel``, used by
+``search_process.SearchProcess`` when ``LORE_SEARCH_WORKERS`` is 0, the
+default): it holds the model anyway, and a second model process costs ~140 MiB.
+Searches run on a thread at normal priority; only the backlog thread runs at
+nice 19 (Linux keeps a nice value per thread), so a search never waits behind
+the backlog for the CPU, and the backlog still yields to the relay. Both share
+one onnxruntime session with one intra-op thread, so each run executes on, and
+at the priority of, the thread that asked for it.
+
 A child that dies is restarted (up to ``MAX_RESTARTS`` times, then search stays
 BM25-only and ``degraded`` says so), and the restarted child is given the
 backlog again by ``backfill``. ``close`` never waits for the backlog: whatever
@@ -27,9 +36,13 @@ import logging
 import multiprocessing
 import os
 import queue
+import socket
+import sys
 import threading
 import time
+from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnProcess
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +67,8 @@ MAX_RESTARTS = 5
 # 256-token text's activations) otherwise stay resident until the 30 s trimmer;
 # measured, the process held 251 MiB right after a backlog, 189 MiB trimmed.
 IDLE_TRIM_S = 5.0
+# Seconds to wait for a child whose search socket closed to finish exiting.
+REAP_S = 2.0
 # Attempts at writing one batch of vectors while another process holds the lock.
 WRITE_ATTEMPTS = 3
 
@@ -78,6 +93,9 @@ class EmbeddingProcess:
         self.restarts = 0
         self.degraded: str | None = None
         self._closing = False
+        # Held while the child is replaced: the ack reader and a search that finds
+        # the child dead may both try to.
+        self._lifecycle = threading.RLock()
         from lore_gateway.memory import db
 
         self._database = db.database(database)
@@ -94,13 +112,33 @@ class EmbeddingProcess:
         # Never let interpreter exit wait for the feeder thread to push a backlog
         # into a pipe nobody reads any more (it would block SIGTERM for minutes).
         self._jobs.cancel_join_thread()
+        # The child also answers searches (memory/search_process.py): the gateway's
+        # one model process. The event loop reads and writes our end.
+        self._search_sock, theirs = socket.socketpair()
+        child_end = Connection(theirs.detach())
         self._process: SpawnProcess = self._ctx.Process(
             target=_child_main,
             args=(self._database.address, self._jobs, self._acks, self._stop, os.getpid(),
-                  self._progress),
+                  self._progress, child_end),
             name="lore-embed", daemon=True,
         )
         self._process.start()
+        child_end.close()
+
+    def search_channel(self, dead: BaseProcess | None = None
+                       ) -> tuple[socket.socket, SpawnProcess] | None:
+        """A socket to the child's search loop (a duplicate, owned by the caller) and
+        the child; a dead child is replaced first. ``dead``: the child whose socket
+        the caller saw close, reaped first (it is exiting; the exit takes moments).
+        ``None`` once closed or degraded."""
+        with self._lifecycle:
+            if dead is self._process and not self._closing:
+                self._process.join(timeout=REAP_S)
+            if not self._closing and not self._process.is_alive():
+                self._restart()
+            if self._closing or self.degraded is not None:
+                return None
+            return self._search_sock.dup(), self._process
 
     def submit(self, message_ids: list[int]) -> None:
         """Queue ids for embedding; never blocks (drops and counts when full)."""
@@ -145,7 +183,8 @@ class EmbeddingProcess:
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop the child after its current batch; the backlog waits for backfill."""
-        self._closing = True
+        with self._lifecycle:
+            self._closing = True
         self._stop.set()
         with contextlib.suppress(queue.Full, ValueError, OSError):
             self._jobs.put_nowait(_STOP)
@@ -156,11 +195,18 @@ class EmbeddingProcess:
         self._acks.put(-1)
         self._reader.join(timeout=5)
         self._jobs.close()
+        self._search_sock.close()
         with self._idle:
             self._idle.notify_all()
 
     def _restart(self) -> None:
         """The child died without being stopped: start another and give it the backlog."""
+        with self._lifecycle:
+            if self._process.is_alive() or self._closing:
+                return  # already replaced (by a search that found it dead)
+            self._restart_dead()
+
+    def _restart_dead(self) -> None:
         code = self._process.exitcode
         if self.restarts >= MAX_RESTARTS:
             if self.degraded is None:
@@ -176,6 +222,7 @@ class EmbeddingProcess:
         with self._idle:
             self._pending = 0  # what the dead child held is found again by backfill
             self._idle.notify_all()
+        self._search_sock.close()
         self._spawn()
         threading.Thread(target=self._backfill_quietly, name="lore-embed-backfill",
                          daemon=True).start()
@@ -226,18 +273,42 @@ def _store_with_retry(conn: Any, embedder: Any, ids: list[int]) -> int:
 
 
 def _child_main(address: str, jobs: Any, acks: Any, stop: Any, parent: int,
-                progress: Any) -> None:
-    """The child: lowest priority, one embedder, one connection, one batch at a time."""
-    with contextlib.suppress(OSError):
-        os.nice(BACKGROUND_NICE)
+                progress: Any, searches: Connection) -> None:
+    """The child: one embedder shared by a search thread at normal priority and the
+    backlog, embedded on this (main) thread at the lowest priority."""
     from lore_gateway import heap
-    from lore_gateway.memory import db
+    from lore_gateway.memory import search_process
+    from lore_gateway.memory.embed import SEARCH_THREADS, load_embedder
 
     heap.name_process("lore-embed")
     heap.start_trimmer()
-    from lore_gateway.memory.embed import BACKGROUND_THREADS, load_embedder
+    # One intra-op thread: every run executes on its caller's thread, so a backlog
+    # run takes the backlog thread's priority and a search run the search thread's
+    # (onnxruntime's pool threads would take their creator's, for both).
+    embedder = load_embedder(threads=SEARCH_THREADS)
+    threading.Thread(target=search_process.serve,
+                     args=(searches, search_process.searcher(address, embedder)),
+                     name="lore-embed-search", daemon=True).start()
+    _lower_priority()
+    _embed_backlog(address, embedder, jobs, acks, stop, parent, progress)
 
-    embedder = load_embedder(threads=BACKGROUND_THREADS)
+
+def _lower_priority() -> None:
+    """Nice 19 for this thread only where the nice value is per thread (Linux), else
+    for the whole process: a backlog must never take CPU from the relay. Elsewhere
+    searches share its priority, as the embedder's did before it served searches."""
+    with contextlib.suppress(OSError):
+        if sys.platform.startswith("linux"):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+        else:
+            os.nice(BACKGROUND_NICE)
+
+
+def _embed_backlog(address: str, embedder: Any, jobs: Any, acks: Any, stop: Any,
+                   parent: int, progress: Any) -> None:
+    """Embed job after job, one connection, until stopped or orphaned."""
+    from lore_gateway import heap
+    from lore_gateway.memory import db
     from lore_gateway.storage.target import parse_url
 
     conn = db.connect(parse_url(address))

@@ -30,13 +30,15 @@ import logging
 import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import orjson
 
 from lore_gateway.memory.embed import Embedder
+from lore_gateway.memory.hits import Hit as Hit
+from lore_gateway.memory.hits import SearchResult as SearchResult
 from lore_gateway.memory.query import (
     MatchPlan,
     ParsedQuery,
@@ -111,37 +113,6 @@ MAX_TERM_ROWS = 60_000
 SCOPE_KINDS = {"all": "t", "project": "p", "session": "s"}
 
 Scope = str
-
-
-@dataclass(frozen=True, slots=True)
-class Hit:
-    """One stored message found by a search.
-
-    ``score`` is in (0, 1] and comparable across queries: 1.0 means every word of
-    the query (weighted by rarity) is in the message or the one before it, or its
-    meaning is clearly the same; the best hit of a vague match scores low.
-    """
-
-    ref: str
-    score: float
-    role: str
-    content: str
-    created_at: float
-    session: str
-    project: str
-    meta: dict[str, Any] | None
-
-
-@dataclass(frozen=True, slots=True)
-class SearchResult:
-    """Ranked hits plus how many candidates matched (for "Found N results")."""
-
-    query: str
-    scope: Scope
-    hits: list[Hit]
-    total: int
-    # Private coverage info (lore-spec B.9): the message ids considered. Never rendered.
-    _candidates: tuple[int, ...] = field(default=(), repr=False)
 
 
 ConnFactory = Callable[[], Connection]

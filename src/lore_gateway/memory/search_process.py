@@ -32,15 +32,17 @@ import threading
 import time
 from collections import OrderedDict
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lore_gateway.memory import db
 from lore_gateway.memory.errors import MemoryUnavailable, SearchTimeout
 from lore_gateway.storage.base import Database
 
 if TYPE_CHECKING:
-    from lore_gateway.memory.search import Searcher, SearchResult
+    from lore_gateway.memory.hits import SearchResult
+    from lore_gateway.memory.search import Searcher
 
 log = logging.getLogger(__name__)
 
@@ -55,17 +57,23 @@ DEFAULT_TIMEOUT_S = 10.0
 QUERY_CACHE_SIZE = 1024
 # How often the child checks that the gateway that started it is alive.
 PARENT_CHECK_S = 1.0
-# The child's searcher (one per child process, built by the pool initializer).
-_SEARCHER: Searcher | None = None
 
 
-def _init(address: str, embeddings: bool, parent: int) -> None:
-    global _SEARCHER
+def searcher(address: str, embedder: Any) -> Searcher:
+    """A child's ``Searcher`` over the database at ``address``, with ``embedder``
+    (``None``: BM25 only) behind the query-vector cache."""
+    from lore_gateway.memory import db
+    from lore_gateway.memory.search import Searcher
+    from lore_gateway.storage.target import parse_url
+
+    cached = _QueryCache(embedder) if embedder is not None else None
+    return Searcher(db.conn_factory(parse_url(address)), cached)  # type: ignore[arg-type]
+
+
+def _init(address: str, embeddings: bool, parent: int) -> Searcher:
     threading.Thread(target=_exit_with_parent, args=(parent,), name="lore-search-parent",
                      daemon=True).start()
     from lore_gateway import heap
-    from lore_gateway.memory import db
-    from lore_gateway.memory.search import Searcher
 
     heap.name_process("lore-search")
     heap.start_trimmer()
@@ -73,11 +81,8 @@ def _init(address: str, embeddings: bool, parent: int) -> None:
     if embeddings:
         from lore_gateway.memory.embed import load_embedder
 
-        loaded = load_embedder()
-        embedder = _QueryCache(loaded) if loaded is not None else None
-    from lore_gateway.storage.target import parse_url
-
-    _SEARCHER = Searcher(db.conn_factory(parse_url(address)), embedder)  # type: ignore[arg-type]
+        embedder = load_embedder()
+    return searcher(address, embedder)
 
 
 class _QueryCache:
@@ -118,13 +123,6 @@ def _exit_with_parent(parent: int) -> None:
     os._exit(0)
 
 
-def _search(query: str, tenant: str, project: str, session: str, scope: str,
-            limit: int) -> SearchResult:
-    assert _SEARCHER is not None
-    return _SEARCHER.search(query, tenant=tenant, project=project, session=session,
-                            scope=scope, limit=limit)
-
-
 def _failure(exc: Exception) -> MemoryUnavailable | str:
     """What goes back for a failed search: our own typed "memory cannot answer"
     errors as they are (an unreachable database must reach the recall as that, not
@@ -135,38 +133,58 @@ def _failure(exc: Exception) -> MemoryUnavailable | str:
 
 
 def _child_main(conn: Connection, address: str, embeddings: bool, parent: int) -> None:
-    """The child: answer one query at a time, in the order they came."""
-    _init(address, embeddings, parent)
+    """A search child: load, then answer queries until the gateway closes its end."""
+    serve(conn, _init(address, embeddings, parent))
+
+
+def serve(conn: Connection, searcher: Searcher) -> None:
+    """Answer one query at a time, in the order they came, until the gateway closes
+    its end. Also the search loop of the embedding process (``embed_process.py``)."""
     while True:
         try:
             request_id, query, args = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
             return  # the gateway closed its end: stop
+        tenant, project, session, scope, limit = args
         try:
-            reply = pickle.dumps((request_id, True, _search(query, *args)))
+            result = searcher.search(query, tenant=tenant, project=project, session=session,
+                                     scope=scope, limit=limit)
+            reply = pickle.dumps((request_id, True, result))
         except Exception as exc:  # a failed search fails that recall, not the process
             reply = pickle.dumps((request_id, False, _failure(exc)))
         conn.send_bytes(reply)
 
 
 class _Worker:
-    """One search child and the event loop's end of its socket pair."""
+    """One search child and the event loop's end of its socket pair.
 
-    def __init__(self, address: str, embeddings: bool) -> None:
-        ctx = multiprocessing.get_context("spawn")  # never fork a threaded process
-        ours, theirs = socket.socketpair()
-        self._sock = ours
-        child_end = Connection(theirs.detach())
-        self.process = ctx.Process(target=_child_main,
-                                   args=(child_end, address, embeddings, os.getpid()),
-                                   name="lore-search", daemon=True)
-        self.process.start()
-        child_end.close()
+    ``owned``: the child is ours (a dedicated search process, ended by ``stop``);
+    otherwise it is the embedding process, which serves searches too, and ``stop``
+    only closes our socket (the embedding process restarts its own child).
+    """
+
+    def __init__(self, process: BaseProcess, sock: socket.socket, *, owned: bool) -> None:
+        self.process = process
+        self._sock = sock
+        self._owned = owned
         self.pending: dict[int, asyncio.Future[SearchResult]] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._opening: asyncio.Task[asyncio.StreamWriter] | None = None
         self.dead = False
+
+    @classmethod
+    def spawn(cls, address: str, embeddings: bool) -> _Worker:
+        """A dedicated search process."""
+        ctx = multiprocessing.get_context("spawn")  # never fork a threaded process
+        ours, theirs = socket.socketpair()
+        child_end = Connection(theirs.detach())
+        process = ctx.Process(target=_child_main,
+                              args=(child_end, address, embeddings, os.getpid()),
+                              name="lore-search", daemon=True)
+        process.start()
+        child_end.close()
+        return cls(process, ours, owned=True)
 
     async def _connect(self) -> asyncio.StreamWriter:
         # Opened once: the first searches arrive together, and two streams on
@@ -221,21 +239,42 @@ class _Worker:
                 self._writer.close()
 
     def stop(self) -> None:
-        """End the child; the reply reader sees the socket close and ends too."""
+        """End an owned child (the reply reader sees the socket close and ends too);
+        of a hosted one, close our socket."""
         self.dead = True
-        self.process.terminate()
-        self.process.join(timeout=2)
+        if self._owned:
+            self.process.terminate()
+            self.process.join(timeout=2)
         if self._writer is None:  # never used from a loop: nobody else closes it
             self._sock.close()
 
 
+class SearchHost(Protocol):
+    """A process that serves searches besides its own work (the embedding process)."""
+
+    def search_channel(self, dead: BaseProcess | None = None
+                       ) -> tuple[socket.socket, BaseProcess] | None:
+        """A socket to its search loop, owned by the caller, and the process (a new
+        one if ``dead``, the one whose socket closed, was the current one); ``None``
+        when it cannot serve (closed, or given up after repeated deaths)."""
+        ...
+
+
 class SearchProcess:
-    """``workers`` search processes, each owning a ``Searcher``; ``search`` is awaited."""
+    """Search processes, each owning a ``Searcher``; ``search`` is awaited.
+
+    With a ``host`` (the embedding process, which loads the model anyway) the
+    searches run there: one model process for the gateway instead of one per
+    search worker (~140 MiB each, docs/benchmarks.md "Memory"). Without one,
+    ``workers`` dedicated search processes.
+    """
 
     def __init__(self, database: Database | Path, *, embeddings: bool, workers: int = 1,
-                 timeout: float = DEFAULT_TIMEOUT_S, max_in_flight: int = MAX_IN_FLIGHT) -> None:
+                 timeout: float = DEFAULT_TIMEOUT_S, max_in_flight: int = MAX_IN_FLIGHT,
+                 host: SearchHost | None = None) -> None:
         self._database = db.database(database)
-        self._workers = max(1, workers)
+        self._host = host
+        self._workers = 1 if host is not None else max(1, workers)
         self._embeddings = embeddings
         self.timeout = timeout
         self._max_in_flight = max_in_flight
@@ -265,13 +304,22 @@ class SearchProcess:
                         log.error("memory: the search process died; starting another")
                         self.restarts += 1
                     worker.stop()
-                    self._pool[index] = _Worker(self._database.address, self._embeddings)
+                    self._pool[index] = self._new_worker(None if moved else worker.process)
             self._fill()
             return min(self._pool, key=lambda w: len(w.pending))
 
     def _fill(self) -> None:
         while len(self._pool) < self._workers:
-            self._pool.append(_Worker(self._database.address, self._embeddings))
+            self._pool.append(self._new_worker())
+
+    def _new_worker(self, dead: BaseProcess | None = None) -> _Worker:
+        if self._host is None:
+            return _Worker.spawn(self._database.address, self._embeddings)
+        channel = self._host.search_channel(dead)
+        if channel is None:  # the embedding process gave up: search BM25-only here
+            return _Worker.spawn(self._database.address, False)
+        sock, process = channel
+        return _Worker(process, sock, owned=False)
 
     def warm(self) -> None:
         """Start the children now (they load the model), so the first recall does not wait."""

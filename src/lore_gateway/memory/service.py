@@ -140,7 +140,7 @@ class Memory:
         wanted: Embedder | Literal["lazy"] | None = None
         if embedder == "auto":
             if settings.embeddings:
-                from lore_gateway.memory.embed import model_info, warn_model_missing
+                from lore_gateway.memory.model_files import model_info, warn_model_missing
 
                 if model_info() is not None:
                     wanted = "lazy"
@@ -322,10 +322,13 @@ class Memory:
         if self._searches is None:
             from lore_gateway.memory.search_process import SearchProcess
 
+            # search_workers 0: the embedding process answers searches too.
+            host = self._embedding_worker if self.settings.search_workers == 0 else None
             self._searches = SearchProcess(self.database,
                                            embeddings=self.embeddings,
                                            workers=self.settings.search_workers,
-                                           timeout=self.settings.search_timeout)
+                                           timeout=self.settings.search_timeout,
+                                           host=host)
         return self._searches
 
     def warm_search(self) -> None:
