@@ -30,6 +30,8 @@ DAY_S = 86_400.0
 DAY_SLACK = 1
 # "the week before X" without a number of weeks.
 DEFAULT_BEFORE_DAYS = 7
+# Characters before a date searched for "the week before" (bounded work on a long query).
+BEFORE_LOOKBACK = 40
 # Most cues one query may name ("between August 11 and August 15" names two).
 MAX_CUES = 4
 
@@ -109,18 +111,23 @@ def find_dates(text: str, now: float) -> DateQuery:
     cues: list[DateCue] = []
     spans: list[tuple[int, int]] = []
     for match in _ABSOLUTE.finditer(text):
+        if len(cues) >= MAX_CUES:  # pasted text, not a question about a time
+            break
         cue = _absolute(match)
         if cue is None:
             continue
         start = match.start()
-        before = _BEFORE.search(text[:start])
+        lead = max(0, start - BEFORE_LOOKBACK)
+        before = _BEFORE.search(text[lead:start])
         if before is not None and cue.end > cue.start:
             cue = _widen(cue, before)
-            start = before.start()
+            start = lead + before.start()
         cues.append(cue)
         spans.append((start, match.end()))
     today = datetime.fromtimestamp(now, UTC).date()
     for match in _RELATIVE.finditer(text):
+        if len(cues) >= MAX_CUES:
+            break
         cues.append(_relative(match, today))
         spans.append(match.span())
     if not cues:
@@ -131,7 +138,7 @@ def find_dates(text: str, now: float) -> DateQuery:
             rest.append(text[last:start])
             last = end
     rest.append(text[last:])
-    return DateQuery(tuple(cues[:MAX_CUES]), " ".join(rest))
+    return DateQuery(tuple(cues), " ".join(rest))
 
 
 def _days(first: date, count: int) -> DateCue:
