@@ -221,3 +221,25 @@ async def test_hybrid_finds_paraphrase_without_shared_words(tmp_path: Path) -> N
         assert result.hits[0].content.startswith("My puppy chewed")
     finally:
         mem.close()
+
+
+def test_a_date_in_the_query_lifts_what_was_stored_that_day(memory: Memory) -> None:
+    from datetime import UTC, datetime
+
+    def at(day: str) -> float:
+        return datetime.fromisoformat(day).replace(tzinfo=UTC).timestamp()
+
+    _store(memory,
+           _turn(ALICE, ("user", "we finally did the lake trip with the whole family and the dog"),
+                 at=at("2023-02-01T15:00:00")),
+           _turn(ALICE, ("user", "lake trip"), at=at("2023-06-10T09:00:00")))
+
+    def contents(query: str) -> list[str]:
+        return [h.content for h in memory.search_sync(query, identity=ALICE).hits]
+
+    # BM25 prefers the short message; the date names the day the long one was stored.
+    assert contents("lake trip")[0] == "lake trip"
+    assert contents("What about the lake trip on 1 February, 2023?")[0].startswith("we finally")
+    assert contents("the lake trip in June 2023")[0] == "lake trip"
+    # A date nothing was stored on changes nothing, and filters nothing out.
+    assert contents("the lake trip on 5 March, 2021") == ["lake trip", contents("lake trip")[1]]
