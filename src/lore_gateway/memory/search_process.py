@@ -155,6 +155,39 @@ def serve(conn: Connection, searcher: Searcher) -> None:
         conn.send_bytes(reply)
 
 
+class _Replies(asyncio.Protocol):
+    """The event loop's end of a child's socket.
+
+    Each reply resolves its search's future inside ``data_received``: a reader
+    task would wake the waiting recall one loop iteration later, and under load
+    an iteration is hundreds of milliseconds (docs/reliability.md).
+    """
+
+    def __init__(self, worker: _Worker) -> None:
+        self._worker = worker
+        self._buffer = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        while len(buffer) >= 4:
+            (size,) = struct.unpack_from("!i", buffer)
+            head = 4
+            if size == -1:  # Connection's framing of a message over 2 GiB
+                if len(buffer) < 12:
+                    return
+                (size,) = struct.unpack_from("!Q", buffer, 4)
+                head = 12
+            if len(buffer) < head + size:
+                return
+            message = bytes(buffer[head:head + size])
+            del buffer[:head + size]
+            self._worker.resolve(*pickle.loads(message))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._worker.lost()
+
+
 class _Worker:
     """One search child and the event loop's end of its socket pair.
 
@@ -169,8 +202,8 @@ class _Worker:
         self._owned = owned
         self.pending: dict[int, asyncio.Future[SearchResult]] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._opening: asyncio.Task[asyncio.StreamWriter] | None = None
+        self._transport: asyncio.Transport | None = None
+        self._opening: asyncio.Task[asyncio.Transport] | None = None
         self.dead = False
 
     @classmethod
@@ -186,67 +219,68 @@ class _Worker:
         child_end.close()
         return cls(process, ours, owned=True)
 
-    async def _connect(self) -> asyncio.StreamWriter:
-        # Opened once: the first searches arrive together, and two streams on
+    async def _connect(self) -> asyncio.Transport:
+        # Opened once: the first searches arrive together, and two transports on
         # one socket would split each other's replies.
         if self._opening is None:
             self.loop = asyncio.get_running_loop()
             self._opening = self.loop.create_task(self._open())
         return await asyncio.shield(self._opening)
 
-    async def _open(self) -> asyncio.StreamWriter:
-        reader, self._writer = await asyncio.open_connection(sock=self._sock)
+    async def _open(self) -> asyncio.Transport:
         assert self.loop is not None
-        self.loop.create_task(self._read(reader), name="lore-search-replies")
-        return self._writer
+        transport, _ = await self.loop.create_connection(lambda: _Replies(self),
+                                                         sock=self._sock)
+        self._transport = transport
+        return transport
 
     async def ask(self, request_id: int, query: str, args: tuple[Any, ...]
                   ) -> asyncio.Future[SearchResult]:
-        writer = await self._connect()
+        transport = await self._connect()
+        if self.dead or transport.is_closing():
+            raise ConnectionError("the search process's socket is closed")
         future: asyncio.Future[SearchResult] = asyncio.get_running_loop().create_future()
         self.pending[request_id] = future
         payload = pickle.dumps((request_id, query, args))
-        writer.write(struct.pack("!i", len(payload)) + payload)  # Connection's framing
-        await writer.drain()
+        # Connection's framing. No drain: queries are small and at most
+        # MAX_IN_FLIGHT are outstanding, so the transport's buffer stays bounded.
+        transport.write(struct.pack("!i", len(payload)) + payload)
         return future
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        try:
-            while True:
-                (size,) = struct.unpack("!i", await reader.readexactly(4))
-                if size == -1:  # Connection's framing of a message over 2 GiB
-                    (size,) = struct.unpack("!Q", await reader.readexactly(8))
-                request_id, ok, value = pickle.loads(await reader.readexactly(size))
-                future = self.pending.pop(request_id, None)
-                if future is None or future.done():
-                    continue  # its search timed out meanwhile
-                if ok:
-                    future.set_result(value)
-                elif isinstance(value, MemoryUnavailable):
-                    future.set_exception(value)  # typed: the recall names the cause
-                else:
-                    future.set_exception(RuntimeError(f"memory search failed: {value}"))
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            pass
-        finally:
-            self.dead = True
-            for future in self.pending.values():
-                if not future.done():
-                    future.set_exception(MemoryUnavailable(
-                        "the memory search process died; it is restarting"))
-            self.pending.clear()
-            if self._writer is not None:
-                self._writer.close()
+    def resolve(self, request_id: int, ok: bool, value: Any) -> None:
+        future = self.pending.pop(request_id, None)
+        if future is None or future.done():
+            return  # its search timed out meanwhile
+        if ok:
+            future.set_result(value)
+        elif isinstance(value, MemoryUnavailable):
+            future.set_exception(value)  # typed: the recall names the cause
+        else:
+            future.set_exception(RuntimeError(f"memory search failed: {value}"))
+
+    def lost(self) -> None:
+        """The socket closed: the child died or was stopped."""
+        self.dead = True
+        for future in self.pending.values():
+            if not future.done():
+                future.set_exception(MemoryUnavailable(
+                    "the memory search process died; it is restarting"))
+        self.pending.clear()
 
     def stop(self) -> None:
-        """End an owned child (the reply reader sees the socket close and ends too);
-        of a hosted one, close our socket."""
+        """End an owned child (the transport sees the socket close), or, of a hosted
+        one, close our socket."""
         self.dead = True
         if self._owned:
             self.process.terminate()
             self.process.join(timeout=2)
-        if self._writer is None:  # never used from a loop: nobody else closes it
-            self._sock.close()
+        if self._transport is not None and self.loop is not None:
+            try:  # stop may run on a thread other than the transport's loop
+                self.loop.call_soon_threadsafe(self._transport.close)
+                return
+            except RuntimeError:  # that loop is closed: close the socket itself
+                pass
+        self._sock.close()
 
 
 class SearchHost(Protocol):
