@@ -92,11 +92,17 @@ class TurnWriter:
         max_message_bytes: int,
         max_queue: int = DEFAULT_MAX_QUEUE,
         on_commit: Callable[[list[int]], None] | None = None,
+        on_done: Callable[[int], None] | None = None,
     ) -> None:
+        """``on_commit(ids)``: the message ids of each commit (the embedder's feed),
+        called before the batch counts as done, so a ``flush`` that returns has
+        handed them on. ``on_done(count)``: after ``count`` items were processed
+        (the storage process reports progress to the gateway with it)."""
         self._connect = connect
         self._max_message_bytes = max_message_bytes
         self._queue: queue.Queue[object] = queue.Queue(maxsize=max_queue)
         self._on_commit = on_commit
+        self._on_done = on_done
         self._progress = threading.Condition()
         self._submitted = 0
         self._processed = 0
@@ -294,6 +300,11 @@ class TurnWriter:
         with self._progress:
             self._processed += count
             self._progress.notify_all()
+        if self._on_done is not None:
+            try:
+                self._on_done(count)
+            except Exception:
+                log.exception("memory: the progress hook failed")
 
     def _run_job(self, conn: Connection, job: _Job[Any]) -> None:
         try:
@@ -335,7 +346,7 @@ class TurnWriter:
         """One commit of whole turns; raises ``StorageUnavailable`` (nothing committed,
         the batch not counted as done) when the database cannot be reached."""
         message_ids: list[int] = []
-        unreachable = False
+        unreachable = committed = False
         try:
             written_before = self.written
             _begin_immediate(conn)
@@ -357,6 +368,7 @@ class TurnWriter:
                     self.written += 1
                     message_ids.extend(ids)
             conn.commit()
+            committed = True
             metrics.record_stored_turns(self.written - written_before)
         except StorageUnavailable:
             unreachable = True
@@ -372,12 +384,12 @@ class TurnWriter:
             message_ids = []
         finally:
             if not unreachable:
+                if committed and message_ids and self._on_commit is not None:
+                    try:
+                        self._on_commit(message_ids)
+                    except Exception:
+                        log.exception("memory: the post-commit hook failed")
                 self._done(len(batch))
-        if message_ids and self._on_commit is not None:
-            try:
-                self._on_commit(message_ids)
-            except Exception:
-                log.exception("memory: the post-commit hook failed")
 
     def _write_one(self, conn: Connection, turn: TurnRecord) -> list[int] | object | None:
         """One turn in its own savepoint: its message ids, None (nothing to write)
