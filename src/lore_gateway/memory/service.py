@@ -19,7 +19,7 @@ from lore_gateway.config import Settings
 from lore_gateway.memory import catalog, db, identity, schema
 from lore_gateway.memory.errors import MemoryUnavailable, SearchTimeout
 from lore_gateway.memory.keys import KeyRing
-from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.records import Identity, RawOutputs, RawTurn, TurnRecord
 from lore_gateway.memory.sanitize import storable
 from lore_gateway.memory.writer import TurnWriter
 from lore_gateway.protocols.common import Message
@@ -65,20 +65,27 @@ class PendingTurn:
         self._lock = threading.Lock()
         self._ended = False
 
-    def complete(self, outputs: Sequence[Message]) -> bool:
-        """Store input + the complete output; ``True`` if the turn was queued."""
-        return self._end(outputs, complete=True)
+    def complete(self, outputs: Sequence[Message], raw: RawOutputs | None = None) -> bool:
+        """Store input + the complete output; ``True`` if the turn was queued.
+        ``raw``: more output, still as the client's bytes (parsed by the writer)."""
+        return self._end(outputs, complete=True, raw=raw)
 
     def abandon(self, partial_outputs: Sequence[Message] = ()) -> bool:
         """Store input + whatever output arrived, marked incomplete (docs/memory.md)."""
         return self._end(partial_outputs, complete=False)
 
-    def _end(self, outputs: Sequence[Message], *, complete: bool) -> bool:
+    def _end(self, outputs: Sequence[Message], *, complete: bool,
+             raw: RawOutputs | None = None) -> bool:
         with self._lock:
             if self._ended:
                 return False
             self._ended = True
         messages = self.inputs + tuple(outputs)
+        if raw is not None:
+            return self._memory.submit_turn(RawTurn(TurnRecord(
+                identity=self.identity, protocol=self.protocol, model=self.model,
+                messages=messages, created_at=self.created_at, complete=complete,
+            ), raw, self.side_channel))
         if not messages:
             return False
         metas = ({"side_channel": True},) * len(messages) if self.side_channel else None
@@ -227,7 +234,7 @@ class Memory:
                    inputs: Sequence[Message], side_channel: bool = False) -> PendingTurn:
         return PendingTurn(self, ident, protocol, model, inputs, side_channel)
 
-    def submit_turn(self, turn: TurnRecord, *, wait: bool = False) -> bool:
+    def submit_turn(self, turn: TurnRecord | RawTurn, *, wait: bool = False) -> bool:
         """Queue a turn for the writer thread; ``False`` when not queued (storage
         disabled, queue full, or closed). Never blocks unless ``wait=True``, which
         imports and benchmarks use for back-pressure (the proxy never does)."""

@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
-import os
 import queue
 import signal
 import threading
@@ -43,7 +42,7 @@ from multiprocessing.context import SpawnProcess
 from pathlib import Path
 from typing import Any
 
-from lore_gateway.memory.records import TurnRecord
+from lore_gateway.memory.records import RawTurn, TurnRecord
 from lore_gateway.memory.turn_pipe import PipeClosed, PipeReceiver, PipeSender, make_pipe
 from lore_gateway.memory.writer import (
     DEFAULT_MAX_QUEUE,
@@ -146,7 +145,7 @@ class TurnStoreProcess:
     def alive(self) -> bool:
         return self._process.is_alive()
 
-    def submit(self, turn: TurnRecord, *, wait: bool = False) -> bool:
+    def submit(self, turn: TurnRecord | RawTurn, *, wait: bool = False) -> bool:
         """Queue a turn; ``False`` (and a warning) when the queue is full or closed.
         ``wait=True`` waits for room instead (imports, benchmarks)."""
         with self._state:

@@ -33,7 +33,7 @@ import orjson
 
 from lore_gateway.memory.db import ConnFactory
 from lore_gateway.memory.errors import StorageBusy, StorageError, StorageUnavailable
-from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.records import Identity, RawTurn, TurnRecord
 from lore_gateway.memory.sanitize import clean_for_storage, storable
 from lore_gateway.obs import metrics
 from lore_gateway.storage.base import Connection, Cursor
@@ -138,7 +138,7 @@ class TurnWriter:
     def capacity(self) -> int:
         return self._queue.maxsize
 
-    def submit(self, turn: TurnRecord, *, wait: bool = False) -> bool:
+    def submit(self, turn: TurnRecord | RawTurn, *, wait: bool = False) -> bool:
         """Queue a turn; ``False`` (and a warning) when the queue is full or closed.
 
         ``wait=True`` blocks until there is room instead: back-pressure for imports
@@ -316,6 +316,9 @@ class TurnWriter:
 
     def _write_batch(self, conn: Connection, batch: list[object]) -> None:
         """Write one batch; while the database cannot be reached, keep it and retry."""
+        batch = self._resolve(batch)
+        if not batch:
+            return
         attempt = 0
         while True:
             counters = (self.written, self.skipped, self.failed)
@@ -341,6 +344,33 @@ class TurnWriter:
                             len(batch))
                 self.degraded = None
             return
+
+    def _resolve(self, batch: list[object]) -> list[object]:
+        """Raw turns parsed into turns (outside the write lock); one with no
+        message at all is skipped, as ``PendingTurn`` skips an empty turn."""
+        if not any(isinstance(item, RawTurn) for item in batch):
+            return batch
+        from lore_gateway.collector import resolve_turn
+
+        out: list[object] = []
+        for item in batch:
+            if isinstance(item, RawTurn):
+                try:
+                    resolved = resolve_turn(item)
+                except Exception as exc:
+                    log.error("memory: could not read a turn's output of session %s (%s); "
+                              "skipped", storable(item.turn.identity.session[:16]),
+                              _brief(exc))
+                    self.failed += 1
+                    self._done(1)
+                    continue
+                if resolved is None:
+                    self.skipped += 1
+                    self._done(1)
+                    continue
+                item = resolved
+            out.append(item)
+        return out
 
     def _commit_batch(self, conn: Connection, batch: list[object]) -> None:
         """One commit of whole turns; raises ``StorageUnavailable`` (nothing committed,
