@@ -36,6 +36,14 @@ def stored(gw: Any) -> None:
     pytest.fail("the turn was not stored")
 
 
+def warm(gw: Any, **headers: str) -> None:
+    """Wait for the gateway's first search (it starts the search process, which
+    on a loaded machine can take longer than the CLI's 10 s timeout)."""
+    body = {"db": str(Path(gw.settings.db_path).resolve()), "query": "warm", "limit": 1}
+    assert httpx.post(gw.url + LOCAL_RECALL_PATH, json=body, headers=headers,
+                      timeout=120).status_code == 200
+
+
 def served(status: int) -> float:
     value = REGISTRY.get_sample_value(
         "lore_requests_total", {"route": "local_recall", "status": str(status), "protocol": "none"})
@@ -52,6 +60,7 @@ def test_cli_recall_is_answered_by_the_running_gateway(
         monkeypatch: pytest.MonkeyPatch) -> None:
     gw = make_gateway()
     stored(gw)
+    warm(gw)
     for name, value in (("LORE_DATA_DIR", str(gw.settings.data_dir)),
                         ("LORE_HOST", "127.0.0.1"), ("LORE_PORT", str(gw.port))):
         monkeypatch.setenv(name, value)
@@ -99,6 +108,7 @@ def test_team_mode_cli_recall_sends_lore_key(fake_upstream: FakeUpstream, tmp_pa
             assert time.monotonic() < deadline, "the turn was not stored"
             gw.memory.flush(timeout=10)
             time.sleep(0.02)
+        warm(gw, **{"x-lore-key": alice})
         for name, value in (("LORE_DATA_DIR", str(settings.data_dir)), ("LORE_TENANCY", "keys"),
                             ("LORE_HOST", "127.0.0.1"), ("LORE_PORT", str(gw.port)),
                             ("LORE_KEY", alice)):
