@@ -62,6 +62,9 @@ ALIVE_CHECK_S = 1.0
 # so one per turn would bring back part of what the process saves. A 50 ms old
 # queue depth is fine for back-pressure; embedding is later by as much.
 REPORT_INTERVAL_S = 0.05
+# How long opening waits for the child to have its connection (an interpreter
+# start and the writer's imports: about a second on a loaded 2-core machine).
+START_TIMEOUT_S = 60.0
 # How long ``close`` waits for the child to write what is queued (the writer
 # thread's own close waits as long).
 CLOSE_TIMEOUT_S = 30.0
@@ -96,10 +99,16 @@ class TurnStoreProcess:
         self._own_degraded: str | None = None
         self._closing = False
         self._last_drop_warning = -DROP_WARNING_INTERVAL_S
+        self._ready = threading.Event()
         self._spawn()
         self._reader = threading.Thread(target=self._read_acks, name="lore-store-acks",
                                         daemon=True)
         self._reader.start()
+        # Like the writer thread, start ready: the first turns never wait for an
+        # interpreter to start, and a job's wait for them (``write_job``) is short.
+        if not self._ready.wait(START_TIMEOUT_S):
+            log.warning("memory: the storage process is not up after %.0f s; turns wait "
+                        "for it", START_TIMEOUT_S)
 
     def _spawn(self) -> None:
         """A fresh child with a fresh pipe and queue (a dead child may leave them
@@ -224,6 +233,7 @@ class TurnStoreProcess:
                         log.exception("memory: the post-commit hook failed")
                 self._progress(*ack[1:5])
             elif kind == "state":
+                self._ready.set()
                 self._child_degraded = ack[1]
                 if ack[1] is None:
                     failures = 0
