@@ -122,6 +122,9 @@ class Settings(BaseSettings):
     tenancy: Literal["personal", "keys"] = "personal"
     store: bool = True
     store_max_message_bytes: int = 256 * 1024
+    # The gateway writes turns in a child process (memory/store_process.py), so a
+    # turn's storage never takes the event loop's GIL; off: on a writer thread.
+    store_process: bool = True
     embeddings: bool = True
     # Give the model the hidden recall tool (needs the memory store).
     recall: bool = True

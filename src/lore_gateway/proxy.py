@@ -310,7 +310,8 @@ class Proxy:
             assert exchange.upstream_payload is not None
             outcome = await self.recall.respond(
                 exchange, resp, client, exchange.upstream_payload, collector)
-            self.turns.finish(pending, outcome.outputs, complete=outcome.complete)
+            self.turns.finish(pending, outcome.outputs, complete=outcome.complete,
+                              raw=outcome.raw)
             self._observe(exchange, outcome.usage)
         elif exchange.client_stream or not exchange.upstream_stream:
             if await self._relay(exchange, resp, client, collector, timing):

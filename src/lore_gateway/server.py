@@ -14,6 +14,7 @@ import logging
 import math
 import socket
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import uvicorn
@@ -108,7 +109,9 @@ class Gateway:
             if self.settings.store:
                 from lore_gateway.memory.service import Memory
 
-                self.memory = await asyncio.to_thread(Memory.open, self.settings)
+                self.memory = await asyncio.to_thread(
+                    partial(Memory.open, self.settings,
+                            turn_process=self.settings.store_process))
         else:
             self.memory = self._memory_arg
         await self.upstream.start()

@@ -36,6 +36,23 @@ def stored(gw: Any) -> None:
     pytest.fail("the turn was not stored")
 
 
+def warm(gw: Any, **headers: str) -> None:
+    """Wait for the gateway's first search (it starts the search process, which
+    on a loaded machine can take longer than the CLI's 10 s timeout). The
+    gateways here run one search worker, so this one is the CLI's."""
+    body = {"db": str(Path(gw.settings.db_path).resolve()), "query": "warm", "limit": 1}
+    assert httpx.post(gw.url + LOCAL_RECALL_PATH, json=body, headers=headers,
+                      timeout=120).status_code == 200
+
+
+def counted(before: float) -> None:
+    """The gateway counts a request after its response went out: wait for it."""
+    deadline = time.monotonic() + 10
+    while served(200) < before + 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert served(200) == before + 1  # the gateway answered, not a local search
+
+
 def served(status: int) -> float:
     value = REGISTRY.get_sample_value(
         "lore_requests_total", {"route": "local_recall", "status": str(status), "protocol": "none"})
@@ -50,8 +67,9 @@ def ask(gw: Any, db: Path, **extra: Any) -> httpx.Response:
 def test_cli_recall_is_answered_by_the_running_gateway(
         make_gateway: Any, fake_upstream: FakeUpstream,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    gw = make_gateway()
+    gw = make_gateway(search_workers=1)
     stored(gw)
+    warm(gw)
     for name, value in (("LORE_DATA_DIR", str(gw.settings.data_dir)),
                         ("LORE_HOST", "127.0.0.1"), ("LORE_PORT", str(gw.port))):
         monkeypatch.setenv(name, value)
@@ -61,7 +79,7 @@ def test_cli_recall_is_answered_by_the_running_gateway(
     answer = json.loads(result.output.splitlines()[-1])
     assert answer["hits"][0]["content"] == f"Remember: {FACT}"
     assert answer["tenants"] == ["personal"]
-    assert served(200) == before + 1  # the gateway answered, not a local search
+    counted(before)
     text = CliRunner().invoke(app, ["recall", "nightly backup host"]).output
     assert text.startswith("## Recall Results") and FACT in text
 
@@ -83,7 +101,8 @@ def test_team_mode_route_needs_the_key(make_gateway: Any, fake_upstream: FakeUps
 
 def test_team_mode_cli_recall_sends_lore_key(fake_upstream: FakeUpstream, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    settings = gateway_settings(fake_upstream, tmp_path / "data", tenancy="keys")
+    settings = gateway_settings(fake_upstream, tmp_path / "data", tenancy="keys",
+                                search_workers=1)
     conn = db.connect(settings.db_path)
     schema.migrate(conn)
     _, alice = keys.create(conn, "alice")
@@ -99,6 +118,7 @@ def test_team_mode_cli_recall_sends_lore_key(fake_upstream: FakeUpstream, tmp_pa
             assert time.monotonic() < deadline, "the turn was not stored"
             gw.memory.flush(timeout=10)
             time.sleep(0.02)
+        warm(gw, **{"x-lore-key": alice})
         for name, value in (("LORE_DATA_DIR", str(settings.data_dir)), ("LORE_TENANCY", "keys"),
                             ("LORE_HOST", "127.0.0.1"), ("LORE_PORT", str(gw.port)),
                             ("LORE_KEY", alice)):
@@ -108,7 +128,7 @@ def test_team_mode_cli_recall_sends_lore_key(fake_upstream: FakeUpstream, tmp_pa
         assert result.exit_code == 0, result.output
         answer = json.loads(result.output.splitlines()[-1])
         assert answer["tenants"] == ["alice"] and FACT in answer["hits"][0]["content"]
-        assert served(200) == before + 1
+        counted(before)
     finally:
         runner.stop()
 

@@ -85,7 +85,9 @@ def test_a_turn_that_cannot_be_written_is_skipped_and_the_writer_goes_on(
 def test_a_failing_writer_is_restarted_and_stores_later_turns(
     make_gateway: Any,
 ) -> None:
-    gw = make_gateway()
+    # The writer thread's supervisor: it writes the turns with LORE_STORE_PROCESS
+    # off, the jobs always, and the turns inside the storage process.
+    gw = make_gateway(store_process=False)
     writer = gw.memory._writer
     boom = RuntimeError("disk on fire")
     # A failure outside any one turn (here: the batch writer itself) reaches the
@@ -110,6 +112,31 @@ def test_a_failing_writer_is_restarted_and_stores_later_turns(
                        created_at=time.time(), messages=(Message(role="user", text="y"),))
     assert gw.memory.submit_turn(later)
     wait_stored(gw, "later")
+    assert health(gw)["status"] == "ok"
+
+
+def test_a_dead_storage_process_is_replaced_and_stores_later_turns(
+    make_gateway: Any,
+) -> None:
+    gw = make_gateway()
+    store = gw.memory._turn_store
+    assert store is not None, "the gateway writes turns in its storage process"
+    first = TurnRecord(identity=Identity("t", "p", "before"), protocol="chat", model=None,
+                       created_at=time.time(), messages=(Message(role="user", text="x"),))
+    assert gw.memory.submit_turn(first)
+    wait_stored(gw, "before")
+    dead = store._process
+    dead.kill()
+    dead.join(10)
+    deadline = time.monotonic() + 20
+    while store.restarts == 0 or not store.alive:
+        assert time.monotonic() < deadline, "the storage process was not replaced"
+        time.sleep(0.01)
+    later = TurnRecord(identity=Identity("t", "p", "later"), protocol="chat", model=None,
+                       created_at=time.time(), messages=(Message(role="user", text="y"),))
+    assert gw.memory.submit_turn(later)
+    wait_stored(gw, "later")
+    assert gw.memory.count_turns(None, session="before") == 1
     assert health(gw)["status"] == "ok"
 
 

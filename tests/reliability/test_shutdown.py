@@ -85,8 +85,16 @@ def stalled_stream(served: Served, fake: FakeUpstream, got: list[bytes],
     return thread
 
 
+def running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def turns(data_dir: Path) -> list[tuple[str, int]]:
     conn = apsw.Connection(str(data_dir / "lore.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    conn.set_busy_timeout(10_000)  # as every reader of ours: a writer may be finishing
     try:
         assert [r[0] for r in conn.execute("PRAGMA integrity_check")] == ["ok"]
         return [(str(r[0]), int(r[1])) for r in conn.execute(
@@ -136,9 +144,16 @@ def test_a_second_signal_exits_at_once_and_the_database_is_intact(
     started = threading.Event()
     stalled_stream(served, fake_upstream, got, started)
     assert started.wait(30)
+    helpers = [int(c) for task in Path(f"/proc/{served.process.pid}/task").iterdir()
+               for c in (task / "children").read_text().split()]
     served.process.send_signal(signal.SIGTERM)
     served.process.send_signal(signal.SIGINT)
     assert served.process.wait(timeout=EXIT_SLACK_S) == 130
+    # The storage process writes what it had received once the pipe closes, then exits.
+    deadline = time.monotonic() + 20
+    while any(running(pid) for pid in helpers):
+        assert time.monotonic() < deadline, "a helper process outlived the gateway"
+        time.sleep(0.05)
     assert ("before", 1) in turns(served.data_dir)
 
 

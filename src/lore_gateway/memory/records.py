@@ -50,3 +50,28 @@ class TurnRecord:
                 f"TurnRecord.metas has {len(self.metas)} entries for "
                 f"{len(self.messages)} messages; give one meta (or None) per message"
             )
+
+
+@dataclass(frozen=True, slots=True)
+class RawOutputs:
+    """A turn's output as the client received it: ``body``, the bytes of one
+    ``protocol`` response (an event stream or JSON), then ``after`` (messages
+    the bytes do not show, such as the recall calls the gateway answered).
+    Parsed for storage where the turn is written, off the event loop
+    (``collector.raw_outputs``)."""
+
+    protocol: str
+    body: bytes
+    after: tuple[Message, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RawTurn:
+    """A turn whose output is still ``RawOutputs``: ``turn`` holds the identity,
+    the input and any output already known; the writer appends the parsed
+    output (``collector.resolve_turn``). ``side_channel`` marks every message
+    as it does on a ``PendingTurn``."""
+
+    turn: TurnRecord
+    output: RawOutputs
+    side_channel: bool = False

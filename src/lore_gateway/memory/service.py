@@ -19,7 +19,7 @@ from lore_gateway.config import Settings
 from lore_gateway.memory import catalog, db, identity, schema
 from lore_gateway.memory.errors import MemoryUnavailable, SearchTimeout
 from lore_gateway.memory.keys import KeyRing
-from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.records import Identity, RawOutputs, RawTurn, TurnRecord
 from lore_gateway.memory.sanitize import storable
 from lore_gateway.memory.writer import TurnWriter
 from lore_gateway.protocols.common import Message
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from lore_gateway.memory.embed_process import EmbeddingProcess
     from lore_gateway.memory.search import Searcher, SearchResult
     from lore_gateway.memory.search_process import SearchProcess
+    from lore_gateway.memory.store_process import TurnStoreProcess
 
 log = logging.getLogger(__name__)
 
@@ -64,20 +65,27 @@ class PendingTurn:
         self._lock = threading.Lock()
         self._ended = False
 
-    def complete(self, outputs: Sequence[Message]) -> bool:
-        """Store input + the complete output; ``True`` if the turn was queued."""
-        return self._end(outputs, complete=True)
+    def complete(self, outputs: Sequence[Message], raw: RawOutputs | None = None) -> bool:
+        """Store input + the complete output; ``True`` if the turn was queued.
+        ``raw``: more output, still as the client's bytes (parsed by the writer)."""
+        return self._end(outputs, complete=True, raw=raw)
 
     def abandon(self, partial_outputs: Sequence[Message] = ()) -> bool:
         """Store input + whatever output arrived, marked incomplete (docs/memory.md)."""
         return self._end(partial_outputs, complete=False)
 
-    def _end(self, outputs: Sequence[Message], *, complete: bool) -> bool:
+    def _end(self, outputs: Sequence[Message], *, complete: bool,
+             raw: RawOutputs | None = None) -> bool:
         with self._lock:
             if self._ended:
                 return False
             self._ended = True
         messages = self.inputs + tuple(outputs)
+        if raw is not None:
+            return self._memory.submit_turn(RawTurn(TurnRecord(
+                identity=self.identity, protocol=self.protocol, model=self.model,
+                messages=messages, created_at=self.created_at, complete=complete,
+            ), raw, self.side_channel))
         if not messages:
             return False
         metas = ({"side_channel": True},) * len(messages) if self.side_channel else None
@@ -92,7 +100,8 @@ class Memory:
 
     def __init__(self, settings: Settings, *, writer: TurnWriter,
                  embedder: Embedder | Literal["lazy"] | None,
-                 embedding_worker: EmbeddingProcess | None) -> None:
+                 embedding_worker: EmbeddingProcess | None,
+                 turn_store: TurnStoreProcess | None = None) -> None:
         self.settings = settings
         # Where memory lives (either backend); every connection below opens it.
         self.database = settings.database
@@ -102,6 +111,8 @@ class Memory:
             self._keyring = KeyRing(db.conn_factory(self.database))
             self.tenancy = identity.KeyTenancy(self._keyring.tenant)
         self._writer = writer
+        # Where turns go: the storage process (the gateway), or the writer thread.
+        self._turn_store = turn_store
         self._conn_factory = db.conn_factory(self.database)
         # "lazy": the model is installed, but loaded in this process only when a
         # search runs here (the CLI, the benches). The gateway searches in its
@@ -122,14 +133,15 @@ class Memory:
     @classmethod
     def open(cls, settings: Settings, *,
              embedder: Embedder | Literal["auto"] | None = "auto",
-             embed_backlog: bool = True) -> Memory:
+             embed_backlog: bool = True, turn_process: bool = False) -> Memory:
         """Open (creating and migrating) ``settings.database`` and start the workers.
 
         ``embedder="auto"`` loads the offline MiniLM model when ``settings.embeddings``
         is on and the weights are installed; ``None`` means BM25 only (the CLI's
         browsing commands use that to start fast). ``embed_backlog=False`` skips the
         background embedding process: a one-off search (``lore recall``) only embeds
-        its query.
+        its query. ``turn_process=True`` writes turns in a child process
+        (``store_process``: the gateway, so storage never takes its GIL).
         """
         database = settings.database
         conn = db.connect(database)
@@ -158,7 +170,15 @@ class Memory:
             max_message_bytes=settings.store_max_message_bytes,
             on_commit=worker.submit if worker is not None else None,
         )
-        memory = cls(settings, writer=writer, embedder=wanted, embedding_worker=worker)
+        turn_store = None
+        if turn_process:
+            from lore_gateway.memory.store_process import TurnStoreProcess
+
+            turn_store = TurnStoreProcess(
+                database, max_message_bytes=settings.store_max_message_bytes,
+                on_commit=worker.submit if worker is not None else None)
+        memory = cls(settings, writer=writer, embedder=wanted, embedding_worker=worker,
+                     turn_store=turn_store)
         memory._start_backfill()
         return memory
 
@@ -214,23 +234,28 @@ class Memory:
                    inputs: Sequence[Message], side_channel: bool = False) -> PendingTurn:
         return PendingTurn(self, ident, protocol, model, inputs, side_channel)
 
-    def submit_turn(self, turn: TurnRecord, *, wait: bool = False) -> bool:
+    def submit_turn(self, turn: TurnRecord | RawTurn, *, wait: bool = False) -> bool:
         """Queue a turn for the writer thread; ``False`` when not queued (storage
         disabled, queue full, or closed). Never blocks unless ``wait=True``, which
         imports and benchmarks use for back-pressure (the proxy never does)."""
         if not self.settings.store:
             return False
+        if self._turn_store is not None:
+            return self._turn_store.submit(turn, wait=wait)
         return self._writer.submit(turn, wait=wait)
 
     @property
     def writer(self) -> TurnWriter:
-        """The one writer thread; other stores (recall anchors) queue jobs on it."""
+        """The writer thread; other stores (recall anchors) queue jobs on it."""
         return self._writer
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every submitted turn is written (and, with embeddings, embedded)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._writer.flush(timeout):
+        if self._turn_store is not None and not self._turn_store.flush(timeout):
+            raise TimeoutError(f"memory storage process still busy after {timeout} s")
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not self._writer.flush(remaining):
             raise TimeoutError(f"memory writer still busy after {timeout} s")
         if self._backfill is not None:
             self._backfill.join(None if deadline is None
@@ -248,23 +273,32 @@ class Memory:
         return worker.progress + worker.dropped, worker.submitted
 
     @property
+    def _turns(self) -> TurnWriter | TurnStoreProcess:
+        return self._turn_store if self._turn_store is not None else self._writer
+
+    @property
     def queue_depth(self) -> int:
-        return self._writer.queue_depth
+        return self._turns.queue_depth
 
     def backlogged(self, in_flight: int) -> bool:
         """Whether ``in_flight`` more turns might not fit in the writer's queue
         (the proxy then holds new requests back rather than drop turns later)."""
-        return self._writer.queue_depth > self._writer.capacity - in_flight
+        turns = self._turns
+        return turns.queue_depth > turns.capacity - in_flight
 
     @property
     def dropped_turns(self) -> int:
-        return self._writer.dropped
+        dropped = self._writer.dropped
+        if self._turn_store is not None:
+            dropped += self._turn_store.dropped
+        return dropped
 
     @property
     def degraded(self) -> str | None:
         """Why memory is not fully working right now, or None when it is."""
-        if self._writer.degraded is not None:
-            return self._writer.degraded
+        for writer in (self._writer, self._turn_store):
+            if writer is not None and writer.degraded is not None:
+                return writer.degraded
         worker = self._embedding_worker
         if worker is not None and worker.degraded is not None:
             return worker.degraded
@@ -273,12 +307,12 @@ class Memory:
     @property
     def written_turns(self) -> int:
         """Turns written by this process (imports report new vs. already stored)."""
-        return self._writer.written
+        return self._turns.written
 
     @property
     def skipped_turns(self) -> int:
         """Turns not written: empty after cleaning, or their dedup key already stored."""
-        return self._writer.skipped
+        return self._turns.skipped
 
     # --- search and detail ---------------------------------------------------------
 
@@ -391,12 +425,17 @@ class Memory:
             forget(conn, tenant, session=session, project=project)
             return count
 
-        return self._writer.run_job(run)
+        return self._job(run)
 
     def write_job(self, run: Callable[[Connection], T]) -> T:
         """Run ``run(conn)`` on the writer thread, behind every queued turn (blocks:
         call it from a thread). Background jobs (distillation, knowledge) write here
-        so the database keeps one writer."""
+        so the gateway keeps one writer thread."""
+        return self._job(run)
+
+    def _job(self, run: Callable[[Connection], T]) -> T:
+        if self._turn_store is not None:
+            self._turn_store.flush()  # behind every turn submitted so far
         return self._writer.run_job(run)
 
     def read(self, query: Callable[[Connection], T]) -> T:
@@ -412,6 +451,8 @@ class Memory:
     def close(self) -> None:
         """Write everything queued, stop the workers, close connections."""
         self._closed = True
+        if self._turn_store is not None:
+            self._turn_store.close()
         self._writer.close()
         if self._keyring is not None:
             self._keyring.close()

@@ -33,7 +33,7 @@ import orjson
 
 from lore_gateway.memory.db import ConnFactory
 from lore_gateway.memory.errors import StorageBusy, StorageError, StorageUnavailable
-from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.records import Identity, RawTurn, TurnRecord
 from lore_gateway.memory.sanitize import clean_for_storage, storable
 from lore_gateway.obs import metrics
 from lore_gateway.storage.base import Connection, Cursor
@@ -92,11 +92,17 @@ class TurnWriter:
         max_message_bytes: int,
         max_queue: int = DEFAULT_MAX_QUEUE,
         on_commit: Callable[[list[int]], None] | None = None,
+        on_done: Callable[[int], None] | None = None,
     ) -> None:
+        """``on_commit(ids)``: the message ids of each commit (the embedder's feed),
+        called before the batch counts as done, so a ``flush`` that returns has
+        handed them on. ``on_done(count)``: after ``count`` items were processed
+        (the storage process reports progress to the gateway with it)."""
         self._connect = connect
         self._max_message_bytes = max_message_bytes
         self._queue: queue.Queue[object] = queue.Queue(maxsize=max_queue)
         self._on_commit = on_commit
+        self._on_done = on_done
         self._progress = threading.Condition()
         self._submitted = 0
         self._processed = 0
@@ -132,7 +138,7 @@ class TurnWriter:
     def capacity(self) -> int:
         return self._queue.maxsize
 
-    def submit(self, turn: TurnRecord, *, wait: bool = False) -> bool:
+    def submit(self, turn: TurnRecord | RawTurn, *, wait: bool = False) -> bool:
         """Queue a turn; ``False`` (and a warning) when the queue is full or closed.
 
         ``wait=True`` blocks until there is room instead: back-pressure for imports
@@ -294,6 +300,11 @@ class TurnWriter:
         with self._progress:
             self._processed += count
             self._progress.notify_all()
+        if self._on_done is not None:
+            try:
+                self._on_done(count)
+            except Exception:
+                log.exception("memory: the progress hook failed")
 
     def _run_job(self, conn: Connection, job: _Job[Any]) -> None:
         try:
@@ -305,6 +316,9 @@ class TurnWriter:
 
     def _write_batch(self, conn: Connection, batch: list[object]) -> None:
         """Write one batch; while the database cannot be reached, keep it and retry."""
+        batch = self._resolve(batch)
+        if not batch:
+            return
         attempt = 0
         while True:
             counters = (self.written, self.skipped, self.failed)
@@ -331,11 +345,38 @@ class TurnWriter:
                 self.degraded = None
             return
 
+    def _resolve(self, batch: list[object]) -> list[object]:
+        """Raw turns parsed into turns (outside the write lock); one with no
+        message at all is skipped, as ``PendingTurn`` skips an empty turn."""
+        if not any(isinstance(item, RawTurn) for item in batch):
+            return batch
+        from lore_gateway.collector import resolve_turn
+
+        out: list[object] = []
+        for item in batch:
+            if isinstance(item, RawTurn):
+                try:
+                    resolved = resolve_turn(item)
+                except Exception as exc:
+                    log.error("memory: could not read a turn's output of session %s (%s); "
+                              "skipped", storable(item.turn.identity.session[:16]),
+                              _brief(exc))
+                    self.failed += 1
+                    self._done(1)
+                    continue
+                if resolved is None:
+                    self.skipped += 1
+                    self._done(1)
+                    continue
+                item = resolved
+            out.append(item)
+        return out
+
     def _commit_batch(self, conn: Connection, batch: list[object]) -> None:
         """One commit of whole turns; raises ``StorageUnavailable`` (nothing committed,
         the batch not counted as done) when the database cannot be reached."""
         message_ids: list[int] = []
-        unreachable = False
+        unreachable = committed = False
         try:
             written_before = self.written
             _begin_immediate(conn)
@@ -357,6 +398,7 @@ class TurnWriter:
                     self.written += 1
                     message_ids.extend(ids)
             conn.commit()
+            committed = True
             metrics.record_stored_turns(self.written - written_before)
         except StorageUnavailable:
             unreachable = True
@@ -372,12 +414,12 @@ class TurnWriter:
             message_ids = []
         finally:
             if not unreachable:
+                if committed and message_ids and self._on_commit is not None:
+                    try:
+                        self._on_commit(message_ids)
+                    except Exception:
+                        log.exception("memory: the post-commit hook failed")
                 self._done(len(batch))
-        if message_ids and self._on_commit is not None:
-            try:
-                self._on_commit(message_ids)
-            except Exception:
-                log.exception("memory: the post-commit hook failed")
 
     def _write_one(self, conn: Connection, turn: TurnRecord) -> list[int] | object | None:
         """One turn in its own savepoint: its message ids, None (nothing to write)

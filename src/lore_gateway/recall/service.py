@@ -22,7 +22,7 @@ from lore_gateway.errors import error_body
 from lore_gateway.exchange import Exchange
 from lore_gateway.headers import client_response_headers
 from lore_gateway.memory.anchor_store import AnchorStore
-from lore_gateway.memory.records import Identity
+from lore_gateway.memory.records import Identity, RawOutputs
 from lore_gateway.memory.service import Memory
 from lore_gateway.obs import metrics
 from lore_gateway.protocols import responses
@@ -45,11 +45,11 @@ from lore_gateway.recall.replay import AnchorReplay
 if TYPE_CHECKING:
     from lore_gateway.context.service import ContextService
     from lore_gateway.knowledge.service import KnowledgeService
+from lore_gateway.collector import TurnCollector, report_usage, stream_usage
 from lore_gateway.recall.responses.buffered import buffered_responses_recall
 from lore_gateway.recall.responses.handler import stream_responses_recall
 from lore_gateway.recall.responses.round import Limits
 from lore_gateway.routing import Family, Protocol, Route, family_of
-from lore_gateway.turns import TurnCollector
 from lore_gateway.upstream import UpstreamClient, UpstreamResponse
 
 log = logging.getLogger("lore.recall")
@@ -81,6 +81,9 @@ class Delivery:
     # The upstream's usage when the answer took one round (no recall ran): what
     # context management calibrates its estimate with (context/service.py).
     usage: Usage | None = None
+    # More output for storage, still as the bytes the client got: parsed where
+    # the turn is written (the storage process), after ``outputs``.
+    raw: RawOutputs | None = None
 
 
 class RecallService:
@@ -183,14 +186,22 @@ class RecallService:
     async def _stream_messages(self, exchange: Exchange, ctx: RecallContext,
                                resp: UpstreamResponse, client: ClientChannel) -> Delivery:
         """Anthropic or Chat to a streaming client. What the client got is kept
-        (bounded) and parsed for storage off the loop, after its last byte."""
+        (bounded). Up to 256 KiB it goes to storage as it is, parsed where the
+        turn is written, and only its usage is read here (the usage events
+        alone); a larger answer is parsed in a thread here, not copied across."""
         headers = client_response_headers(resp.raw_headers)
         tee = _Tee(client)
         handler = anthropic_handler if exchange.protocol is Protocol.ANTHROPIC else chat_handler
         await handler.stream_recall(ctx, resp, tee, headers)
-        outputs, usage = await _outputs(exchange.protocol, tee.chunks)
-        return Delivery(200, headers, outputs + _staged_messages(ctx), True,
-                        usage=_one_round(ctx, usage))
+        if sum(map(len, tee.chunks)) > PARSE_OFF_LOOP_BYTES:
+            outputs, usage = await _outputs(exchange.protocol, tee.chunks)
+            return Delivery(200, headers, outputs + _staged_messages(ctx), True,
+                            usage=_one_round(ctx, usage))
+        body = b"".join(tee.chunks)
+        usage = stream_usage(exchange.protocol, body)
+        report_usage(exchange.protocol.value, usage)  # token metrics (the overview's charts)
+        raw = RawOutputs(exchange.protocol.value, body, tuple(_staged_messages(ctx)))
+        return Delivery(200, headers, [], True, usage=_one_round(ctx, usage), raw=raw)
 
     async def _buffered_responses(self, exchange: Exchange, ctx: RecallContext,
                                   principal: dict[str, Any], client: ClientChannel) -> Delivery:
