@@ -423,9 +423,15 @@ CREATE TRIGGER search_terms_au_new AFTER UPDATE ON search_docs REFERENCING NEW T
 # lookups, the CLI's counts) is unrestricted. FORCE makes the policies bind the
 # tables' owner, which is what the gateway's role normally is. A superuser or a
 # BYPASSRLS role is never bound: run gateways as an ordinary role (docs/storage.md).
-TENANT_TABLES = ("turns", "messages", "sessions", "recall_anchors", "search_docs",
-                 "worker_jobs", "worker_usage", "distillations", "knowledge",
-                 "knowledge_sessions", "gateway_keys", "context_sessions")
+#
+# search_docs (the full-text index: lexemes and ids, no text) has no policy: under one,
+# Postgres may use no index for a condition whose operator is not LEAKPROOF, and
+# ``tsvector @@ tsquery`` is not (marking it needs a superuser), so every match would
+# become a sequential scan. What a search shows is loaded from ``messages``, which
+# has one; an id of another tenant's row found in the index loads nothing.
+TENANT_TABLES = ("turns", "messages", "sessions", "recall_anchors", "worker_jobs",
+                 "worker_usage", "distillations", "knowledge", "knowledge_sessions",
+                 "gateway_keys", "context_sessions")
 _PG_V13_TENANT_RLS = """
 CREATE FUNCTION lore_tenant_allows(row_tenant text) RETURNS boolean
     LANGUAGE sql STABLE PARALLEL SAFE AS $$

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from lore_gateway.memory.textindex import Table
 from lore_gateway.storage.base import Connection
+from lore_gateway.storage.postgres import PgConnection
 
 _COLUMNS = {"messages": ("content", "content_len"), "context": ("context", "context_len")}
 # FTS5's row length includes the scope column's three tokens (``t1 p2 s3``).
@@ -89,6 +90,13 @@ SELECT message_id, coalesce(sum(idf * tf * 2.2
                             ORDER BY term) FILTER (WHERE tf > 0), 0) AS score
 FROM t GROUP BY message_id ORDER BY score DESC, message_id DESC LIMIT {limit}
 """
+
+
+def _store(conn: Connection) -> tuple[object, ...]:
+    """Which database ``conn`` reads: statistics are cached per process, and one
+    process may read several (``lore db copy``, the tests)."""
+    info = conn.raw.info if isinstance(conn, PgConnection) else None
+    return (info.host, info.port, info.dbname) if info is not None else ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +236,7 @@ class PgTextIndex:
 
     def _df(self, conn: Connection, table: Table, phrase: _Phrase, cap: int,
             size: int = 0) -> int:
-        key = ("df", table, phrase.tsquery, cap)
+        key = ("df", _store(conn), table, phrase.tsquery, cap)
         cached = self._stats.get(key, size)
         if isinstance(cached, int):
             return cached
@@ -270,7 +278,7 @@ class PgTextIndex:
 
     def _corpus(self, conn: Connection, table: Table, size: int) -> tuple[int, float]:
         """(rows, average length in tokens) of the index."""
-        key = ("corpus", table)
+        key = ("corpus", _store(conn), table)
         cached = self._stats.get(key, size)
         if isinstance(cached, tuple):
             return cached
