@@ -86,9 +86,9 @@ def test_a_query_without_its_tenant_filter_sees_only_its_tenant(
             conn.execute("SELECT 1")
             conn.rollback()
             assert {r[0] for r in conn.execute("SELECT tenant FROM turns")} == {"alice"}
-            with pytest.raises(StorageError, match="one tenant per piece of work"):
-                with conn.tenant_scope("bob"):
-                    pass
+            with pytest.raises(StorageError, match="one tenant per piece of work"), \
+                    conn.tenant_scope("bob"):
+                pass
 
         assert {r[0] for r in conn.execute("SELECT DISTINCT tenant FROM messages")} == \
             {"alice", "bob"}  # the scope ended with its block

@@ -125,8 +125,9 @@ def search(
     if "overlap_at_10_vectors" in figures:
         typer.echo(f"HNSW index built in {figures['vector_index_s']} s; scope all, share of "
                    "the exact top 10 the index path also returns: vectors "
-                   f"{figures['overlap_at_10_vectors']['mean']}, hybrid hits "
-                   f"{figures['overlap_at_10_hybrid']['mean']}")
+                   f"{figures['overlap_at_10_vectors']['mean']} (query near a stored "
+                   f"vector: {figures['overlap_at_10_vectors_near_stored']['mean']}), "
+                   f"hybrid hits {figures['overlap_at_10_hybrid']['mean']}")
     if as_json:
         typer.echo(json.dumps(figures))
 

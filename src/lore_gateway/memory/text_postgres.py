@@ -13,7 +13,8 @@ itself (schema v12: ``search_totals``, ``search_terms``), one key lookup each, e
 as FTS5's: counting matches instead fetched every matching row from the heap (4–7
 µs a row; 0.2–0.5 s of a cold search at 1 M messages). A prefix's ``df`` is the sum
 of its words' (an upper bound: a row with two of them counts twice), counted exactly
-when that sum is small; a phrase of several words is counted, capped. Values are
+when that sum or the whole index is small; a phrase of several words is counted,
+capped. Values are
 cached briefly.
 """
 
@@ -42,8 +43,11 @@ STATS_TTL_S = 60.0
 DF_CAP = 1_000_000
 # ... or once the store has grown by this factor (a young store grows fast).
 GROWTH = 1.1
-# A prefix whose words' summed df is at most this is counted exactly (cheap: few rows).
+# A prefix whose words' summed df is at most this is counted exactly (cheap: few
+# rows), and so is every prefix while the index is small (its pages are in memory):
+# the sum is an upper bound, and small stores (LoCoMo, the coding set) rank as FTS5.
 EXACT_PREFIX_ROWS = 2_000
+SMALL_INDEX_ROWS = 50_000
 _DOCS = {"messages": "content_docs", "context": "context_docs"}
 _TOKENS = {"messages": "content_tokens", "context": "context_tokens"}
 _LEXEME = re.compile(r"'((?:[^']|'')*)'(:\*)?")
@@ -240,7 +244,7 @@ class PgTextIndex:
         cached = self._stats.get(key, size)
         if isinstance(cached, int):
             return cached
-        count = self._kept_df(conn, table, phrase)
+        count = self._kept_df(conn, table, phrase, size)
         if count is None:
             column = _COLUMNS[table][0]
             row = conn.execute(
@@ -251,8 +255,8 @@ class PgTextIndex:
         self._stats.put(key, count, size)
         return count
 
-    @staticmethod
-    def _kept_df(conn: Connection, table: Table, phrase: _Phrase) -> int | None:
+    def _kept_df(self, conn: Connection, table: Table, phrase: _Phrase,
+                 size: int) -> int | None:
         """A one-word phrase's df from ``search_terms`` (a prefix's as the sum of its
         words'), or None where it must be counted: a phrase of several words, or a
         prefix whose sum is small enough to count exactly."""
@@ -270,7 +274,9 @@ class PgTextIndex:
             f"SELECT coalesce(sum({docs}), 0) FROM search_terms WHERE lexeme >= ?"
             " AND lexeme < ?", (lexeme, lexeme[:-1] + chr(ord(lexeme[-1]) + 1))).fetchone()
         total = int(row[0]) if row is not None else 0
-        return total if total > EXACT_PREFIX_ROWS else None
+        if total <= EXACT_PREFIX_ROWS or self._corpus(conn, table, size)[0] <= SMALL_INDEX_ROWS:
+            return None
+        return total
 
     def count_phrase(self, conn: Connection, phrase: str, cap: int) -> int:
         parsed = self._phrase(conn, phrase)
