@@ -267,16 +267,14 @@ class PgTextIndex:
             row = conn.execute(f"SELECT {docs} FROM search_terms WHERE lexeme = ?",
                                (lexeme,)).fetchone()
             return int(row[0]) if row is not None else 0
-        if ord(lexeme[-1]) >= 0x10FFFF:
-            return None
+        if ord(lexeme[-1]) >= 0x10FFFF or self._corpus(conn, table, size)[0] <= SMALL_INDEX_ROWS:
+            return None  # (a small index: count it)
         # The lexemes starting with the prefix: a range of the "C"-collated key.
         row = conn.execute(
             f"SELECT coalesce(sum({docs}), 0) FROM search_terms WHERE lexeme >= ?"
             " AND lexeme < ?", (lexeme, lexeme[:-1] + chr(ord(lexeme[-1]) + 1))).fetchone()
         total = int(row[0]) if row is not None else 0
-        if total <= EXACT_PREFIX_ROWS or self._corpus(conn, table, size)[0] <= SMALL_INDEX_ROWS:
-            return None
-        return total
+        return total if total > EXACT_PREFIX_ROWS else None
 
     def count_phrase(self, conn: Connection, phrase: str, cap: int) -> int:
         parsed = self._phrase(conn, phrase)
