@@ -14,8 +14,7 @@ as FTS5's: counting matches instead fetched every matching row from the heap (4�
 µs a row; 0.2–0.5 s of a cold search at 1 M messages). A prefix's ``df`` is the sum
 of its words' (an upper bound: a row with two of them counts twice), counted exactly
 when that sum or the whole index is small; a phrase of several words is counted,
-capped. Values are
-cached briefly.
+capped. Values are cached briefly, per database.
 """
 
 from __future__ import annotations
