@@ -214,7 +214,9 @@ class PgConnection(Connection):
                 self._set_tenant()  # (a closed one was cleared by the pool's _reset)
 
     def _set_tenant(self) -> None:
-        raw = self.raw
+        # Through _live: a connection the server dropped during an outage is swapped
+        # here too, or a search (whose first statement this is) would never heal.
+        raw = self._live()
         _call(lambda: raw.execute("SELECT set_config('lore.tenant', %s, false)",
                                   (self._tenant or "",)))
 
