@@ -278,6 +278,8 @@ def test_doctor_checks_the_postgres_connection_and_pgvector(postgres_url: str) -
     assert database["status"] == "ok", database
     assert "PostgreSQL 16" in database["detail"] and "schema version" in database["detail"]
     assert vector["status"] == "ok" and vector["detail"].startswith("vector ")
+    # The tests' gateways connect as an ordinary role, so the tenant policies bind them.
+    assert checks["row security"]["status"] == "ok", checks["row security"]
 
     code, checks = _doctor("postgresql://lore:secret@127.0.0.1:9/lore")
     database = checks["database"]

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import orjson
 
 from lore_gateway.config import Settings
 from lore_gateway.memory.records import Identity, TurnRecord
@@ -56,8 +57,12 @@ class SearchBenchReport:
     messages: int = 0
     insert_s: float = 0.0
     vectors_s: float = 0.0
+    vector_index_s: float = 0.0
     db_bytes: int = 0
     latencies: dict[str, list[float]] = field(default_factory=dict)
+    # Postgres, scope all: per query, how many of the exact top 10 the approximate
+    # (HNSW) path also returned, for the vector candidates and the hybrid hits.
+    overlap: dict[str, list[float]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -66,6 +71,7 @@ class SearchBenchReport:
             "insert_s": round(self.insert_s, 2),
             "insert_msgs_per_s": round(self.messages / self.insert_s) if self.insert_s else None,
             "vectors_s": round(self.vectors_s, 2),
+            "vector_index_s": round(self.vector_index_s, 2),
             "db_mb": round(self.db_bytes / 1e6, 1),
         }
         for name, values in sorted(self.latencies.items()):
@@ -76,6 +82,10 @@ class SearchBenchReport:
                 "p99_ms": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 2),
                 "n": len(ordered),
             }
+        for name, values in sorted(self.overlap.items()):
+            out[f"overlap_at_10_{name}"] = {
+                "mean": round(statistics.fmean(values), 4) if values else None,
+                "min": round(min(values), 4) if values else None, "n": len(values)}
         return out
 
 
@@ -177,9 +187,18 @@ def _run(messages: int, queries: int, seed: int, progress: Progress | None, tmp:
     finally:
         memory.close()
 
+    postgres = settings.database.backend == "postgres"
     started = time.perf_counter()
+    if postgres:  # bulk load first, then build the HNSW index (as a restore does)
+        _execute(settings.database, "DROP INDEX IF EXISTS embeddings_hnsw")
     _store_synthetic_vectors(settings.database, rng, progress)
     report.vectors_s = time.perf_counter() - started
+    if postgres:
+        from lore_gateway.memory.schema_pg import HNSW_INDEX
+
+        started = time.perf_counter()
+        _execute(settings.database, "SET maintenance_work_mem = '1GB'", HNSW_INDEX)
+        report.vector_index_s = time.perf_counter() - started
 
     embedder = load_embedder()
     factory = db.conn_factory(settings.database)
@@ -201,8 +220,68 @@ def _run(messages: int, queries: int, seed: int, progress: Progress | None, tmp:
                 # Outside the timed span; every 10th query keeps the cost negligible.
                 if progress is not None and (done % 10 == 0 or done == len(query_set)):
                     progress(f"search {name} {scope}", done, len(query_set))
+    if postgres and embedder is not None:
+        _measure_overlap(report, factory, embedder, query_set)
     report.db_bytes = _size(settings.database, tmp)
     return report
+
+
+def _measure_overlap(report: SearchBenchReport, factory: Callable[[], Any], embedder: Any,
+                     query_set: list[tuple[Identity, str]]) -> None:
+    """Scope all on Postgres: the approximate top 10 against the exact one."""
+    from lore_gateway.memory.pgvectors import PgVectors
+    from lore_gateway.memory.search import Searcher
+
+    conn = factory()
+    try:
+        approximate = PgVectors(embedder.model_name)
+        exact = PgVectors(embedder.model_name, approximate=False)
+        for _ident, text in query_set:
+            qvec = embedder.embed([text])[0]
+            got, want = (paths.search(conn, qvec, tenant=TENANT, project=None, session=None,
+                                      k=10) for paths in (approximate, exact))
+            report.overlap.setdefault("vectors", []).append(
+                len(set(got) & set(want)) / max(len(want), 1))
+        # The query embeddings above are of random letters, far from every stored
+        # vector (the hardest case for HNSW); a real query resembles stored text, so
+        # also: a stored vector plus noise (cosine ~0.9 to it) as the query.
+        rng = np.random.default_rng(11)
+        for (stored,) in conn.execute(
+                "SELECT vector::text FROM embeddings ORDER BY message_id"
+                f" OFFSET {int(rng.integers(0, 1000))} LIMIT ?", (len(query_set),)):
+            near = np.array(orjson.loads(str(stored)), dtype=np.float32)
+            near += rng.standard_normal(len(near), dtype=np.float32) * 0.025
+            near /= np.linalg.norm(near)
+            got, want = (paths.search(conn, near, tenant=TENANT, project=None, session=None,
+                                      k=10) for paths in (approximate, exact))
+            report.overlap.setdefault("vectors_near_stored", []).append(
+                len(set(got) & set(want)) / max(len(want), 1))
+    finally:
+        conn.close()
+    searchers = {}
+    for name, vectors in (("approximate", PgVectors(embedder.model_name)),
+                          ("exact", PgVectors(embedder.model_name, approximate=False))):
+        searcher = Searcher(factory, embedder)
+        searcher.search("warm up", tenant=TENANT, project="", session="", scope="all")
+        searcher._vectors = vectors  # the bench compares the two paths on one store
+        searchers[name] = searcher
+    for ident, text in query_set:
+        hits = {name: [h.ref for h in searcher.search(
+            text, tenant=TENANT, project=ident.project, session=ident.session, scope="all",
+            limit=10).hits] for name, searcher in searchers.items()}
+        report.overlap.setdefault("hybrid", []).append(
+            len(set(hits["approximate"]) & set(hits["exact"])) / max(len(hits["exact"]), 1))
+
+
+def _execute(database: Any, *statements: str) -> None:
+    from lore_gateway.memory import db
+
+    conn = db.connect(database)
+    try:
+        for sql in statements:
+            conn.execute(sql)
+    finally:
+        conn.close()
 
 
 def _size(database: Any, tmp: Path) -> int:

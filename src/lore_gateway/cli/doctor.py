@@ -216,6 +216,8 @@ def check_postgres(url: str) -> list[Check]:
         available = conn.execute(
             "SELECT default_version FROM pg_available_extensions WHERE name = 'vector'"
         ).fetchone()
+        privileged = conn.execute("SELECT rolsuper OR rolbypassrls FROM pg_roles"
+                                  " WHERE rolname = current_user").fetchone()
         has_versions = conn.execute("SELECT to_regclass('schema_version')").fetchone()
         version = 0
         if has_versions and has_versions[0] is not None:
@@ -249,7 +251,14 @@ def check_postgres(url: str) -> list[Check]:
         vector = Check("pgvector", Status.FAIL, "the server has no pgvector extension",
                        "install pgvector on the server (e.g. apt install "
                        "postgresql-16-pgvector), then `CREATE EXTENSION vector`")
-    return [db_check, vector]
+    if privileged and privileged[0]:
+        wall = Check("row security", Status.WARN,
+                     "the database user is a superuser or has BYPASSRLS, so row-level "
+                     "security does not bind it (team mode keeps only each query's own "
+                     "tenant filter)", "connect as an ordinary role that owns the tables")
+    else:
+        wall = Check("row security", Status.OK, "tenant policies bind this user")
+    return [db_check, vector, wall]
 
 
 def check_storage(settings: Settings) -> list[Check]:

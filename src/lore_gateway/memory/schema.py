@@ -434,6 +434,14 @@ CREATE TABLE context_sessions(
 # step exists so both backends keep the same version numbers. Renumber freely.
 _V11_SETWISE_INDEX = "SELECT 1;"
 
+# v12 (fast Postgres search): Postgres keeps per-lexeme document frequencies
+# (schema_pg's _PG_V12_TERM_STATS); FTS5 needs none. Same version numbers; renumber freely.
+_V12_TERM_STATS = "SELECT 1;"
+
+# v13 (team mode): Postgres's row-level security (schema_pg's _PG_V13_TENANT_RLS);
+# SQLite has none. Same version numbers; renumber freely.
+_V13_TENANT_RLS = "SELECT 1;"
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "turns, messages + FTS5, embeddings, sessions, kv", _V1),
     Migration(2, "context_fts: each message with its predecessor, for search", _V2),
@@ -449,6 +457,9 @@ MIGRATIONS: list[Migration] = [
     Migration(10, "context: per-session layer, frozen prefix, calibration", _V10_CONTEXT),
     Migration(11, "search: Postgres indexes inserted messages set-wise (nothing here)",
               _V11_SETWISE_INDEX),
+    Migration(12, "search: Postgres keeps document frequencies (nothing here)",
+              _V12_TERM_STATS),
+    Migration(13, "team mode: Postgres row-level security (nothing here)", _V13_TENANT_RLS),
 ]
 
 

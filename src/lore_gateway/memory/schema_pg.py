@@ -23,6 +23,14 @@ from lore_gateway.memory.schema import Migration
 # Characters of a message (and of its context) that are indexed for search: a
 # tsvector holds at most 1 MB, and no recall needs words past the first 200 KB.
 INDEX_CHARS = 200_000
+# The approximate vector index (v12) covers the default model's vectors; a column
+# without a dimension cannot be indexed, hence the cast (the query repeats it).
+HNSW_MODEL = "all-MiniLM-L6-v2"
+HNSW_DIM = 384
+HNSW_INDEX = (f"CREATE INDEX IF NOT EXISTS embeddings_hnsw ON embeddings USING hnsw"
+              f" ((vector::vector({HNSW_DIM})) vector_cosine_ops) WHERE model = '{HNSW_MODEL}'")
+# The advisory lock a transaction takes before it updates search_terms (v12).
+TERMS_LOCK_KEY = 0x6C6F7274  # "lort"
 
 _PG_V8_BASELINE = """
 CREATE EXTENSION IF NOT EXISTS vector;
@@ -345,6 +353,97 @@ DROP FUNCTION lore_bm25(tsvector, integer, text[], integer[], boolean[], double 
                         tsquery[], double precision);
 """
 
+# v12 (fast Postgres search, issue 17): document frequencies kept by the index itself.
+# A search's planner and BM25 need each query word's document frequency; counting it
+# (``count(*) … @@``) fetches every matching row from the heap, 4–7 µs a row, which
+# was most of a cold search at 1 M messages. ``search_terms`` holds each lexeme's
+# count of rows (content and context) and ``search_totals`` the row count and token
+# sums, both updated per statement from search_docs' transition tables. One advisory
+# lock per writing transaction orders concurrent writers (several instances), so two
+# batches sharing lexemes can never deadlock on them. Filled from the existing rows.
+# With it, pgvector's HNSW index over the default model's vectors, for scope "all"
+# (pgvectors.py: exact scans stay for project and session scopes).
+_PG_V12_TERM_STATS = HNSW_INDEX + ";\n" + """
+CREATE TABLE search_terms(
+    lexeme TEXT COLLATE "C" PRIMARY KEY,
+    content_docs BIGINT NOT NULL,
+    context_docs BIGINT NOT NULL
+);
+CREATE TABLE search_totals(
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    docs BIGINT NOT NULL,
+    content_tokens BIGINT NOT NULL,
+    context_tokens BIGINT NOT NULL
+);
+INSERT INTO search_totals
+    SELECT 1, count(*), coalesce(sum(content_len), 0), coalesce(sum(context_len), 0)
+    FROM search_docs;
+INSERT INTO search_terms
+    SELECT lexeme, sum(c)::bigint, sum(x)::bigint FROM (
+        SELECT l AS lexeme, 1 AS c, 0 AS x FROM search_docs, unnest(tsvector_to_array(content)) l
+        UNION ALL
+        SELECT l, 0, 1 FROM search_docs, unnest(tsvector_to_array(context)) l) s
+    GROUP BY lexeme;
+""" + "".join(f"""
+CREATE FUNCTION lore_terms_{name}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock({TERMS_LOCK_KEY});
+    INSERT INTO search_terms AS t(lexeme, content_docs, context_docs)
+        SELECT lexeme, {sign} * sum(c), {sign} * sum(x) FROM (
+            SELECT l AS lexeme, 1 AS c, 0 AS x FROM {name}, unnest(tsvector_to_array(content)) l
+            UNION ALL
+            SELECT l, 0, 1 FROM {name}, unnest(tsvector_to_array(context)) l) s
+        GROUP BY lexeme ORDER BY lexeme
+        ON CONFLICT (lexeme) DO UPDATE SET content_docs = t.content_docs + excluded.content_docs,
+            context_docs = t.context_docs + excluded.context_docs;
+    UPDATE search_totals SET docs = docs + {sign} * d.n,
+            content_tokens = content_tokens + {sign} * d.c,
+            context_tokens = context_tokens + {sign} * d.x
+        FROM (SELECT count(*) AS n, coalesce(sum(content_len), 0) AS c,
+                     coalesce(sum(context_len), 0) AS x FROM {name}) d
+        WHERE id = 1;
+    RETURN NULL;
+END
+$$;""" for name, sign in (("added", 1), ("removed", -1))) + """
+CREATE TRIGGER search_terms_ai AFTER INSERT ON search_docs REFERENCING NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION lore_terms_added();
+CREATE TRIGGER search_terms_ad AFTER DELETE ON search_docs REFERENCING OLD TABLE AS removed
+    FOR EACH STATEMENT EXECUTE FUNCTION lore_terms_removed();
+CREATE TRIGGER search_terms_au_old AFTER UPDATE ON search_docs REFERENCING OLD TABLE AS removed
+    FOR EACH STATEMENT EXECUTE FUNCTION lore_terms_removed();
+CREATE TRIGGER search_terms_au_new AFTER UPDATE ON search_docs REFERENCING NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION lore_terms_added();
+"""
+
+# v13 (team mode, issue 17): row-level security, a second wall behind every query's
+# own tenant filter. Each table with a tenant column gets one policy: a connection
+# whose ``lore.tenant`` setting names a tenant (``Connection.tenant_scope``: search,
+# worker jobs) sees and writes only that tenant's rows; one without the setting
+# (the writer's batches of several tenants, migrations, ``lore db copy``, key
+# lookups, the CLI's counts) is unrestricted. FORCE makes the policies bind the
+# tables' owner, which is what the gateway's role normally is. A superuser or a
+# BYPASSRLS role is never bound: run gateways as an ordinary role (docs/storage.md).
+#
+# search_docs (the full-text index: lexemes and ids, no text) has no policy: under one,
+# Postgres may use no index for a condition whose operator is not LEAKPROOF, and
+# ``tsvector @@ tsquery`` is not (marking it needs a superuser), so every match would
+# become a sequential scan. What a search shows is loaded from ``messages``, which
+# has one; an id of another tenant's row found in the index loads nothing.
+TENANT_TABLES = ("turns", "messages", "sessions", "recall_anchors", "worker_jobs",
+                 "worker_usage", "distillations", "knowledge", "knowledge_sessions",
+                 "gateway_keys", "context_sessions")
+_PG_V13_TENANT_RLS = """
+CREATE FUNCTION lore_tenant_allows(row_tenant text) RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT coalesce(current_setting('lore.tenant', true), '') IN ('', row_tenant)
+$$;
+""" + "".join(f"""
+ALTER TABLE {table} ENABLE ROW LEVEL SECURITY;
+ALTER TABLE {table} FORCE ROW LEVEL SECURITY;
+CREATE POLICY lore_tenant ON {table}
+    USING (lore_tenant_allows(tenant)) WITH CHECK (lore_tenant_allows(tenant));"""
+    for table in TENANT_TABLES)
+
 PG_MIGRATIONS: list[Migration] = [
     Migration(8, "baseline: SQLite's v1..v8 (turns, messages, search_docs, pgvector "
                  "embeddings, recall anchors, knowledge, gateway keys, metrics)",
@@ -354,4 +453,8 @@ PG_MIGRATIONS: list[Migration] = [
     Migration(10, "context: per-session layer, frozen prefix, calibration", _PG_V10_CONTEXT),
     Migration(11, "search: index filled per statement; BM25 set-wise (lore_bm25 dropped)",
               _PG_V11_SETWISE_INDEX),
+    Migration(12, "search: document frequencies kept per statement; HNSW vector index",
+              _PG_V12_TERM_STATS),
+    Migration(13, "team mode: row-level security on every tenant table",
+              _PG_V13_TENANT_RLS),
 ]

@@ -154,7 +154,14 @@ class Searcher:
 
     def search(self, query: str, *, tenant: str, project: str, session: str,
                scope: Scope = "all", limit: int = 10) -> SearchResult:
-        """The best ``limit`` messages of the scope for ``query``."""
+        """The best ``limit`` messages of the scope for ``query``; on Postgres no
+        other tenant's row is visible meanwhile (``Connection.tenant_scope``)."""
+        with self._conn().tenant_scope(tenant):
+            return self._search(query, tenant=tenant, project=project, session=session,
+                                scope=scope, limit=limit)
+
+    def _search(self, query: str, *, tenant: str, project: str, session: str,
+                scope: Scope, limit: int) -> SearchResult:
         limit = max(1, min(limit, MAX_LIMIT))
         if scope not in SCOPE_KINDS:
             raise ValueError(f"unknown scope {scope!r}; use session, project or all")

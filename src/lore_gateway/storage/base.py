@@ -13,12 +13,16 @@ else unless its SQL is not portable:
   ``begin(immediate=True)`` takes SQLite's write lock up front.
 - ``changes()``: rows touched by the last ``execute``.
 - ``script(sql)``: several statements without parameters (migrations).
+- ``with conn.tenant_scope(tenant):`` declares that the work inside belongs to one
+  tenant; on Postgres row-level security (schema v13) then hides and refuses every
+  other tenant's rows, whatever the SQL says. SQLite has no such wall (a no-op).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from types import TracebackType
 from typing import Any, Literal
 
@@ -83,6 +87,12 @@ class Connection(ABC):
     def lock_schema(self) -> None:
         """Inside a transaction: hold the lock that serialises migrations (every
         process and instance on this database waits here)."""
+
+    def tenant_scope(self, tenant: str) -> AbstractContextManager[None]:
+        """Inside: only ``tenant``'s rows are visible or writable (Postgres
+        row-level security; nothing on SQLite, where every query's own tenant
+        filter is the only wall)."""
+        return nullcontext()
 
     @abstractmethod
     def close(self) -> None: ...

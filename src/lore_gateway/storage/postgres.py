@@ -28,6 +28,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -174,6 +175,7 @@ class PgConnection(Connection):
         self._rowcount = 0
         self._savepoints: list[str | None] = []
         self._begun = False  # a transaction opened with begin()
+        self._tenant: str | None = None  # inside tenant_scope
 
     def _live(self) -> psycopg.Connection[Any]:
         """The raw connection; one the server dropped is replaced from the pool
@@ -183,7 +185,40 @@ class PgConnection(Connection):
             fresh = self._borrow()  # raises StorageUnavailable while the server is gone
             broken, self.raw = self.raw, fresh
             self._release(broken)  # the pool discards a broken connection
+            if self._tenant is not None:
+                self._set_tenant()  # the wall goes with the work, onto the new connection
         return self.raw
+
+    # --- tenant scope (row-level security, schema v13) ------------------------------
+
+    @contextmanager
+    def tenant_scope(self, tenant: str) -> Iterator[None]:
+        """``lore.tenant`` names ``tenant`` for this session while inside (a
+        session setting, not ``SET LOCAL``, so transactions inside keep their own
+        boundaries); cleared on the way out, after any rollback re-applied (a
+        rollback reverts settings), and cleared again when the pool takes the
+        connection back (``_reset``), so it never reaches the next borrower."""
+        if self._tenant is not None:
+            if self._tenant != tenant:
+                raise StorageError(f"a {tenant!r} scope inside the {self._tenant!r} one: "
+                                   "one tenant per piece of work")
+            yield
+            return
+        self._tenant = tenant
+        try:
+            self._set_tenant()
+            yield
+        finally:
+            self._tenant = None
+            if not self.raw.broken and self._release is not _closed:
+                self._set_tenant()  # (a closed one was cleared by the pool's _reset)
+
+    def _set_tenant(self) -> None:
+        # Through _live: a connection the server dropped during an outage is swapped
+        # here too, or a search (whose first statement this is) would never heal.
+        raw = self._live()
+        _call(lambda: raw.execute("SELECT set_config('lore.tenant', %s, false)",
+                                  (self._tenant or "",)))
 
     def execute(self, sql: str, params: Params = ()) -> Cursor:
         text, numbered = translate(sql)
@@ -237,6 +272,7 @@ class PgConnection(Connection):
         if self.raw.broken:
             return  # nothing to roll back: the server did when the connection died
         self.script("ROLLBACK")
+        self._set_tenant()
 
     def lock_schema(self) -> None:
         self.execute("SELECT pg_advisory_xact_lock(?)", (SCHEMA_LOCK_KEY,))
@@ -264,10 +300,16 @@ class PgConnection(Connection):
             self.script(f"RELEASE SAVEPOINT {name}")
         elif not self.raw.broken:
             self.script(f"ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}")
+            self._set_tenant()
 
 
 def _closed(raw: psycopg.Connection[Any]) -> None:
     """A closed connection's release: closing twice does nothing."""
+
+
+def _reset(raw: psycopg.Connection[Any]) -> None:
+    """A returned connection leaves no tenant scope behind (row-level security)."""
+    raw.execute("SELECT set_config('lore.tenant', '', false)")
 
 
 class PostgresDatabase(Database):
@@ -305,7 +347,7 @@ class PostgresDatabase(Database):
                 self._pool = psycopg_pool.ConnectionPool(
                     self.conninfo, min_size=0, max_size=self.pool_max,
                     kwargs={"autocommit": True}, timeout=POOL_TIMEOUT_S, open=True,
-                    name="lore")
+                    name="lore", reset=_reset)
             return self._pool
 
     def connect(self, *, readonly: bool = False) -> Connection:

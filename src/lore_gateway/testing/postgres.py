@@ -9,6 +9,12 @@ server as the unprivileged system user ``pgserver``, which it creates on first u
 Each test gets its own database, cloned from a template that already holds the
 migrated schema (``CREATE DATABASE … TEMPLATE``: tens of milliseconds), so tests
 never see each other's rows and never pay for the migrations again.
+
+The gateways under test connect as ``GATEWAY_ROLE``, an ordinary role that owns its
+databases and their tables, as a deployment's gateway does: a superuser would pass
+through row-level security (schema v13), so the tests would never see the wall.
+Only the harness itself (creating, cloning, dropping databases; the ``vector``
+extension, which needs a superuser) uses the admin URL.
 """
 
 from __future__ import annotations
@@ -24,12 +30,20 @@ from urllib.parse import urlsplit, urlunsplit
 
 TEST_URL_ENV = "LORE_TEST_DATABASE_URL"
 TEMPLATE = "lore_template"
+GATEWAY_ROLE = "lore_gateway"
 
 
 def with_database(url: str, name: str) -> str:
     """``url`` with its database name replaced by ``name``."""
     parts = urlsplit(url)
     return urlunsplit(parts._replace(path="/" + name))
+
+
+def as_gateway(url: str) -> str:
+    """``url`` logging in as GATEWAY_ROLE (its password is its name)."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{GATEWAY_ROLE}:{GATEWAY_ROLE}@{host}"))
 
 
 class PostgresForTests:
@@ -65,9 +79,18 @@ class PostgresForTests:
 
         name = f"{self._prefix}{TEMPLATE}"
         with self._admin() as admin:
+            admin.execute(f"""DO $$ BEGIN
+                CREATE ROLE {GATEWAY_ROLE} LOGIN NOSUPERUSER NOBYPASSRLS
+                    PASSWORD '{GATEWAY_ROLE}';
+                EXCEPTION WHEN duplicate_object THEN NULL; END $$""")
             admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
-            admin.execute(f'CREATE DATABASE "{name}"')
-        database = PostgresDatabase(with_database(self.admin_url, name), pool_max=1)
+            admin.execute(f'CREATE DATABASE "{name}" OWNER {GATEWAY_ROLE}')
+        import psycopg
+
+        with psycopg.connect(with_database(self.admin_url, name), autocommit=True) as admin:
+            admin.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        database = PostgresDatabase(as_gateway(with_database(self.admin_url, name)),
+                                    pool_max=1)
         conn = database.connect()
         try:
             schema.migrate(conn)
@@ -84,8 +107,9 @@ class PostgresForTests:
                 self._ensure_template()
             name = f"{self._prefix}{next(self._count)}"
             with self._admin() as admin:
-                admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self._template}"')
-        return with_database(self.admin_url, name)
+                admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self._template}"'
+                              f" OWNER {GATEWAY_ROLE}")
+        return as_gateway(with_database(self.admin_url, name))
 
     def drop(self, url: str) -> None:
         """Drop a test's database (its connections are closed first)."""

@@ -28,7 +28,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from lore_gateway.config import Settings
 from lore_gateway.distill import format as fmt
@@ -236,8 +236,9 @@ class BackgroundWorker:
             await self._finish(job, "failed", str(exc)[:500])
 
     async def _distill(self, job: jobs.Job) -> None:
-        segment = await asyncio.to_thread(self.memory.read, lambda c: dstore.next_segment(
-            c, job.tenant, job.session, dstore.MAX_SEGMENT_TOKENS))
+        segment = await asyncio.to_thread(self.memory.read, _scoped(
+            job.tenant, lambda c: dstore.next_segment(c, job.tenant, job.session,
+                                                      dstore.MAX_SEGMENT_TOKENS)))
         if not segment:
             await self._finish(job, "done")
             return
@@ -278,7 +279,7 @@ class BackgroundWorker:
                                  self.clock(), owner=self.instance)
                 return row
 
-        row = await asyncio.to_thread(self.memory.write_job, save)
+        row = await asyncio.to_thread(self.memory.write_job, _scoped(job.tenant, save))
         if row == _LEASE_LOST:
             log.warning("worker: distill job %d: its lease ran out before the result was "
                         "saved; another instance runs it", job.id)
@@ -293,8 +294,8 @@ class BackgroundWorker:
         """Merge the session's first-level logs into one once there are too many:
         with the model when it just answered, else extractively."""
         threshold = self.settings.distill_consolidate_after
-        gen0 = await asyncio.to_thread(self.memory.read, lambda c: dstore.active(
-            c, job.tenant, job.session, 0))
+        gen0 = await asyncio.to_thread(self.memory.read, _scoped(
+            job.tenant, lambda c: dstore.active(c, job.tenant, job.session, 0)))
         if len(gen0) <= threshold:
             return
         method = "extractive"
@@ -320,7 +321,8 @@ class BackgroundWorker:
                                session=job.session, text=text, sources=sources, generation=1,
                                method=method, input_tokens=n_in, archive=[d.id for d in gen0])
 
-        if await asyncio.to_thread(self.memory.write_job, save) is not None:
+        if await asyncio.to_thread(self.memory.write_job,
+                                   _scoped(job.tenant, save)) is not None:
             metrics.record_distillation(method, 1)
 
     async def _fallback_now(self, job: jobs.Job, reason: str) -> bool:
@@ -343,7 +345,7 @@ class BackgroundWorker:
             return (dstore.uncurated(conn, job.tenant, job.project),
                     kstore.entries(conn, job.tenant, job.project))
 
-        logs, entries = await asyncio.to_thread(self.memory.read, read)
+        logs, entries = await asyncio.to_thread(self.memory.read, _scoped(job.tenant, read))
         if not logs:
             await self._finish(job, "done")
             return
@@ -377,7 +379,7 @@ class BackgroundWorker:
                 jobs.finish(conn, job.id, "done", self.clock(), instance=self.instance)
                 return changed
 
-        changed = await asyncio.to_thread(self.memory.write_job, apply)
+        changed = await asyncio.to_thread(self.memory.write_job, _scoped(job.tenant, apply))
         if changed is None:
             log.warning("worker: curate job %d: its lease ran out before the result was "
                         "saved; another instance runs it", job.id)
@@ -431,3 +433,15 @@ _LEASE_LOST = -1
 
 def _tool_family(protocol: Protocol) -> str:
     return {"anthropic": "anthropic", "chat": "chat"}.get(protocol.value, "responses")
+
+
+T = TypeVar("T")
+
+
+def _scoped(tenant: str, run: Callable[[Any], T]) -> Callable[[Any], T]:
+    """``run`` inside ``tenant``'s scope: on Postgres, row-level security keeps a
+    job to its own tenant's rows whatever its SQL says (docs/storage.md)."""
+    def scoped(conn: Any) -> T:
+        with conn.tenant_scope(tenant):
+            return run(conn)
+    return scoped
