@@ -150,11 +150,13 @@ def post(url: str, body: dict[str, Any], scenario: str,
 
 
 def query(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    conn = db.connect(parse_url(url))
+    database = parse_url(url)  # a pool of its own: closed here, not by the GC
+    conn = db.connect(database)
     try:
         return [tuple(r) for r in conn.execute(sql, params).fetchall()]
     finally:
         conn.close()
+        database.close()
 
 
 def wait_until(check: Callable[[], Any], what: str) -> Any:
