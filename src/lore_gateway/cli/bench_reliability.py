@@ -49,6 +49,9 @@ def soak(
     typer.echo(f"gateway RSS (MB): {rss}")
     if "rss_growth_after_half" in result:
         typer.echo(f"RSS growth over the second half: {result['rss_growth_after_half']:.1%}")
+    if "rss_growth_after_first_minute" in result:
+        typer.echo("RSS growth after the first minute: "
+                   f"{result['rss_growth_after_first_minute']:.1%}")
     if "fd_leak" in result:
         typer.echo(f"open fds after the load minus before: {result['fd_leak']}")
     typer.echo(f"largest write queue seen: {result['write_queue_max']} turns; gateway log: "

@@ -58,8 +58,12 @@ MAX_ENTRIES_PER_SESSION = 128
 MAX_BYTES_PER_SESSION = 1024 * 1024
 # Sessions kept in memory. Evicting one loses nothing (it is in the database); the
 # bound keeps a gateway serving many agents from holding every session's recalls.
+# 8 MiB keeps eight sessions at their 1 MiB capacity: at 32 MiB, 100 recalling
+# agents took two minutes to fill it, and the gateway's RSS grew 16.5% after the
+# soak's first minute (7.7% at 8 MiB, docs/reliability.md). A session evicted is
+# read back once, on the writer thread.
 MAX_CACHED_SESSIONS = 256
-MAX_CACHED_BYTES = 32 * 1024 * 1024
+MAX_CACHED_BYTES = 8 * 1024 * 1024
 # Session loads started for commits. A recall is stored once per delivered
 # answer, so this is only reached when the disk has stalled for a long time.
 MAX_PENDING_WRITES = 1_000
