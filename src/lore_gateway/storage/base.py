@@ -130,6 +130,12 @@ class Database(ABC):
         """Whether there is a database here yet (a SQLite file that was never made is not)."""
         return True
 
+    def close(self) -> None:
+        """Release what the database object holds itself (a connection pool);
+        connections handed out are their owners' to close. A SQLite file holds
+        nothing of its own."""
+        return None
+
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), self._init_args())
 
