@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from lore_gateway.compaction.detect import CLAUDE_SUMMARY_PREAMBLE
 from lore_gateway.compaction.summary import SUMMARY_HEADING
 from lore_gateway.compaction.usage import claude_cap
 from lore_gateway.context.planner import PREFIX_HEAD
-from lore_gateway.testing import FakeUpstream
+from lore_gateway.testing import FakeUpstream, wait_until_stored
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -63,15 +62,6 @@ def summary_requests(fake: FakeUpstream) -> list[Any]:
     return found
 
 
-def wait_for_fact(gw: Any) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        gw.memory.flush(timeout=10)
-        if any(FACT in m.content for s in gw.memory.sessions(None)
-               for m in gw.memory.session_messages(None, s.session)):
-            return
-        time.sleep(0.05)
-    pytest.fail("the first turn was not stored")
 
 
 def session_with_big_reads(binary: Path, tmp: Path, url: str, fake: FakeUpstream) -> Any:
@@ -104,7 +94,7 @@ def test_claude_code_compact_is_answered_from_memory_and_the_session_goes_on(
     assert 0 < last_total <= claude_cap(200_000, None) * 3 < LARGE_USAGE * 3
     bodies = b"".join(r.body for r in fake_upstream.model_requests)
     assert bodies.count(b"notes2: build log line") > 100
-    wait_for_fact(gw)
+    wait_until_stored(gw, FACT)
 
     fake_upstream.reset()
     compact = claude(binary, tmp_path, gw.url, "/compact", resume=True)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from test_codex_recall import resume_last, with_recall_header
 from lore_gateway.compaction.answers import HANDLE_PREFIX
 from lore_gateway.compaction.summary import SUMMARY_HEADING
 from lore_gateway.compaction.usage import codex_cap
-from lore_gateway.testing import FakeUpstream
+from lore_gateway.testing import FakeUpstream, wait_until_stored
 
 pytestmark = pytest.mark.clients
 
@@ -69,15 +68,6 @@ def big_files(work: Path) -> None:
         (work / f"notes{i}.txt").write_text(line * (BIG_FILE_BYTES // len(line)))
 
 
-def wait_for_fact(gw: Any) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        gw.memory.flush(timeout=10)
-        if any(FACT in m.content for s in gw.memory.sessions(None)
-               for m in gw.memory.session_messages(None, s.session)):
-            return
-        time.sleep(0.05)
-    pytest.fail("the first turn was not stored")
 
 
 def long_session(codex: Path, tmp: Path, config: str, fake: FakeUpstream,
@@ -127,7 +117,7 @@ def test_codex_never_compacts_through_the_gateway_and_keeps_the_first_fact(
     shown = int(second.stderr.split("tokens used")[-1].split()[0].replace(",", ""))
     assert answers >= 3
     assert shown <= (codex_cap(272_000) + 100) * answers < LARGE_USAGE * answers
-    wait_for_fact(gw)
+    wait_until_stored(gw, FACT)
 
     fake_upstream.reset()
     fake_upstream.reported_input_tokens = LARGE_USAGE
@@ -147,7 +137,7 @@ def test_codex_forced_compaction_is_answered_from_memory(
     first = codex_exec(codex, tmp_path, config, f"Remember this: {FACT}",
                        extra_env={"FAKE_API_KEY": API_KEY})
     assert first.returncode == 0, first.stderr[-3000:]
-    wait_for_fact(gw)
+    wait_until_stored(gw, FACT)
 
     forced = config.replace('model_provider = "gwkey"',
                             'model_provider = "gwkey"\nmodel_auto_compact_token_limit = 1000')

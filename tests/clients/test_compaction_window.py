@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recall"))
 from agent_cli import CLAUDE_BIN, CODEX_BIN, agent_binary, codex_apikey_config, codex_exec
 from test_codex_recall import resume_last, with_recall_header
 from test_compaction_claude_code import QUERY, claude, summary_requests
-from test_compaction_codex import compaction_requests, wait_for_fact
+from test_compaction_codex import compaction_requests
 
-from lore_gateway.testing import FakeUpstream
+from lore_gateway.testing import FakeUpstream, wait_until_stored
 
 pytestmark = pytest.mark.clients
 
@@ -98,7 +98,7 @@ def test_codex_through_the_gateway_never_compacts_within_the_window(
     assert compaction_requests(fake_upstream) == []
     assert len(fake_upstream.metered_log) >= READS
     assert peak_share(fake_upstream, CODEX_WINDOW) <= 0.75
-    wait_for_fact(gw)
+    wait_until_stored(gw, FACT)
     third = resume_last(codex, tmp_path, with_recall_header(config),
                         "Which branch does billing deploy from?", {"FAKE_API_KEY": API_KEY})
     assert third.returncode == 0, third.stderr[-3000:]
@@ -133,7 +133,7 @@ def test_claude_code_through_the_gateway_never_compacts_within_the_window(
     assert summary_requests(fake_upstream) == []
     assert len(fake_upstream.metered_log) >= READS
     assert peak_share(fake_upstream) <= 0.75
-    wait_for_fact(gw)
+    wait_until_stored(gw, FACT)
     after = claude(binary, tmp_path, gw.url, "Which branch does billing deploy from?",
                    resume=True, extra={"ANTHROPIC_CUSTOM_HEADERS":
                                        f"x-fake-scenario: recall:{QUERY}"})

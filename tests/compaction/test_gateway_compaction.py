@@ -18,7 +18,7 @@ from lore_gateway.compaction.usage import claude_cap, codex_cap
 from lore_gateway.obs import metrics
 from lore_gateway.obs.status import snapshot
 from lore_gateway.sse import SSEDecoder
-from lore_gateway.testing import FakeUpstream
+from lore_gateway.testing import FakeUpstream, wait_until
 
 HERE = Path(__file__).resolve().parent
 CLAUDE_COMPACT = json.loads((HERE / "claude_code_compact_request.json").read_text())
@@ -207,7 +207,7 @@ def test_the_summary_holds_the_sessions_distillations_and_knowledge(
     import sys
 
     sys.path.insert(0, str(HERE.parent / "knowledge"))
-    from kit import AnthropicSession, git_project, post, read, wait_until
+    from kit import AnthropicSession, git_project, post, read
 
     from lore_gateway.distill import store as dstore
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import itertools
 import re
-import time
 import urllib.request
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -21,6 +19,7 @@ from lore_gateway.testing import (
     BackgroundServer,
     FakeUpstream,
     gateway_settings,
+    wait_until,
 )
 from lore_gateway.testing.fake_metered import BYTES_PER_TOKEN
 
@@ -33,16 +32,8 @@ RESPONSES_TOOLS = [{"type": "function", "name": "shell", "description": "Run a c
                     "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}]
 FACT = "Remember this: the staging deploy port is 8417 and the service is called tangerine."
 WINDOW = 12_000  # tokens; the gateway's budget is 0.7 of it
-WAIT_S = 20.0
 
 
-def wait_until(check: Callable[[], Any], what: str) -> Any:
-    deadline = time.monotonic() + WAIT_S
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-    return value
 
 
 def post(url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, bytes]:

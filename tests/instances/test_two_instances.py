@@ -31,7 +31,7 @@ from lore_gateway.distill.store import DISTILL_PROTOCOL
 from lore_gateway.knowledge.block import UPDATE_HEADING
 from lore_gateway.memory import db
 from lore_gateway.storage.target import parse_url
-from lore_gateway.testing import ANTHROPIC_KEY, FakeUpstream
+from lore_gateway.testing import ANTHROPIC_KEY, FakeUpstream, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 60.0
@@ -159,15 +159,6 @@ def query(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, .
         database.close()
 
 
-def wait_until(check: Callable[[], Any], what: str) -> Any:
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def turns(url: str) -> int:
@@ -202,7 +193,7 @@ def test_two_instances_serve_one_session_and_survive_losing_one(
     session = Session(project)
 
     session.say(a, FACT)
-    wait_until(lambda: turns(shared_url) >= 1, "the first turn stored via A")
+    wait_until(lambda: turns(shared_url) >= 1, "the first turn stored via A", WAIT_S)
 
     # Recall via B finds what A stored.
     mark = len(fake_upstream.model_requests)
@@ -211,7 +202,7 @@ def test_two_instances_serve_one_session_and_survive_losing_one(
     assert b"tangerine-seven" in follow_b.body
     pair_b = pair(follow_b)
     wait_until(lambda: query(shared_url, "SELECT count(*) FROM recall_anchors")[0][0] >= 1,
-               "B's recall anchor")
+               "B's recall anchor", WAIT_S)
 
     # A expands B's marker exactly, and recalls again.
     mark = len(fake_upstream.model_requests)
@@ -221,7 +212,7 @@ def test_two_instances_serve_one_session_and_survive_losing_one(
     assert pair_b in first_a.body
     pair_a = pair(follow_a)
     wait_until(lambda: query(shared_url, "SELECT count(*) FROM recall_anchors")[0][0] >= 2,
-               "A's recall anchor")
+               "A's recall anchor", WAIT_S)
 
     # B had the session cached since its own recall: it still expands A's marker.
     mark = len(fake_upstream.model_requests)
@@ -230,7 +221,7 @@ def test_two_instances_serve_one_session_and_survive_losing_one(
     assert b"lore-recall" not in plain_b.body
     assert pair_b in plain_b.body and pair_a in plain_b.body
 
-    wait_until(lambda: turns(shared_url) >= 4, "four turns stored")
+    wait_until(lambda: turns(shared_url) >= 4, "four turns stored", WAIT_S)
     said = [FACT, "Where is the deploy key again?", "And who rotates it?",
             "Thanks, carry on with the tests."]
     stored = [str(r[0]) for r in query(
@@ -245,7 +236,7 @@ def test_two_instances_serve_one_session_and_survive_losing_one(
         return int(queued[0][0]) == 0 and bool(query(
             shared_url, "SELECT count(*) FROM distillations WHERE method = 'worker'")[0][0])
 
-    wait_until(settled, "the distill jobs to finish")
+    wait_until(settled, "the distill jobs to finish", WAIT_S)
     distill_calls = [r for r in fake_upstream.model_requests
                      if r.headers.get("x-lore-worker") == "distill"]
     logs = query(shared_url, "SELECT source_ids FROM distillations WHERE generation = 0")
@@ -281,7 +272,7 @@ def test_two_instances_serve_one_session_and_survive_losing_one(
     session.say(b, "Stream me a long story.")
     (retried,) = agent_requests(fake_upstream, mark)
     assert pair_b in retried.body and pair_a in retried.body
-    wait_until(lambda: turns(shared_url) >= stored_before + 1, "the retried turn via B")
+    wait_until(lambda: turns(shared_url) >= stored_before + 1, "the retried turn via B", WAIT_S)
     stored_after = [str(r[0]) for r in query(
         shared_url, "SELECT content FROM messages WHERE session = ? AND role = 'user'",
         ("shared-session",))]
@@ -302,12 +293,12 @@ def test_a_knowledge_update_reaches_the_session_on_both_instances(
 
     Session(project, "earlier").say(a, "Decision: use uv for every Python command. pip is "
                                        "not allowed here.")
-    wait_until(lambda: entries() >= 1, "the first entry")
+    wait_until(lambda: entries() >= 1, "the first entry", WAIT_S)
     mark = len(fake_upstream.model_requests)
     later = Session(project, "later")
     later.say(a, "Hello again.")  # A freezes the session's block
     later.say(b, "Decision: the API listens on port 8443. Port 8080 is taken by the proxy.")
-    wait_until(lambda: entries() >= 2, "the mid-session entry")
+    wait_until(lambda: entries() >= 2, "the mid-session entry", WAIT_S)
     later.say(a, "Thanks, go on.")
     later.say(b, "And now?")
     sent = [r.json for r in agent_requests(fake_upstream, mark)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +22,6 @@ TOOLS_ANTHROPIC = [{"name": "read_file", "description": "Read a file.",
 TOOLS_RESPONSES = [{"type": "function", "name": "read_file", "description": "Read a file.",
                     "parameters": {"type": "object",
                                    "properties": {"path": {"type": "string"}}}}]
-WAIT_S = 20.0
 # What the fake agent model answers: long enough that a turn is worth distilling
 # (a log not smaller than its input is discarded).
 ANSWER = ("I read the deployment scripts and the CI configuration, checked which branches "
@@ -39,16 +37,6 @@ def git_project(root: Path) -> Path:
     return root
 
 
-def wait_until(check: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
-    """Until ``check()`` is truthy (its value), failing with ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 class AnthropicSession:

@@ -16,7 +16,7 @@ from lore_gateway.distill import store as dstore
 from lore_gateway.knowledge import export as ex
 from lore_gateway.knowledge import store as kstore
 from lore_gateway.knowledge.block import BLOCK_HEADING, UPDATE_HEADING
-from lore_gateway.testing import ANTHROPIC_KEY, FakeUpstream
+from lore_gateway.testing import ANTHROPIC_KEY, FakeUpstream, wait_until
 from lore_gateway.worker import jobs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -29,7 +29,6 @@ from kit import (
     agent_requests,
     git_project,
     read,
-    wait_until,
     worker_requests,
 )
 

@@ -18,7 +18,7 @@ from lore_gateway.knowledge import export as ex
 from lore_gateway.knowledge import store as kstore
 from lore_gateway.knowledge.block import BLOCK_HEADING
 from lore_gateway.knowledge.sidechannel import is_coding_turn
-from lore_gateway.testing import FakeUpstream
+from lore_gateway.testing import FakeUpstream, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -34,7 +34,7 @@ from agent_cli import (
     codex_exec,
     run,
 )
-from kit import git_project, wait_until, worker_requests
+from kit import git_project, worker_requests
 
 pytestmark = pytest.mark.clients
 

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from lore_gateway.testing import FakeUpstream
+from lore_gateway.testing import FakeUpstream, wait_until_stored
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients"))
 from agent_cli import CLAUDE_BIN, agent_binary, base_env, claude_print, run
@@ -92,16 +91,6 @@ async def test_head_probe_passes_through(gateway: Any, fake_upstream: FakeUpstre
 # --- the real binary -------------------------------------------------------------
 
 
-def wait_for_fact(gw: Any) -> None:
-    """Until the first run's turn, which states the fact, is stored."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        gw.memory.flush(timeout=10)
-        if any(FACT in m.content for s in gw.memory.sessions(None)
-               for m in gw.memory.session_messages(None, s.session)):
-            return
-        time.sleep(0.05)
-    pytest.fail("the first run's turn was not stored")
 
 
 @pytest.mark.clients
@@ -112,7 +101,7 @@ def test_claude_code_recalls_a_fact_from_an_earlier_run(
     env = {"ANTHROPIC_API_KEY": API_KEY}
     first = claude_print(claude, tmp_path, gw.url, f"Remember this: {FACT}", extra_env=env)
     assert first.returncode == 0, first.stderr[-3000:]
-    wait_for_fact(gw)
+    wait_until_stored(gw, FACT)
     fake_upstream.reset()
 
     second = claude_print(claude, tmp_path, gw.url, "Which branch does billing deploy from?",

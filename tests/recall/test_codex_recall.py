@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from lore_gateway.testing import FakeUpstream
+from lore_gateway.testing import FakeUpstream, wait_until_stored
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients"))
 from agent_cli import (
@@ -48,16 +47,6 @@ QUERY = "billing service deploy branch"
 RECALL_HEADER = f'http_headers = {{ "x-fake-scenario" = "recall:{QUERY}" }}'
 
 
-def wait_for_fact(gw: Any) -> None:
-    """Until the first run's turn, which states the fact, is stored."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        gw.memory.flush(timeout=10)
-        if any(FACT in m.content for s in gw.memory.sessions(None)
-               for m in gw.memory.session_messages(None, s.session)):
-            return
-        time.sleep(0.05)
-    pytest.fail("the first run's turn was not stored")
 
 
 def with_recall_header(config: str) -> str:
@@ -98,7 +87,7 @@ def test_codex_recalls_a_fact_from_an_earlier_run(
     first = codex_exec(codex, tmp_path, config, f"Remember this: {FACT}",
                        extra_env=env, auth_json=auth_json)
     assert first.returncode == 0, first.stderr[-3000:]
-    wait_for_fact(gw)
+    wait_until_stored(gw, FACT)
     fake_upstream.reset()
 
     second = codex_exec(codex, tmp_path, with_recall_header(config),

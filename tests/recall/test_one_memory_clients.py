@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,12 @@ from typing import Any
 import pytest
 
 from lore_gateway.memory import db, keys, schema
-from lore_gateway.testing import BackgroundServer, FakeUpstream, gateway_settings
+from lore_gateway.testing import (
+    BackgroundServer,
+    FakeUpstream,
+    gateway_settings,
+    wait_until_stored,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients"))
 from agent_cli import (
@@ -44,15 +48,6 @@ IMPORTED = "The staging database password rotates every ninth Thursday."
 IMPORTED_QUERY = "staging database password rotates"
 
 
-def wait_for(gw: Any, text: str, tenant: str | None = None) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        gw.memory.flush(timeout=10)
-        if any(text in m.content for s in gw.memory.sessions(tenant)
-               for m in gw.memory.session_messages(tenant, s.session)):
-            return
-        time.sleep(0.05)
-    pytest.fail(f"{text!r} was not stored")
 
 
 def recall_config(config: str, query: str, *headers: str) -> str:
@@ -97,14 +92,14 @@ def test_personal_mode_one_memory_across_agents_credentials_and_imports(
 
     said = codex_exec(codex, tmp_path, config, f"Remember this: {SAID}", extra_env=codex_env)
     assert said.returncode == 0, said.stderr[-3000:]
-    wait_for(gw, SAID)
+    wait_until_stored(gw, SAID)
 
     imported = lore_import(gw.settings.data_dir,
                            transcript(tmp_path / "claude-projects" / "p" / "s.jsonl",
                                       tmp_path / "work"))
     assert imported.returncode == 0, imported.stderr
     assert "1 new turn," in imported.stdout
-    wait_for(gw, IMPORTED)
+    wait_until_stored(gw, IMPORTED)
 
     fake_upstream.reset()
     recalled = claude_print(claude, tmp_path, gw.url, "Which branch does billing deploy from?",
@@ -149,7 +144,7 @@ def test_team_mode_keys_separate_memories_and_no_key_is_refused(
     said = codex_exec(codex, tmp_path, config, f"Remember this: {SAID}",
                       extra_env={"FAKE_API_KEY": KEY_A})
     assert said.returncode == 0, said.stderr[-3000:]
-    wait_for(gw, SAID, "alice")
+    wait_until_stored(gw, SAID, tenant="alice")
     assert all("x-lore-key" not in {k.lower() for k in r.headers}
                for r in fake_upstream.requests)
 

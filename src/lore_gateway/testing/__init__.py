@@ -3,6 +3,7 @@
 from lore_gateway.testing.background import BackgroundServer
 from lore_gateway.testing.fake_upstream import FakeUpstream, RecordedRequest
 from lore_gateway.testing.gateway import ANTHROPIC_KEY, OPENAI_KEY, gateway_settings
+from lore_gateway.testing.waiting import wait_until, wait_until_stored
 
 __all__ = [
     "ANTHROPIC_KEY",
@@ -11,4 +12,6 @@ __all__ = [
     "FakeUpstream",
     "RecordedRequest",
     "gateway_settings",
+    "wait_until",
+    "wait_until_stored",
 ]
