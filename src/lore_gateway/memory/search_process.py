@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import multiprocessing
 import os
 import pickle
 import socket
@@ -32,11 +31,11 @@ import threading
 import time
 from collections import OrderedDict
 from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from lore_gateway.memory import db
+from lore_gateway.memory.child import ChildProcess
 from lore_gateway.memory.errors import MemoryUnavailable, SearchTimeout
 from lore_gateway.storage.base import Database
 
@@ -132,9 +131,9 @@ def _failure(exc: Exception) -> MemoryUnavailable | str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _child_main(conn: Connection, address: str, embeddings: bool, parent: int) -> None:
+def _child_main(fd: int, address: str, embeddings: bool, parent: int) -> None:
     """A search child: load, then answer queries until the gateway closes its end."""
-    serve(conn, _init(address, embeddings, parent))
+    serve(Connection(fd), _init(address, embeddings, parent))
 
 
 def serve(conn: Connection, searcher: Searcher) -> None:
@@ -196,7 +195,7 @@ class _Worker:
     only closes our socket (the embedding process restarts its own child).
     """
 
-    def __init__(self, process: BaseProcess, sock: socket.socket, *, owned: bool) -> None:
+    def __init__(self, process: ChildProcess, sock: socket.socket, *, owned: bool) -> None:
         self.process = process
         self._sock = sock
         self._owned = owned
@@ -209,14 +208,14 @@ class _Worker:
     @classmethod
     def spawn(cls, address: str, embeddings: bool) -> _Worker:
         """A dedicated search process."""
-        ctx = multiprocessing.get_context("spawn")  # never fork a threaded process
         ours, theirs = socket.socketpair()
-        child_end = Connection(theirs.detach())
-        process = ctx.Process(target=_child_main,
-                              args=(child_end, address, embeddings, os.getpid()),
-                              name="lore-search", daemon=True)
-        process.start()
-        child_end.close()
+        theirs_fd = theirs.detach()
+        try:
+            process = ChildProcess(__name__, "_child_main",
+                                   (theirs_fd, address, embeddings, os.getpid()),
+                                   fds=(theirs_fd,))
+        finally:
+            os.close(theirs_fd)
         return cls(process, ours, owned=True)
 
     async def _connect(self) -> asyncio.Transport:
@@ -286,8 +285,8 @@ class _Worker:
 class SearchHost(Protocol):
     """A process that serves searches besides its own work (the embedding process)."""
 
-    def search_channel(self, dead: BaseProcess | None = None
-                       ) -> tuple[socket.socket, BaseProcess] | None:
+    def search_channel(self, dead: ChildProcess | None = None
+                       ) -> tuple[socket.socket, ChildProcess] | None:
         """A socket to its search loop, owned by the caller, and the process (a new
         one if ``dead``, the one whose socket closed, was the current one); ``None``
         when it cannot serve (closed, or given up after repeated deaths)."""
@@ -346,7 +345,7 @@ class SearchProcess:
         while len(self._pool) < self._workers:
             self._pool.append(self._new_worker())
 
-    def _new_worker(self, dead: BaseProcess | None = None) -> _Worker:
+    def _new_worker(self, dead: ChildProcess | None = None) -> _Worker:
         if self._host is None:
             return _Worker.spawn(self._database.address, self._embeddings)
         channel = self._host.search_channel(dead)
