@@ -48,7 +48,6 @@ from lore_gateway.memory.writer import (
     RESTART_BACKOFF_S,
     TurnWriter,
 )
-from lore_gateway.obs import metrics
 from lore_gateway.storage.base import Database
 
 log = logging.getLogger(__name__)
@@ -247,6 +246,8 @@ class TurnStoreProcess:
             self.failed += failed
             self._state.notify_all()
         if written > 0:
+            from lore_gateway.obs import metrics  # the gateway's; never in the child
+
             metrics.record_stored_turns(written)
 
     def _replace(self, failures: int) -> None:
@@ -291,7 +292,8 @@ def _child_main(address: str, max_message_bytes: int, max_queue: int, pipe_fd: i
     try:
         writer = TurnWriter(db.conn_factory(parse_url(address)),
                             max_message_bytes=max_message_bytes, max_queue=max_queue,
-                            on_commit=reports.committed, on_done=reports.done)
+                            on_commit=reports.committed, on_done=reports.done,
+                            on_stored=_counted_by_the_gateway)
     except Exception as exc:
         acks.send(("state", f"memory writer cannot open the database: {exc}"[:300]))
         acks.close()
@@ -323,6 +325,10 @@ def _child_main(address: str, max_message_bytes: int, max_queue: int, pipe_fd: i
         writer.close()
         reports.send()
         acks.close()
+
+
+def _counted_by_the_gateway(count: int) -> None:
+    """The child's stored turns reach ``/metrics`` through its reports."""
 
 
 class _Reports:
