@@ -36,6 +36,7 @@ import os
 import signal
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -290,7 +291,7 @@ def _child_main(address: str, max_message_bytes: int, max_queue: int, pipe_fd: i
     acks = PipeSender(acks_fd)
     reports = _Reports(acks)
     try:
-        writer = TurnWriter(db.conn_factory(parse_url(address)),
+        writer = TurnWriter(partial(db.connect_writer, parse_url(address)),
                             max_message_bytes=max_message_bytes, max_queue=max_queue,
                             on_commit=reports.committed, on_done=reports.done,
                             on_stored=_counted_by_the_gateway)
