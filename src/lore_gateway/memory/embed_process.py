@@ -14,8 +14,9 @@ The interface is the in-process ``EmbeddingWorker``'s: ``submit``, ``backfill``,
 and left for ``backfill``.
 
 The same process answers recall searches (``search_channel``, used by
-``search_process.SearchProcess`` when ``LORE_SEARCH_WORKERS`` is 0, the
-default): it holds the model anyway, and a second model process costs ~140 MiB.
+``search_process.SearchProcess`` when ``LORE_SEARCH_WORKERS`` is 0, the default,
+and served by ``search_child.serve``): it holds the model anyway, and a second
+model process costs ~140 MiB.
 Searches run on a thread at normal priority; only the backlog thread runs at
 nice 19 (Linux keeps a nice value per thread), so a search never waits behind
 the backlog for the CPU, and the backlog still yields to the relay. Both share
@@ -40,7 +41,6 @@ import socket
 import sys
 import threading
 import time
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -297,7 +297,7 @@ def _child_main(address: str, jobs_fd: int, acks_fd: int, stop_fd: int, parent: 
     """The child: one embedder shared by a search thread at normal priority and the
     backlog, embedded on this (main) thread at the lowest priority."""
     from lore_gateway import heap
-    from lore_gateway.memory import search_process
+    from lore_gateway.memory import search_child
     from lore_gateway.memory.embed import SEARCH_THREADS, load_embedder
 
     heap.name_process("lore-embed")
@@ -306,8 +306,8 @@ def _child_main(address: str, jobs_fd: int, acks_fd: int, stop_fd: int, parent: 
     # run takes the backlog thread's priority and a search run the search thread's
     # (onnxruntime's pool threads would take their creator's, for both).
     embedder = load_embedder(threads=SEARCH_THREADS)
-    threading.Thread(target=search_process.serve,
-                     args=(Connection(search_fd), search_process.searcher(address, embedder)),
+    threading.Thread(target=search_child.serve,
+                     args=(search_fd, search_child.searcher(address, embedder)),
                      name="lore-embed-search", daemon=True).start()
     _lower_priority()
     _embed_backlog(address, embedder, _Jobs(jobs_fd, stop_fd, parent), PipeSender(acks_fd))
@@ -360,7 +360,7 @@ def _embed_backlog(address: str, embedder: Any, jobs: _Jobs, acks: PipeSender) -
     from lore_gateway.memory import db
     from lore_gateway.storage.target import parse_url
 
-    conn = db.connect(parse_url(address))
+    conn = db.connect_writer(parse_url(address))
     trimmed = time.monotonic()
     try:
         while True:
