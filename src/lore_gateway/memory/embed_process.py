@@ -156,8 +156,11 @@ class EmbeddingProcess:
             jobs = self._jobs
         try:
             jobs.send(list(message_ids))
-        except PipeClosed:
-            self._ack(0)  # the child died: its replacement's backfill finds them
+        except PipeClosed:  # the child died: its replacement's backfill finds them
+            with self._idle:
+                if jobs is self._jobs:  # else the restart already cleared the count
+                    self._pending -= 1
+                    self._idle.notify_all()
 
     def backfill(self) -> None:
         """Queue every stored message that has no embedding yet."""
