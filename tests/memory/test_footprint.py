@@ -182,3 +182,59 @@ if __name__ == "__main__":
                          timeout=180, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["1"]
+
+
+def test_the_shipped_simhash_planes_are_the_seeded_ones() -> None:
+    """memory/model/simhash_planes.f32 saves the searching process numpy.random; the
+    index must hash exactly as with the generated planes."""
+    import numpy as np
+
+    from lore_gateway.memory.vectors import CODE_WORDS, _projections
+
+    generated = np.random.default_rng(384).standard_normal(
+        (384, CODE_WORDS * 64)).astype(np.float32)
+    shipped = _projections(384)
+    assert shipped.dtype == np.float32 and shipped.flags.writeable
+    assert np.array_equal(shipped, generated)
+
+
+def test_the_helper_processes_start_without_multiprocessing(tmp_path: Path,
+                                                             db_backend: str) -> None:
+    """No resource tracker beside the gateway, and the embedding process (which
+    searches) maps neither asyncio nor numpy.random: RSS we measured away
+    (docs/benchmarks.md, "Memory"; on Postgres its driver brings asyncio). The
+    storage and embedding processes still write and search."""
+    script = f"""
+import asyncio, os, time
+from pathlib import Path
+from lore_gateway.config import Settings
+from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.service import Memory
+from lore_gateway.protocols.common import Message
+
+ident = Identity("t", "p", "s")
+memory = Memory.open(Settings(data_dir=Path({str(tmp_path)!r}), embeddings=True),
+                     turn_process=True)
+memory.submit_turn(TurnRecord(identity=ident, protocol="chat", model=None,
+                              created_at=time.time(),
+                              messages=(Message("user", "the quokka migration"),)),
+                   wait=True)
+memory.flush(timeout=60)
+assert memory._embedding_worker.flush(timeout=120)
+hits = asyncio.run(memory.search("quokka migration", identity=ident)).hits
+children = Path(f"/proc/{{os.getpid()}}/task/{{os.getpid()}}/children").read_text().split()
+for child in children:
+    cmdline = Path(f"/proc/{{child}}/cmdline").read_bytes()
+    maps = Path(f"/proc/{{child}}/maps").read_text()
+    name = Path(f"/proc/{{child}}/comm").read_text().strip()
+    print(name, b"resource_tracker" in cmdline, "/_asyncio." in maps, "numpy/random" in maps)
+print("hits", len(hits))
+memory.close()
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    asyncio_in_driver = db_backend == "postgres"
+    assert sorted(out.stdout.splitlines()) == [
+        "hits 1", f"lore-embed False {asyncio_in_driver} False",
+        f"lore-store False {asyncio_in_driver} False"]

@@ -1,11 +1,12 @@
-"""``lore bench memory``: what a serving gateway keeps resident, process by process.
+"""``lore bench footprint``: what a serving gateway keeps resident, process by process.
 
 The gateway (``lore serve``) runs as in production, with its helper processes
-(the embedding process, the search processes, multiprocessing's resource
-tracker), against the fake upstream. The bench stores ``turns`` turns through
-it (one in ``recall_every`` calls recall, so the search processes load and
-search), waits until the embedding process has caught up, and reads every
-process of the gateway's tree from ``/proc``:
+(the embedding process, which also answers searches, the storage process, and
+search processes if ``LORE_SEARCH_WORKERS`` asks for them), against the fake
+upstream. The bench stores ``turns`` turns through it (one in ``recall_every``
+calls recall, so the model loads and searches run), waits until the embedding
+process has caught up, and reads every process of the gateway's tree from
+``/proc``:
 
 * **RSS**: resident pages, shared ones (libraries, the page cache of files they
   map) counted in every process that maps them; the sum over-counts.

@@ -22,7 +22,7 @@ def footprint(
 ) -> None:
     """Run `lore serve` against the fake upstream, store TURNS turns through it, wait
     for the embedder, and print RSS, PSS and peak RSS of the gateway and each of its
-    helper processes (embedder, search, resource tracker) and their totals."""
+    helper processes (embedder, storage, any search workers) and their totals."""
     from lore_gateway.bench.footprint import run
 
     result = run(turns=turns, recall_every=recall_every, embeddings=embeddings,

@@ -22,6 +22,12 @@ BUSY_TIMEOUT_MS = 5_000
 # 64 MiB of page cache per connection (negative = KiB). The store is read-heavy
 # during search; the default 2 MiB makes BM25 over a large corpus page-fault bound.
 CACHE_KIB = 64 * 1024
+# The page cache of a connection that only writes (the storage process's turn
+# writer, the embedding process's backlog): every page it writes passes through
+# its cache, so at 64 MiB it would keep the last 64 MiB written resident for
+# nothing; writes touch an index's right edge and a few interior pages. SQLite's
+# own default.
+WRITER_CACHE_KIB = 2 * 1024
 
 ConnFactory = Callable[[], Connection]
 # A database, or (older call sites, tests) the path of a SQLite file.
@@ -68,6 +74,15 @@ def connect_sqlite(path: Path, *, readonly: bool = False) -> apsw.Connection:
 def conn_factory(target: Target, *, readonly: bool = False) -> ConnFactory:
     """A zero-argument opener, for threads that need their own connection."""
     return partial(connect, database(target), readonly=readonly)
+
+
+def connect_writer(target: Target) -> Connection:
+    """A connection for a process that writes and reads back little: a small page
+    cache on SQLite (``WRITER_CACHE_KIB``); on Postgres the same as ``connect``."""
+    conn = connect(target)
+    if conn.backend == "sqlite":
+        conn.execute(f"PRAGMA cache_size=-{WRITER_CACHE_KIB}")
+    return conn
 
 
 def private_dir(path: Path) -> None:

@@ -14,8 +14,9 @@ The interface is the in-process ``EmbeddingWorker``'s: ``submit``, ``backfill``,
 and left for ``backfill``.
 
 The same process answers recall searches (``search_channel``, used by
-``search_process.SearchProcess`` when ``LORE_SEARCH_WORKERS`` is 0, the
-default): it holds the model anyway, and a second model process costs ~140 MiB.
+``search_process.SearchProcess`` when ``LORE_SEARCH_WORKERS`` is 0, the default,
+and served by ``search_child.serve``): it holds the model anyway, and a second
+model process costs ~140 MiB.
 Searches run on a thread at normal priority; only the backlog thread runs at
 nice 19 (Linux keeps a nice value per thread), so a search never waits behind
 the backlog for the CPU, and the backlog still yields to the relay. Both share
@@ -31,21 +32,20 @@ the same time with 10 or 10,000 messages waiting.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
-import multiprocessing
 import os
-import queue
+import select
 import socket
 import sys
 import threading
 import time
-from multiprocessing.connection import Connection
-from multiprocessing.context import SpawnProcess
-from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
+from lore_gateway.memory.child import ChildProcess
+from lore_gateway.memory.turn_pipe import PipeClosed, PipeReceiver, PipeSender, make_pipe
 from lore_gateway.storage.base import Database
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,6 @@ PARENT_CHECK_SECONDS = 1.0
 # Messages embedded (and committed) per step of a job: a progress bar moves every
 # step, and a stop request waits at most one step.
 STEP_MESSAGES = 16
-_STOP = None
 # Restarts of a child that died (a crash, the OOM killer) before giving up; a
 # message that kills the model every time must not turn into a restart loop.
 MAX_RESTARTS = 5
@@ -78,17 +77,13 @@ class EmbeddingProcess:
 
     def __init__(self, database: Database | Path, *,
                  max_pending: int = MAX_PENDING_BATCHES) -> None:
-        self._ctx = multiprocessing.get_context("spawn")  # never fork a threaded process
         self._max_pending = max_pending
-        # Set by close(): the child stops before its next batch, without working
-        # through its backlog first (unembedded rows are picked up by backfill).
-        self._stop = self._ctx.Event()
         self._idle = threading.Condition()
         self._pending = 0
         self.submitted = 0  # message ids handed in (progress bars: progress / submitted)
         self.embedded = 0
-        # Messages embedded so far, counted by the child after every step.
-        self._progress = self._ctx.Value("q", 0)
+        # Messages embedded so far, as the child reports after every step.
+        self._progress = 0
         self.dropped = 0
         self.restarts = 0
         self.degraded: str | None = None
@@ -105,28 +100,34 @@ class EmbeddingProcess:
         self._reader.start()
 
     def _spawn(self) -> None:
-        """A fresh child with fresh queues (a dead child may leave them half-written)."""
-        self._jobs: multiprocessing.Queue[list[int] | None] = self._ctx.Queue(
-            maxsize=self._max_pending)
-        self._acks: multiprocessing.Queue[int] = self._ctx.Queue()
-        # Never let interpreter exit wait for the feeder thread to push a backlog
-        # into a pipe nobody reads any more (it would block SIGTERM for minutes).
-        self._jobs.cancel_join_thread()
+        """A fresh child with fresh pipes (a dead child may leave them half-written).
+
+        Three pipes and a socket pair: jobs in, reports out, and a stop pipe the
+        child watches between steps (this side closes it to stop the child; so
+        does this process's death). The socket pair is the search channel."""
+        jobs_read, jobs_write = make_pipe()
+        acks_read, acks_write = make_pipe()
+        stop_read, stop_write = os.pipe()
         # The child also answers searches (memory/search_process.py): the gateway's
         # one model process. The event loop reads and writes our end.
         self._search_sock, theirs = socket.socketpair()
-        child_end = Connection(theirs.detach())
-        self._process: SpawnProcess = self._ctx.Process(
-            target=_child_main,
-            args=(self._database.address, self._jobs, self._acks, self._stop, os.getpid(),
-                  self._progress, child_end),
-            name="lore-embed", daemon=True,
-        )
-        self._process.start()
-        child_end.close()
+        theirs_fd = theirs.detach()
+        ends = (jobs_read, acks_write, stop_read, theirs_fd)
+        try:
+            self._process = ChildProcess(
+                __name__, "_child_main",
+                (self._database.address, jobs_read, acks_write, stop_read, os.getpid(),
+                 theirs_fd),
+                fds=ends)
+        finally:
+            for fd in ends:  # the child's ends: it sees EOF when this side's go
+                os.close(fd)
+        self._jobs = PipeSender(jobs_write)
+        self._acks = PipeReceiver(acks_read)
+        self._stop_fd = stop_write
 
-    def search_channel(self, dead: BaseProcess | None = None
-                       ) -> tuple[socket.socket, SpawnProcess] | None:
+    def search_channel(self, dead: ChildProcess | None = None
+                       ) -> tuple[socket.socket, ChildProcess] | None:
         """A socket to the child's search loop (a duplicate, owned by the caller) and
         the child; a dead child is replaced first. ``dead``: the child whose socket
         the caller saw close, reaped first (it is exiting; the exit takes moments).
@@ -145,14 +146,21 @@ class EmbeddingProcess:
         if not message_ids:
             return
         with self._idle:
-            self._pending += 1
             self.submitted += len(message_ids)
+            if self._pending >= self._max_pending:
+                self.dropped += len(message_ids)
+                log.warning("embedding queue full; %d messages left for backfill",
+                            len(message_ids))
+                return
+            self._pending += 1
+            jobs = self._jobs
         try:
-            self._jobs.put_nowait(list(message_ids))
-        except queue.Full:
-            self.dropped += len(message_ids)
-            self._ack(0)
-            log.warning("embedding queue full; %d messages left for backfill", len(message_ids))
+            jobs.send(list(message_ids))
+        except PipeClosed:  # the child died: its replacement's backfill finds them
+            with self._idle:
+                if jobs is self._jobs:  # else the restart already cleared the count
+                    self._pending -= 1
+                    self._idle.notify_all()
 
     def backfill(self) -> None:
         """Queue every stored message that has no embedding yet."""
@@ -175,7 +183,7 @@ class EmbeddingProcess:
     @property
     def progress(self) -> int:
         """Messages embedded so far, including those of jobs still running."""
-        return int(self._progress.value)
+        return self._progress
 
     @property
     def alive(self) -> bool:
@@ -185,14 +193,11 @@ class EmbeddingProcess:
         """Stop the child after its current batch; the backlog waits for backfill."""
         with self._lifecycle:
             self._closing = True
-        self._stop.set()
-        with contextlib.suppress(queue.Full, ValueError, OSError):
-            self._jobs.put_nowait(_STOP)
+        self._close_stop_pipe()
         self._process.join(timeout=timeout)
         if self._process.is_alive():
             self._process.kill()
             self._process.join(timeout=5)
-        self._acks.put(-1)
         self._reader.join(timeout=5)
         self._jobs.close()
         self._search_sock.close()
@@ -223,6 +228,8 @@ class EmbeddingProcess:
             self._pending = 0  # what the dead child held is found again by backfill
             self._idle.notify_all()
         self._search_sock.close()
+        self._jobs.close()
+        self._close_stop_pipe()
         self._spawn()
         threading.Thread(target=self._backfill_quietly, name="lore-embed-backfill",
                          daemon=True).start()
@@ -239,22 +246,38 @@ class EmbeddingProcess:
             self.embedded += embedded
             self._idle.notify_all()
 
+    def _close_stop_pipe(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._stop_fd)
+
     def _read_acks(self) -> None:
+        """The child's reports: ``("step", n)`` after every step, ``("job", n)`` after
+        every job. End of file means the child exited: replace it, unless closing."""
         while True:
+            acks = self._acks
             try:
-                count = self._acks.get(timeout=1.0)
-            except queue.Empty:
-                if not self._process.is_alive():
-                    if not self._closing and self.degraded is None:
-                        self._restart()
+                reports = acks.receive(PARENT_CHECK_SECONDS)
+            except (PipeClosed, OSError):
+                reports = None
+            if reports:
+                for kind, count in reports:
+                    if kind == "step":
+                        self._progress += count
+                    else:
+                        self._ack(count)
+                continue
+            if reports is None:
+                acks.close()
+                if acks is self._acks:  # not already replaced by a search
+                    self._process.join(timeout=REAP_S)  # it is exiting
+            if not self._process.is_alive():
+                if self._closing or self.degraded is not None:
                     with self._idle:
                         self._idle.notify_all()  # flush() must not wait on a dead child
-                continue
-            except (EOFError, OSError):
-                return
-            if count < 0:
-                return
-            self._ack(count)
+                    return
+                self._restart()
+                with self._idle:
+                    self._idle.notify_all()
 
 
 def _store_with_retry(conn: Any, embedder: Any, ids: list[int]) -> int:
@@ -272,12 +295,12 @@ def _store_with_retry(conn: Any, embedder: Any, ids: list[int]) -> int:
     return 0
 
 
-def _child_main(address: str, jobs: Any, acks: Any, stop: Any, parent: int,
-                progress: Any, searches: Connection) -> None:
+def _child_main(address: str, jobs_fd: int, acks_fd: int, stop_fd: int, parent: int,
+                search_fd: int) -> None:
     """The child: one embedder shared by a search thread at normal priority and the
     backlog, embedded on this (main) thread at the lowest priority."""
     from lore_gateway import heap
-    from lore_gateway.memory import search_process
+    from lore_gateway.memory import search_child
     from lore_gateway.memory.embed import SEARCH_THREADS, load_embedder
 
     heap.name_process("lore-embed")
@@ -286,11 +309,41 @@ def _child_main(address: str, jobs: Any, acks: Any, stop: Any, parent: int,
     # run takes the backlog thread's priority and a search run the search thread's
     # (onnxruntime's pool threads would take their creator's, for both).
     embedder = load_embedder(threads=SEARCH_THREADS)
-    threading.Thread(target=search_process.serve,
-                     args=(searches, search_process.searcher(address, embedder)),
+    threading.Thread(target=search_child.serve,
+                     args=(search_fd, search_child.searcher(address, embedder)),
                      name="lore-embed-search", daemon=True).start()
     _lower_priority()
-    _embed_backlog(address, embedder, jobs, acks, stop, parent, progress)
+    _embed_backlog(address, embedder, _Jobs(jobs_fd, stop_fd, parent), PipeSender(acks_fd))
+
+
+class _Jobs:
+    """The child's end of the job pipe and the stop pipe."""
+
+    def __init__(self, jobs_fd: int, stop_fd: int, parent: int) -> None:
+        self._jobs = PipeReceiver(jobs_fd)
+        self._jobs_fd = jobs_fd
+        self._stop_fd = stop_fd
+        self._parent = parent
+        self._waiting: collections.deque[list[int]] = collections.deque()
+
+    def stopped(self) -> bool:
+        """The gateway closed the stop pipe (``close``, or it died), or we were orphaned."""
+        if os.getppid() != self._parent:
+            return True
+        ready, _, _ = select.select([self._stop_fd], [], [], 0)
+        return bool(ready)
+
+    def empty(self) -> bool:
+        return not self._waiting
+
+    def get(self) -> list[int] | None:
+        """The next job, waiting at most ``PARENT_CHECK_SECONDS``; ``None`` without one."""
+        if not self._waiting:
+            ready, _, _ = select.select([self._jobs_fd, self._stop_fd], [],
+                                        [], PARENT_CHECK_SECONDS)
+            if self._jobs_fd in ready:
+                self._waiting.extend(self._jobs.receive(0))
+        return self._waiting.popleft() if self._waiting else None
 
 
 def _lower_priority() -> None:
@@ -304,42 +357,46 @@ def _lower_priority() -> None:
             os.nice(BACKGROUND_NICE)
 
 
-def _embed_backlog(address: str, embedder: Any, jobs: Any, acks: Any, stop: Any,
-                   parent: int, progress: Any) -> None:
+def _embed_backlog(address: str, embedder: Any, jobs: _Jobs, acks: PipeSender) -> None:
     """Embed job after job, one connection, until stopped or orphaned."""
     from lore_gateway import heap
     from lore_gateway.memory import db
     from lore_gateway.storage.target import parse_url
 
-    conn = db.connect(parse_url(address))
+    conn = db.connect_writer(parse_url(address))
     trimmed = time.monotonic()
     try:
         while True:
-            if stop.is_set() or os.getppid() != parent:
+            if jobs.stopped():
                 return  # stopped, or the gateway died without stopping us: never linger
             try:
-                ids = jobs.get(timeout=PARENT_CHECK_SECONDS)
-            except queue.Empty:
+                ids = jobs.get()
+            except PipeClosed:
+                return  # the gateway is gone
+            if ids is None:
                 continue
-            if ids is _STOP:
-                return
             done = 0
             if embedder is not None:
                 try:
                     for start in range(0, len(ids), STEP_MESSAGES):
-                        if stop.is_set() or os.getppid() != parent:
+                        if jobs.stopped():
                             return
                         step = _store_with_retry(conn, embedder,
                                                  ids[start:start + STEP_MESSAGES])
                         done += step
-                        with progress.get_lock():
-                            progress.value += step
+                        acks.send(("step", step))
+                except PipeClosed:
+                    return
                 except Exception:
                     logging.getLogger(__name__).exception(
                         "embedding %d messages failed; they stay BM25-only", len(ids))
-            acks.put(done)
+            try:
+                acks.send(("job", done))
+            except PipeClosed:
+                return
             if jobs.empty() and time.monotonic() - trimmed > IDLE_TRIM_S:
                 heap.trim()  # a backlog's run buffers, given back once it is done
                 trimmed = time.monotonic()
     finally:
         conn.close()
+        acks.close()

@@ -51,6 +51,13 @@ def tokenizer_path() -> Path:
     return Path(str(resources.files("lore_gateway.memory"))) / "model" / "tokenizer.json"
 
 
+def simhash_planes_path() -> Path:
+    """The search index's SimHash hyperplanes for 384-dimensional vectors, as
+    float32 bytes: ``np.random.default_rng(384).standard_normal((384, 384))``,
+    computed once and shipped (``memory/vectors.py`` says why)."""
+    return Path(str(resources.files("lore_gateway.memory"))) / "model" / "simhash_planes.f32"
+
+
 def warn_model_missing() -> None:
     log.warning(
         "embedding model not found: reinstall lore-gateway (`pip install .`), which "

@@ -23,26 +23,21 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import multiprocessing
 import os
 import pickle
 import socket
 import struct
 import threading
-import time
-from collections import OrderedDict
-from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from lore_gateway.memory import db
+from lore_gateway.memory.child import ChildProcess
 from lore_gateway.memory.errors import MemoryUnavailable, SearchTimeout
 from lore_gateway.storage.base import Database
 
 if TYPE_CHECKING:
     from lore_gateway.memory.hits import SearchResult
-    from lore_gateway.memory.search import Searcher
 
 log = logging.getLogger(__name__)
 
@@ -53,106 +48,6 @@ MAX_IN_FLIGHT = 256
 # Seconds one search may take, queueing included, before the recall goes on
 # without it. Idle searches take 13-132 ms.
 DEFAULT_TIMEOUT_S = 10.0
-# Query vectors remembered per search process (1.5 KiB each).
-QUERY_CACHE_SIZE = 1024
-# How often the child checks that the gateway that started it is alive.
-PARENT_CHECK_S = 1.0
-
-
-def searcher(address: str, embedder: Any) -> Searcher:
-    """A child's ``Searcher`` over the database at ``address``, with ``embedder``
-    (``None``: BM25 only) behind the query-vector cache."""
-    from lore_gateway.memory import db
-    from lore_gateway.memory.search import Searcher
-    from lore_gateway.storage.target import parse_url
-
-    cached = _QueryCache(embedder) if embedder is not None else None
-    return Searcher(db.conn_factory(parse_url(address)), cached)  # type: ignore[arg-type]
-
-
-def _init(address: str, embeddings: bool, parent: int) -> Searcher:
-    threading.Thread(target=_exit_with_parent, args=(parent,), name="lore-search-parent",
-                     daemon=True).start()
-    from lore_gateway import heap
-
-    heap.name_process("lore-search")
-    heap.start_trimmer()
-    embedder = None
-    if embeddings:
-        from lore_gateway.memory.embed import load_embedder
-
-        embedder = load_embedder()
-    return searcher(address, embedder)
-
-
-class _QueryCache:
-    """The embedder, remembering the vectors of recent queries.
-
-    The query embedding is three quarters of a search's CPU (11 ms of 14 on this
-    machine), and an agent asks the same question again: a follow-up recall, a
-    retried turn, a second session on the same topic. The vectors are a pure
-    function of the text, so a cache never changes a result.
-    """
-
-    def __init__(self, embedder: Any) -> None:
-        self._embedder = embedder
-        self.model_name = embedder.model_name
-        self.dim = embedder.dim
-        self._cache: OrderedDict[str, Any] = OrderedDict()
-
-    def embed(self, texts: list[str]) -> Any:
-        if len(texts) != 1:
-            return self._embedder.embed(texts)
-        (text,) = texts
-        hit = self._cache.get(text)
-        if hit is not None:
-            self._cache.move_to_end(text)
-            return hit
-        vectors = self._embedder.embed(texts)
-        self._cache[text] = vectors
-        if len(self._cache) > QUERY_CACHE_SIZE:
-            self._cache.popitem(last=False)
-        return vectors
-
-
-def _exit_with_parent(parent: int) -> None:
-    """A gateway killed with SIGKILL cannot stop us, and the pool's queue never
-    reports it (this process holds both ends of its pipe): look for ourselves."""
-    while os.getppid() == parent:
-        time.sleep(PARENT_CHECK_S)
-    os._exit(0)
-
-
-def _failure(exc: Exception) -> MemoryUnavailable | str:
-    """What goes back for a failed search: our own typed "memory cannot answer"
-    errors as they are (an unreachable database must reach the recall as that, not
-    as a generic failure), anything else as its text."""
-    if isinstance(exc, MemoryUnavailable):
-        return type(exc)(str(exc))
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _child_main(conn: Connection, address: str, embeddings: bool, parent: int) -> None:
-    """A search child: load, then answer queries until the gateway closes its end."""
-    serve(conn, _init(address, embeddings, parent))
-
-
-def serve(conn: Connection, searcher: Searcher) -> None:
-    """Answer one query at a time, in the order they came, until the gateway closes
-    its end. Also the search loop of the embedding process (``embed_process.py``)."""
-    while True:
-        try:
-            request_id, query, args = pickle.loads(conn.recv_bytes())
-        except (EOFError, OSError):
-            return  # the gateway closed its end: stop
-        tenant, project, session, scope, limit = args
-        try:
-            result = searcher.search(query, tenant=tenant, project=project, session=session,
-                                     scope=scope, limit=limit)
-            reply = pickle.dumps((request_id, True, result))
-        except Exception as exc:  # a failed search fails that recall, not the process
-            reply = pickle.dumps((request_id, False, _failure(exc)))
-        conn.send_bytes(reply)
 
 
 class _Replies(asyncio.Protocol):
@@ -196,7 +91,7 @@ class _Worker:
     only closes our socket (the embedding process restarts its own child).
     """
 
-    def __init__(self, process: BaseProcess, sock: socket.socket, *, owned: bool) -> None:
+    def __init__(self, process: ChildProcess, sock: socket.socket, *, owned: bool) -> None:
         self.process = process
         self._sock = sock
         self._owned = owned
@@ -209,14 +104,14 @@ class _Worker:
     @classmethod
     def spawn(cls, address: str, embeddings: bool) -> _Worker:
         """A dedicated search process."""
-        ctx = multiprocessing.get_context("spawn")  # never fork a threaded process
         ours, theirs = socket.socketpair()
-        child_end = Connection(theirs.detach())
-        process = ctx.Process(target=_child_main,
-                              args=(child_end, address, embeddings, os.getpid()),
-                              name="lore-search", daemon=True)
-        process.start()
-        child_end.close()
+        theirs_fd = theirs.detach()
+        try:
+            process = ChildProcess("lore_gateway.memory.search_child", "child_main",
+                                   (theirs_fd, address, embeddings, os.getpid()),
+                                   fds=(theirs_fd,))
+        finally:
+            os.close(theirs_fd)
         return cls(process, ours, owned=True)
 
     async def _connect(self) -> asyncio.Transport:
@@ -286,8 +181,8 @@ class _Worker:
 class SearchHost(Protocol):
     """A process that serves searches besides its own work (the embedding process)."""
 
-    def search_channel(self, dead: BaseProcess | None = None
-                       ) -> tuple[socket.socket, BaseProcess] | None:
+    def search_channel(self, dead: ChildProcess | None = None
+                       ) -> tuple[socket.socket, ChildProcess] | None:
         """A socket to its search loop, owned by the caller, and the process (a new
         one if ``dead``, the one whose socket closed, was the current one); ``None``
         when it cannot serve (closed, or given up after repeated deaths)."""
@@ -346,7 +241,7 @@ class SearchProcess:
         while len(self._pool) < self._workers:
             self._pool.append(self._new_worker())
 
-    def _new_worker(self, dead: BaseProcess | None = None) -> _Worker:
+    def _new_worker(self, dead: ChildProcess | None = None) -> _Worker:
         if self._host is None:
             return _Worker.spawn(self._database.address, self._embeddings)
         channel = self._host.search_channel(dead)

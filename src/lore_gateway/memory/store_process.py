@@ -32,16 +32,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing
-import queue
+import os
 import signal
 import threading
 import time
-from multiprocessing.connection import Connection
-from multiprocessing.context import SpawnProcess
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from lore_gateway.memory.child import ChildProcess
 from lore_gateway.memory.records import RawTurn, TurnRecord
 from lore_gateway.memory.turn_pipe import PipeClosed, PipeReceiver, PipeSender, make_pipe
 from lore_gateway.memory.writer import (
@@ -50,7 +49,6 @@ from lore_gateway.memory.writer import (
     RESTART_BACKOFF_S,
     TurnWriter,
 )
-from lore_gateway.obs import metrics
 from lore_gateway.storage.base import Database
 
 log = logging.getLogger(__name__)
@@ -80,7 +78,6 @@ class TurnStoreProcess:
                  on_commit: Any = None) -> None:
         from lore_gateway.memory import db
 
-        self._ctx = multiprocessing.get_context("spawn")  # never fork a threaded process
         self._database = db.database(database)
         self._max_message_bytes = max_message_bytes
         self._capacity = max_queue
@@ -111,22 +108,21 @@ class TurnStoreProcess:
                         "for it", START_TIMEOUT_S)
 
     def _spawn(self) -> None:
-        """A fresh child with a fresh pipe and queue (a dead child may leave them
-        half-written)."""
+        """A fresh child with fresh pipes (a dead child may leave them half-written):
+        turns in, reports out."""
         read_fd, write_fd = make_pipe()
-        reading = Connection(read_fd, writable=False)  # a duplicate goes to the child
-        self._acks: multiprocessing.Queue[tuple[Any, ...]] = self._ctx.Queue()
-        self._process: SpawnProcess = self._ctx.Process(
-            target=_child_main,
-            args=(self._database.address, self._max_message_bytes, self._capacity,
-                  reading, self._acks),
-            name="lore-store", daemon=True,
-        )
+        acks_read, acks_write = make_pipe()
         try:
-            self._process.start()
+            self._process = ChildProcess(
+                __name__, "_child_main",
+                (self._database.address, self._max_message_bytes, self._capacity,
+                 read_fd, acks_write),
+                fds=(read_fd, acks_write))
         finally:
-            reading.close()  # only the child reads: it sees EOF when this side goes
+            os.close(read_fd)  # only the child reads: it sees EOF when this side goes
+            os.close(acks_write)
         self._turns = PipeSender(write_fd)
+        self._acks = PipeReceiver(acks_read)
 
     def _send(self, item: object) -> bool:
         try:
@@ -204,42 +200,43 @@ class TurnStoreProcess:
                         "%d turns still queued", timeout or 0, self.queue_depth)
             self._process.kill()
             self._process.join(5)
-        with contextlib.suppress(ValueError, OSError):
-            self._acks.put(("closed",))
         self._reader.join(5)
 
     # --- the child's reports -------------------------------------------------------
 
     def _read_acks(self) -> None:
+        """The child's reports until it exits (end of file on its pipe); a child that
+        exits without being stopped is replaced."""
         failures = 0
         while True:
             try:
-                ack = self._acks.get(timeout=ALIVE_CHECK_S)
-            except queue.Empty:
-                if not self._process.is_alive():
-                    if self._closing:
-                        return
-                    self._replace(failures)
-                    failures += 1
+                acks = self._acks.receive(ALIVE_CHECK_S)
+                ended = not acks and not self._process.is_alive()
+            except (PipeClosed, OSError):
+                ended = True
+            if ended:
+                self._acks.close()
+                self._process.join(CLOSE_TIMEOUT_S)  # it is exiting
+                if self._closing:
+                    return
+                self._replace(failures)
+                failures += 1
                 continue
-            except (EOFError, OSError):
-                return
-            kind = ack[0]
-            if kind == "progress":
-                if ack[5] and self._on_commit is not None:
-                    try:
-                        self._on_commit(ack[5])
-                    except Exception:
-                        log.exception("memory: the post-commit hook failed")
-                self._progress(*ack[1:5])
-            elif kind == "state":
-                self._ready.set()
-                self._child_degraded = ack[1]
-                if ack[1] is None:
-                    failures = 0
-                    self._own_degraded = None
-            elif kind == "closed":
-                return
+            for ack in acks:
+                kind = ack[0]
+                if kind == "progress":
+                    if ack[5] and self._on_commit is not None:
+                        try:
+                            self._on_commit(ack[5])
+                        except Exception:
+                            log.exception("memory: the post-commit hook failed")
+                    self._progress(*ack[1:5])
+                elif kind == "state":
+                    self._ready.set()
+                    self._child_degraded = ack[1]
+                    if ack[1] is None:
+                        failures = 0
+                        self._own_degraded = None
 
     def _progress(self, count: int, written: int, skipped: int, failed: int) -> None:
         """The child's deltas since its last report."""
@@ -250,6 +247,8 @@ class TurnStoreProcess:
             self.failed += failed
             self._state.notify_all()
         if written > 0:
+            from lore_gateway.obs import metrics  # the gateway's; never in the child
+
             metrics.record_stored_turns(written)
 
     def _replace(self, failures: int) -> None:
@@ -272,8 +271,8 @@ class TurnStoreProcess:
             log.error("memory: %d turns queued in the dead storage process are lost", lost)
 
 
-def _child_main(address: str, max_message_bytes: int, max_queue: int, pipe: Connection,
-                acks: Any) -> None:
+def _child_main(address: str, max_message_bytes: int, max_queue: int, pipe_fd: int,
+                acks_fd: int) -> None:
     """The child: one ``TurnWriter`` fed from the gateway's pipe.
 
     Signals are the gateway's business: Ctrl-C reaches the whole process group,
@@ -289,18 +288,21 @@ def _child_main(address: str, max_message_bytes: int, max_queue: int, pipe: Conn
 
     heap.name_process("lore-store")
     heap.start_trimmer()
+    acks = PipeSender(acks_fd)
     reports = _Reports(acks)
     try:
-        writer = TurnWriter(db.conn_factory(parse_url(address)),
+        writer = TurnWriter(partial(db.connect_writer, parse_url(address)),
                             max_message_bytes=max_message_bytes, max_queue=max_queue,
-                            on_commit=reports.committed, on_done=reports.done)
+                            on_commit=reports.committed, on_done=reports.done,
+                            on_stored=_counted_by_the_gateway)
     except Exception as exc:
-        acks.put(("state", f"memory writer cannot open the database: {exc}"[:300]))
+        acks.send(("state", f"memory writer cannot open the database: {exc}"[:300]))
+        acks.close()
         raise SystemExit(1) from exc
     reports.writer = writer
     reported: str | None = None
-    acks.put(("state", None))
-    receiver = PipeReceiver(pipe.fileno())
+    acks.send(("state", None))
+    receiver = PipeReceiver(pipe_fd)
     try:
         while True:
             try:
@@ -309,7 +311,7 @@ def _child_main(address: str, max_message_bytes: int, max_queue: int, pipe: Conn
                 return  # the gateway is gone: the writer's close writes what is queued
             if writer.degraded != reported:
                 reported = writer.degraded
-                acks.put(("state", reported))
+                acks.send(("state", reported))
             for item in items:
                 if item is _STOP:
                     return
@@ -323,12 +325,17 @@ def _child_main(address: str, max_message_bytes: int, max_queue: int, pipe: Conn
     finally:
         writer.close()
         reports.send()
+        acks.close()
+
+
+def _counted_by_the_gateway(count: int) -> None:
+    """The child's stored turns reach ``/metrics`` through its reports."""
 
 
 class _Reports:
     """The child's progress since its last report, gathered on its writer thread."""
 
-    def __init__(self, acks: Any) -> None:
+    def __init__(self, acks: PipeSender) -> None:
         self._acks = acks
         self._lock = threading.Lock()
         self.writer: TurnWriter | None = None
@@ -358,4 +365,5 @@ class _Reports:
             deltas = [n - s for n, s in zip(now, self._sent, strict=True)]
             report = ("progress", self._count, *deltas, self._ids)
             self._count, self._ids, self._sent = 0, [], now
-        self._acks.put(report)
+        with contextlib.suppress(PipeClosed):  # the gateway is gone
+            self._acks.send(report)

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from lore_gateway.memory.embed import Embedder, FloatArray, as_blob
+from lore_gateway.memory.embed import DIM, Embedder, FloatArray, as_blob
 from lore_gateway.memory.render import is_recall_traffic
 from lore_gateway.storage.base import Connection
 
@@ -65,7 +65,17 @@ def sign_codes(vectors: FloatArray) -> npt.NDArray[np.uint64]:
 
 
 def _projections(dim: int) -> FloatArray:
-    """The fixed random hyperplanes of the SimHash (seeded: the same in every process)."""
+    """The fixed random hyperplanes of the SimHash (seeded: the same in every process).
+
+    For the model's 384 dimensions they are read from the copy shipped in
+    ``memory/model`` (bit-identical, ``tests/memory/test_footprint.py``):
+    generating them imports ``numpy.random``, and with it OpenSSL's libcrypto,
+    6.3 MiB of RSS in the process that searches, for one matrix."""
+    if dim == DIM:
+        from lore_gateway.memory.model_files import simhash_planes_path
+
+        data = simhash_planes_path().read_bytes()
+        return np.frombuffer(data, dtype="<f4").reshape(dim, CODE_WORDS * 64).copy()
     return np.random.default_rng(384).standard_normal((dim, CODE_WORDS * 64)).astype(np.float32)
 
 

@@ -35,7 +35,6 @@ from lore_gateway.memory.db import ConnFactory
 from lore_gateway.memory.errors import StorageBusy, StorageError, StorageUnavailable
 from lore_gateway.memory.records import Identity, RawTurn, TurnRecord
 from lore_gateway.memory.sanitize import clean_for_storage, storable
-from lore_gateway.obs import metrics
 from lore_gateway.storage.base import Connection, Cursor
 
 log = logging.getLogger(__name__)
@@ -82,6 +81,12 @@ _STOP = object()
 FAILED = object()
 
 
+def _count_stored(count: int) -> None:
+    from lore_gateway.obs import metrics
+
+    metrics.record_stored_turns(count)
+
+
 class TurnWriter:
     """Owns the write connection and the queue that feeds it."""
 
@@ -93,16 +98,22 @@ class TurnWriter:
         max_queue: int = DEFAULT_MAX_QUEUE,
         on_commit: Callable[[list[int]], None] | None = None,
         on_done: Callable[[int], None] | None = None,
+        on_stored: Callable[[int], None] | None = None,
     ) -> None:
         """``on_commit(ids)``: the message ids of each commit (the embedder's feed),
         called before the batch counts as done, so a ``flush`` that returns has
         handed them on. ``on_done(count)``: after ``count`` items were processed
-        (the storage process reports progress to the gateway with it)."""
+        (the storage process reports progress to the gateway with it).
+        ``on_stored(count)``: the turns each commit stored; by default the
+        gateway's ``/metrics`` counter (the storage process passes its own: its
+        gateway counts what it reports, and the child never imports
+        prometheus-client, 8 MiB of RSS)."""
         self._connect = connect
         self._max_message_bytes = max_message_bytes
         self._queue: queue.Queue[object] = queue.Queue(maxsize=max_queue)
         self._on_commit = on_commit
         self._on_done = on_done
+        self._on_stored = on_stored or _count_stored
         self._progress = threading.Condition()
         self._submitted = 0
         self._processed = 0
@@ -399,7 +410,7 @@ class TurnWriter:
                     message_ids.extend(ids)
             conn.commit()
             committed = True
-            metrics.record_stored_turns(self.written - written_before)
+            self._on_stored(self.written - written_before)
         except StorageUnavailable:
             unreachable = True
             if conn.in_transaction:
