@@ -107,8 +107,9 @@ class GatewayApp:
             protocol = route.protocol.value if route.protocol else ""
             overhead = timing.overhead(perf_counter() - started)
             metrics.record_request(path, timing.status, protocol, overhead, timing.ttfb)
-            log.info("%s %s %s protocol=%s overhead_ms=%s ttfb_ms=%s", scope["method"], path,
-                     timing.status, protocol, _ms(overhead), _ms(timing.ttfb))
+            if log.isEnabledFor(logging.INFO):  # the arguments cost more than the check
+                log.info("%s %s %s protocol=%s overhead_ms=%s ttfb_ms=%s", scope["method"],
+                         path, timing.status, protocol, _ms(overhead), _ms(timing.ttfb))
             return
         if kind is Kind.COMPACT:
             status = await self.proxy.handle_compact(scope, receive, send, route)

@@ -187,8 +187,14 @@ class SSEDecoder:
                     pos = end + 2
                     self._frame_start = pos
                     continue
-            self._lines = bytes(buf[pos:end]).split(b"\n")
-            events.append(self._build(bytes(buf[self._frame_start : end + 2])))
+            raw = bytes(buf[self._frame_start : end + 2])
+            event = _one_data_line(raw, pos - self._frame_start)
+            if event is None:
+                self._lines = bytes(buf[pos:end]).split(b"\n")
+                event = self._build(raw)
+            else:
+                self._count(len(raw))
+            events.append(event)
             pos = end + 2
             self._frame_start = pos
         self._pos = pos
@@ -232,6 +238,24 @@ class SSEDecoder:
             elif name == b"event":
                 event = _decode(value).strip()
         return SSEEvent(event=event, data="\n".join(data), has_data=bool(data), raw=raw)
+
+
+def _one_data_line(raw: bytes, start: int) -> SSEEvent | None:
+    """The two shapes of nearly every provider frame, ``data: <json>`` and
+    ``event: <name>`` + ``data: <json>`` (LF endings, ``raw`` ending in the blank
+    line, its content from ``start``), decoded without splitting it into lines;
+    None for any other shape (the general parser's)."""
+    end = len(raw) - 2
+    if raw.startswith(b"data: ", start):
+        if raw.find(b"\n", start, end) != -1:
+            return None
+        return SSEEvent(None, _decode(raw[start + 6 : end]), True, raw)
+    if not raw.startswith(b"event: ", start):
+        return None
+    nl = raw.find(b"\n", start, end)
+    if nl == -1 or not raw.startswith(b"data: ", nl + 1) or raw.find(b"\n", nl + 1, end) != -1:
+        return None
+    return SSEEvent(_decode(raw[start + 7 : nl]).strip(), _decode(raw[nl + 7 : end]), True, raw)
 
 
 def _decode(value: bytes) -> str:

@@ -139,3 +139,24 @@ def test_skip_suffix_leaves_out_matching_frames_and_still_counts_them() -> None:
     limited = SSEDecoder(skip_suffix=b".delta", max_frames=2)
     with pytest.raises(SSELimitError, match="frame limit"):
         limited.feed(stream)
+
+
+def test_the_usual_frame_shapes_decode_as_the_general_parser_does() -> None:
+    # LF-only input takes the decoder's shortcut for `data:` and `event:`+`data:`
+    # frames; CRLF input takes the line-by-line parser. Both must agree on every
+    # near-miss of those shapes (no space after the colon, extra lines, a
+    # comment, an empty value, a BOM first).
+    frames = [
+        "data: {\"a\":1}", "event: x\ndata: {}", "event:  padded  \ndata: v", "data:",
+        "data: ", "data:nospace", "event:x\ndata: v", "event: x\ndata:v",
+        "event: x\ndata: a\ndata: b", "data: a\n: comment", ": c\ndata: a",
+        "event: x", "event: x\nid: 1\ndata: a", "data: \u00e9t\u00e9",
+    ]
+    for frame in frames:
+        for bom in ("", "\ufeff"):
+            lf = (bom + frame + "\n\n").encode()
+            crlf = (bom + frame.replace("\n", "\r\n") + "\r\n\r\n").encode()
+            fast = [(e.event, e.data, e.has_data) for e in decode_all([lf])]
+            general = [(e.event, e.data, e.has_data) for e in decode_all([crlf])]
+            assert fast == general, frame
+            assert b"".join(e.raw for e in decode_all([lf])) == lf

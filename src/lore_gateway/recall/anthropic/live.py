@@ -109,6 +109,8 @@ class AnthropicRound:
         # Streamed text per (block, field), in the linear buffer: appending to a
         # str per delta is quadratic on a long answer.
         self._parts: dict[int, dict[str, TextBuffer]] = {}
+        # The "text" buffers of ``_parts`` by block, for the text-delta fast path.
+        self._text: dict[int, TextBuffer] = {}
         self._partial_json: dict[int, list[str]] = {}
         self._client_index: dict[int, int] = {}
         self._hidden: set[int] = set()
@@ -145,6 +147,14 @@ class AnthropicRound:
 
     def feed(self, event: SSEEvent) -> bytes:
         """Apply one upstream event; return the bytes the client gets now."""
+        if (event.event == "content_block_delta" and event.has_data and self.started
+                and not self.stopped):
+            # Most of a stream: straight to its handler (the checks below that
+            # it would pass, skipped; the payload is still parsed and checked).
+            payload = _loads(event)
+            if payload.get("type") == "content_block_delta":
+                return self._block_delta(event, payload)
+            return self._apply(event, "content_block_delta", payload)
         if not event.has_data:
             return event.raw  # comments and keepalives pass through
         if self.stopped:
@@ -155,7 +165,9 @@ class AnthropicRound:
         name = event.name
         if name == "ping":
             return event.raw
-        payload = _loads(event)
+        return self._apply(event, name, _loads(event))
+
+    def _apply(self, event: SSEEvent, name: str, payload: dict[str, Any]) -> bytes:
         kind = payload.get("type")
         if kind != "content_block_delta":
             self._retain(len(event.data))
@@ -231,8 +243,17 @@ class AnthropicRound:
         delta = payload.get("delta")
         if not isinstance(delta, dict):
             raise ProtocolError("Anthropic payload type does not match content_block_delta")
-        block = self.blocks[index]
         dtype = delta.get("type")
+        if dtype == "text_delta" and index in self._text and not self._hidden:
+            # A visible text block's delta, nothing hidden (client index = index):
+            # the common case, appended to the block's open buffer.
+            text = str(delta.get("text", ""))
+            self._state_bytes += len(text)
+            if self._state_bytes > self._max_state_bytes:
+                self._retain(0)
+            self._text[index].append(text)
+            return event.raw
+        block = self.blocks[index]
         field = _TEXT_DELTA_FIELDS.get(dtype) if isinstance(dtype, str) else None
         if field is not None:
             text = str(delta.get(field, ""))
@@ -241,6 +262,8 @@ class AnthropicRound:
             buffer = fields.get(field)
             if buffer is None:
                 buffer = fields[field] = TextBuffer(str(block.get(field, "")))
+                if field == "text":
+                    self._text[index] = buffer
             buffer.append(text)
         elif dtype == "input_json_delta":
             text = str(delta.get("partial_json", ""))

@@ -125,14 +125,17 @@ class ChatRound:
         """Apply one upstream frame; return the bytes the client gets now."""
         if not event.has_data:
             return event.raw  # comments and keepalives pass through
-        if not event.data.strip():
+        data = event.data
+        # A chunk's JSON starts with '{': only other frames need stripping.
+        stripped = data if data[:1] == "{" else data.strip()
+        if not stripped:
             return b""
         if self.done:
             # [DONE] is the terminal and the first one is authoritative (lore-spec
             # D.4): a repeated [DONE] or a chunk after it is discarded.
             self.after_terminal += 1
             return b""
-        if event.data.strip() == "[DONE]":
+        if stripped == "[DONE]":
             self.done = True
             if self.finish_reason is None:
                 raise ProtocolError("upstream OpenAI request did not complete")
@@ -140,12 +143,12 @@ class ChatRound:
                 return b""
             self.done_sent = True
             return _DONE
-        self._state_bytes += len(event.data)
+        self._state_bytes += len(data)
         if self._state_bytes > self._max_state_bytes:
             raise StateLimitExceeded(
                 f"Chat retained state exceeded byte limit ({self._max_state_bytes} bytes)")
         try:
-            chunk = orjson.loads(event.data)
+            chunk = orjson.loads(data)
         except orjson.JSONDecodeError:
             raise ProtocolError("malformed JSON in OpenAI chunk") from None
         if not isinstance(chunk, dict):
@@ -159,6 +162,20 @@ class ChatRound:
             raise ProtocolError("upstream OpenAI request did not complete")
 
     def _apply(self, event: SSEEvent, chunk: dict[str, Any]) -> bytes:
+        choices = chunk.get("choices")
+        if (self._response_id is None and self.created is not None and self.model
+                and self.id and type(choices) is list and len(choices) == 1):
+            # A principal's content chunk after the first, the common case: what the
+            # general path below does with it, without its copies and lookups.
+            choice = choices[0]
+            delta = choice.get("delta") if type(choice) is dict else None
+            if (type(delta) is dict and choice.get("index", 0) == 0
+                    and choice.get("finish_reason") is None and "tool_calls" not in delta
+                    and "usage" not in chunk):
+                content = delta.get("content")
+                if isinstance(content, str):
+                    self.content.append(content)
+                return event.raw
         self.id = self.id or _str(chunk.get("id"))
         self.model = self.model or _str(chunk.get("model"))
         created = chunk.get("created")

@@ -17,7 +17,7 @@ import orjson
 
 from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.protocols.usage import Usage, usage_to_responses
-from lore_gateway.recall.core.chain import RecallFailed, event_object
+from lore_gateway.recall.core.chain import RecallFailed
 from lore_gateway.recall.responses.frames import failed_event, marker_events, marker_item
 from lore_gateway.recall.responses.round import Action, Limits, Round, Send
 from lore_gateway.sse import SSEEvent, encode_event
@@ -71,8 +71,12 @@ class ClientEmission:
 
     def _pass_delta(self, event: SSEEvent) -> list[Action]:
         name = event.name
-        malformed = f"malformed JSON in Responses event {name}"
-        payload = event_object(event, malformed=malformed, not_object=malformed)
+        try:
+            payload = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            payload = None
+        if not isinstance(payload, dict):  # the message is only built for a failure
+            raise ProtocolError(f"malformed JSON in Responses event {name}")
         kind = payload.get("type")
         if kind is not None and kind != name:
             raise ProtocolError(f"Responses payload type does not match {name}")
