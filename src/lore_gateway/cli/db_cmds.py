@@ -84,7 +84,9 @@ def migrate_command(
     with connected(db) as conn:
         before = schema.current_version(conn)
         try:
-            after = schema.migrate(conn)
+            after = schema.migrate(
+                conn, progress=output.line,
+                index_memory_mb=preflight.settings().database_index_memory_mb)
         except RuntimeError as exc:  # a newer schema than this version knows
             raise fail(str(exc)) from None
     if after == before:
