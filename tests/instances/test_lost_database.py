@@ -206,3 +206,33 @@ def test_a_connection_left_mid_command_is_replaced(relay: tuple[Relay, str]) -> 
     finally:
         conn.close()
         database.close()
+
+
+def test_a_connection_idle_through_an_outage_serves_its_next_statement(
+        relay: tuple[Relay, str]) -> None:
+    """The reader (or any long-held connection) sat idle while the server went away
+    and came back: its next statement runs on a fresh connection, instead of failing
+    once with "server closed the connection unexpectedly" after memory is back."""
+    from lore_gateway.memory.errors import StorageUnavailable
+    from lore_gateway.storage.target import parse_url
+
+    database = parse_url(relay[1])
+    conn = database.connect()
+    try:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+        relay[0].cut()
+        with pytest.raises(StorageUnavailable):
+            database.connect()  # the server is gone: nothing new connects
+        relay[0].restore()
+        deadline = time.monotonic() + 30
+        while True:  # a failed check is remembered for a second
+            try:
+                database.connect().close()
+                break
+            except StorageUnavailable:
+                assert time.monotonic() < deadline, "the database did not come back"
+                time.sleep(0.2)
+        assert conn.execute("SELECT 2").fetchone() == (2,)
+    finally:
+        conn.close()
+        database.close()

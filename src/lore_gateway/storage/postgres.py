@@ -12,6 +12,9 @@ a hung request or a connection that stays broken after the server is back:
   next statement, unless a transaction was open on it (its statements fail until
   the caller rolls back: its work is gone), so long-held connections (the writer's,
   the reader's, a search thread's) heal by themselves;
+* a drop that happened while a connection sat idle is noticed before its next
+  statement (``_notice_drop``: one poll of its socket), so that statement runs on
+  a fresh connection instead of failing once after the server is back;
 * a connection a failed call left in the middle of a command (libpq still waiting
   for a result, which would answer every later statement with "another command is
   already in progress") is closed at once, so it is swapped like a dropped one;
@@ -33,6 +36,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import select
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -196,6 +200,8 @@ class PgConnection(Connection):
     def _live(self) -> psycopg.Connection[Any]:
         """The raw connection; one the server dropped is replaced from the pool
         first, unless a transaction was open on it (module docstring)."""
+        if self._borrow is not None and not self._open_transaction and not self.raw.broken:
+            _notice_drop(self.raw)
         if self.raw.broken and self._borrow is not None and not self._open_transaction:
             fresh = self._borrow()  # raises StorageUnavailable while the server is gone
             broken, self.raw = self.raw, fresh
@@ -339,6 +345,26 @@ class PgConnection(Connection):
         elif not self.raw.broken:
             self.script(f"ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}")
             self._set_tenant()
+
+
+def _notice_drop(raw: psycopg.Connection[Any]) -> None:
+    """Let libpq see a drop that happened while ``raw`` sat idle (a reset or an end
+    of stream waiting on its socket), so it counts as ``broken`` before a statement
+    is sent on it, instead of that statement failing after the server is back.
+
+    An idle connection has nothing to read; if its socket is readable, reading it
+    either fails (the drop: libpq marks the connection bad) or buffers a message
+    psycopg will deliver anyway. One ``poll`` of the socket without waiting."""
+    pgconn = raw.pgconn
+    if pgconn.transaction_status != TransactionStatus.IDLE or not hasattr(select, "poll"):
+        return
+    try:
+        poller = select.poll()
+        poller.register(pgconn.socket, select.POLLIN)
+        if poller.poll(0):
+            pgconn.consume_input()
+    except psycopg.OperationalError:
+        pass  # the drop, now known to libpq: ``raw.broken``
 
 
 def _closed(raw: psycopg.Connection[Any]) -> None:
