@@ -496,3 +496,20 @@ def prepare_hnsw_build(conn: Connection, cap_mb: int, *, local: bool = True) -> 
     scope = "LOCAL " if local else ""
     conn.execute(f"SET {scope}maintenance_work_mem = '{int(mb)}MB'")
     return vectors, mb
+
+
+def index_build_progress(conn: Connection) -> str | None:
+    """One line on a ``CREATE INDEX`` running in this database (another session's:
+    the migration's), from ``pg_stat_progress_create_index``; None when none runs.
+    pgvector reports the share of the table read and the vectors added so far."""
+    row = conn.execute(
+        "SELECT p.phase, p.blocks_total, p.blocks_done, p.tuples_done, now() - a.query_start"
+        " FROM pg_stat_progress_create_index p JOIN pg_stat_activity a ON a.pid = p.pid"
+        " WHERE p.datname = current_database() ORDER BY a.query_start LIMIT 1").fetchone()
+    if row is None:
+        return None
+    phase, blocks, done, tuples, elapsed = row
+    share = f", {100 * int(done) / int(blocks):.0f}% of the table read" if blocks else ""
+    seconds = int(elapsed.total_seconds()) if elapsed is not None else 0
+    return (f"  index build: {phase} ({int(tuples):,} rows{share},"
+            f" {seconds // 60} min {seconds % 60} s)")
