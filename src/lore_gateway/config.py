@@ -72,6 +72,10 @@ class Settings(BaseSettings):
     # Postgres connections one gateway process may hold at once (the writer, the
     # reader, search threads, workers); beyond it a query waits, then fails clearly.
     database_pool_max: int = 16
+    # The most memory (MB) a Postgres HNSW index build may take as maintenance_work_mem
+    # (the schema v12 migration; sized to the vectors, this caps it): a graph that
+    # does not fit is built many times slower (docs/storage.md).
+    database_index_memory_mb: int = Field(default=4096, ge=64, le=65_536)
     log_level: str = "info"
     log_format: str = "text"
 

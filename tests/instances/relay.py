@@ -40,6 +40,10 @@ class Relay:
                 _reset(client)
                 continue
             with self._lock:
+                if self._cut.is_set():  # cut while this one was being connected
+                    _reset(client)
+                    _reset(upstream)
+                    continue
                 self._open.update((client, upstream))
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
@@ -54,8 +58,8 @@ class Relay:
 
     def cut(self) -> None:
         """Reset every open connection and refuse new ones."""
-        self._cut.set()
         with self._lock:
+            self._cut.set()
             victims, self._open = self._open, set()
         for sock in victims:
             _reset(sock)
@@ -85,7 +89,17 @@ def _connect(host: str, port: int) -> socket.socket:
 
 
 def _reset(sock: socket.socket) -> None:
+    """Abort ``sock``: its peer gets a RST (TCP) or end of stream (a Unix socket).
+
+    ``close`` alone is not enough while a pump thread is blocked in ``recv`` on the
+    socket: that call keeps the kernel's socket alive, so nothing reaches the peer
+    and the connection lives on unforwarded (a client waits on it for ever, and the
+    server keeps the session, with its open transaction and locks). ``shutdown``
+    of the receiving side wakes that ``recv`` first."""
     with contextlib.suppress(OSError):
         # SO_LINGER 0: close sends a RST, as a vanished host's firewall would.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RD)
+    with contextlib.suppress(OSError):
         sock.close()

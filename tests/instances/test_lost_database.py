@@ -121,3 +121,118 @@ def test_forwarding_goes_on_and_memory_fails_clearly_while_postgres_is_gone(
         "SELECT content FROM messages WHERE role = 'user'")])
     for text in ("Just say hello.", "Where is the deploy key?"):
         assert sum(text in s for s in stored) == 1, stored
+
+
+def _turn(text: str) -> Any:
+    from lore_gateway.memory.records import Identity, Message, TurnRecord
+
+    return TurnRecord(identity=Identity("personal", "p", "lost-db"), protocol="test",
+                      model=None, messages=(Message("user", text),), created_at=time.time())
+
+
+def _wait_for(check: Any, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_the_writer_recovers_from_a_connection_lost_inside_its_transaction(
+        postgres_url: str, relay: tuple[Relay, str]) -> None:
+    """The server goes away while the writer's batch is mid-transaction: once it is
+    back, the batch is written on a new connection (it used to retry for ever on the
+    dead one: "the connection is closed")."""
+    import psycopg
+
+    from lore_gateway.memory import db
+    from lore_gateway.memory.writer import TurnWriter
+    from lore_gateway.storage.target import parse_url
+
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        # Holds the writer's INSERT (inside its BEGIN … COMMIT) while hold_once has a row.
+        admin.execute("CREATE TABLE hold_once(x int)")
+        admin.execute("INSERT INTO hold_once VALUES (1)")
+        admin.execute("CREATE FUNCTION hold() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+                      " IF EXISTS (SELECT 1 FROM hold_once) THEN PERFORM pg_sleep(60); END IF;"
+                      " RETURN NEW; END $$")
+        admin.execute("CREATE TRIGGER hold BEFORE INSERT ON turns FOR EACH ROW"
+                      " EXECUTE FUNCTION hold()")
+        database = parse_url(relay[1])
+        writer = TurnWriter(db.conn_factory(database), max_message_bytes=100_000)
+        try:
+            writer.submit(_turn("The staging key is in locker nine."))
+
+            def sleeping() -> list[Any]:
+                return admin.execute("SELECT pid FROM pg_stat_activity WHERE wait_event ="
+                                     " 'PgSleep' AND datname = current_database()").fetchall()
+
+            _wait_for(sleeping, "the writer's INSERT never reached the trigger")
+            relay[0].cut()
+            for (pid,) in sleeping():  # the server notices a lost client only later
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            admin.execute("DELETE FROM hold_once")
+            _wait_for(lambda: writer.degraded is not None, "the writer saw no outage")
+            writer.submit(_turn("Just say hello."))
+            relay[0].restore()
+            assert writer.flush(60), f"the writer did not recover: {writer.degraded}"
+            assert writer.degraded is None
+        finally:
+            writer.close()
+            database.close()
+        stored = [str(r[0]) for r in admin.execute(
+            "SELECT content FROM messages ORDER BY id")]
+        assert stored == ["The staging key is in locker nine.", "Just say hello."]
+
+
+def test_a_connection_left_mid_command_is_replaced(relay: tuple[Relay, str]) -> None:
+    """A call that failed while libpq still waited for its result (older libpq
+    leaves a connection so after a read error other than a reset) must not poison
+    the connection: every later statement would fail with "another command is
+    already in progress", which is what the storage process once logged for ever."""
+    from lore_gateway.memory.errors import StorageUnavailable
+    from lore_gateway.storage.target import parse_url
+
+    database = parse_url(relay[1])
+    conn = database.connect()
+    try:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+        conn.raw.pgconn.send_query(b"SELECT 2")  # type: ignore[attr-defined]  # sent, never read
+        with pytest.raises(StorageUnavailable, match="another command is already in progress"):
+            conn.execute("SELECT 3")
+        assert conn.execute("SELECT 4").fetchone() == (4,)
+        conn.begin()
+        conn.execute("SELECT 5")
+        conn.commit()
+    finally:
+        conn.close()
+        database.close()
+
+
+def test_a_connection_idle_through_an_outage_serves_its_next_statement(
+        relay: tuple[Relay, str]) -> None:
+    """The reader (or any long-held connection) sat idle while the server went away
+    and came back: its next statement runs on a fresh connection, instead of failing
+    once with "server closed the connection unexpectedly" after memory is back."""
+    from lore_gateway.memory.errors import StorageUnavailable
+    from lore_gateway.storage.target import parse_url
+
+    database = parse_url(relay[1])
+    conn = database.connect()
+    try:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+        relay[0].cut()
+        with pytest.raises(StorageUnavailable):
+            database.connect()  # the server is gone: nothing new connects
+        relay[0].restore()
+        deadline = time.monotonic() + 30
+        while True:  # a failed check is remembered for a second
+            try:
+                database.connect().close()
+                break
+            except StorageUnavailable:
+                assert time.monotonic() < deadline, "the database did not come back"
+                time.sleep(0.2)
+        assert conn.execute("SELECT 2").fetchone() == (2,)
+    finally:
+        conn.close()
+        database.close()

@@ -9,6 +9,7 @@ writer, migrations, ``lore db copy``) both are visible.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -125,3 +126,96 @@ def test_search_runs_inside_its_tenant_scope(tmp_path: Path, postgres_url: str) 
         hits = searcher.search("aardvark", tenant=tenant, project="shared-project",
                                session=f"session-{tenant}", scope="all").hits
         assert [h.content for h in hits if "aardvark" in h.content] == [fact]
+
+
+# The serving paths that read and write one tenant's rows on a shared connection
+# (the reader, the writer's jobs). A restrictive policy added by the test lets rows
+# through only inside a tenant scope, so a path that forgot its scope finds nothing
+# and can write nothing; with the normal policy a scoped path still sees only its
+# own tenant's rows, here next to another tenant's rows under the same session id.
+SCOPED_PATH_TABLES = ("recall_anchors", "knowledge", "knowledge_sessions", "context_sessions")
+SHARED_SESSION = "same-session-id"
+
+
+def _require_scope(url: str) -> None:
+    import psycopg
+
+    in_scope = "coalesce(current_setting('lore.tenant', true), '') <> ''"
+    with psycopg.connect(url, autocommit=True) as admin:
+        for table in SCOPED_PATH_TABLES:
+            admin.execute(f"CREATE POLICY only_in_a_scope ON {table} AS RESTRICTIVE"
+                          f" USING ({in_scope}) WITH CHECK ({in_scope})")
+
+
+def _recall(anchor_id: str) -> Any:
+    from lore_gateway.memory.anchor_store import StoredRecall
+
+    return StoredRecall.from_messages(
+        anchor_id=anchor_id, protocol="anthropic", marker=None, call_id=f"call-{anchor_id}",
+        arguments="{}", position=1, context_id="ctx", assistant={"role": "assistant"},
+        tool_result={"content": anchor_id})
+
+
+def test_anchor_knowledge_and_context_paths_run_inside_their_tenant_scope(
+        tmp_path: Path, postgres_url: str) -> None:
+    import asyncio
+
+    from lore_gateway.context import store as cstore
+    from lore_gateway.context.planner import SessionState
+    from lore_gateway.context.service import ContextService
+    from lore_gateway.knowledge.service import KnowledgeService
+    from lore_gateway.memory import anchor_store
+    from lore_gateway.routing import Family
+
+    settings = _store(tmp_path, postgres_url).model_copy(update={"export": False})
+    conn = db.connect(settings.database)
+    try:  # both tenants' rows, written unscoped as the writer and migrations write
+        for tenant, layer in (("alice", 2), ("bob", 3)):
+            anchor_store._write_rows(conn, (tenant, SHARED_SESSION), [_recall(f"a-{tenant}")],
+                                     [])
+            cstore.save(conn, tenant, SHARED_SESSION, SessionState(layer=layer))
+        conn.execute(
+            "INSERT INTO knowledge(id, tenant, project, category, title, content, confidence,"
+            " source, created_at, updated_at) VALUES ('k-alice', 'alice', 'shared-project',"
+            " 'fact', 'rollout', ?, 1.0, 'test', 0, 1)", (ALICE_FACT,))
+        _require_scope(postgres_url)
+        assert conn.execute("SELECT count(*) FROM recall_anchors").fetchone() == (0,)
+
+        # Recall anchors: the session read and the write job.
+        loaded = anchor_store._read_session(conn, ("alice", SHARED_SESSION))
+        assert set(loaded.entries) == {"a-alice"}
+        anchor_store._write(conn, ("alice", SHARED_SESSION), [_recall("a-alice-2")], [])
+        assert set(anchor_store._read_session(conn, ("alice", SHARED_SESSION)).entries) == \
+            {"a-alice", "a-alice-2"}
+    finally:
+        conn.close()
+
+    memory = Memory.open(settings, embedder=None)
+    try:
+        # Context state: the load on a session's first request, the persisted save.
+        context = ContextService(settings, memory)
+        assert asyncio.run(context._state(("alice", SHARED_SESSION))).layer == 2
+        assert asyncio.run(context._state(("bob", SHARED_SESSION))).layer == 3
+        context._persist(("alice", SHARED_SESSION), SessionState(layer=4))
+        memory.write_job(lambda c: None)  # behind the queued save
+        # Knowledge: the block a session starts with (project version, session row, entries).
+        knowledge = KnowledgeService(settings, memory)
+        state = knowledge._open(Identity("alice", "shared-project", SHARED_SESSION),
+                                Family.ANTHROPIC, underway=False)
+        assert "rollout" in state.block and "billing" not in state.block, state.block
+        knowledge._refresh(Identity("alice", "shared-project", SHARED_SESSION), state)
+        assert knowledge._project_version(Identity("alice", "shared-project", "x")) == 1.0
+        assert knowledge._project_version(Identity("bob", "shared-project", "x")) == 0.0
+    finally:
+        memory.close()
+
+    conn = db.connect(settings.database)
+    try:
+        with conn.tenant_scope("alice"):
+            assert cstore.load(conn, "alice", SHARED_SESSION).layer == 4  # type: ignore[union-attr]
+            assert conn.execute("SELECT count(*) FROM knowledge_sessions").fetchone() == (1,)
+        with conn.tenant_scope("bob"):
+            assert cstore.load(conn, "bob", SHARED_SESSION).layer == 3  # type: ignore[union-attr]
+            assert conn.execute("SELECT count(*) FROM knowledge_sessions").fetchone() == (0,)
+    finally:
+        conn.close()

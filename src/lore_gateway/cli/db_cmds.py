@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -83,14 +84,51 @@ def migrate_command(
     db = database(url)
     with connected(db) as conn:
         before = schema.current_version(conn)
+        done = threading.Event()
+        watcher = None
+        if db.backend == "postgres" and before < schema.latest_version(conn):
+            watcher = threading.Thread(target=_report_index_builds, args=(db, done),
+                                       name="lore-migrate-progress", daemon=True)
+            watcher.start()
         try:
-            after = schema.migrate(conn)
+            after = schema.migrate(
+                conn, progress=output.line,
+                index_memory_mb=preflight.settings().database_index_memory_mb)
         except RuntimeError as exc:  # a newer schema than this version knows
             raise fail(str(exc)) from None
+        finally:
+            done.set()
+            if watcher is not None:
+                watcher.join(5)
     if after == before:
         output.line(f"{db.url}: schema version {after}, up to date")
     else:
         output.line(f"{db.url}: migrated from schema version {before} to {after}")
+
+
+# How often ``lore db migrate`` reports a running index build (v12's HNSW index on a
+# large store takes many minutes; silence that long looks like a hang).
+INDEX_PROGRESS_INTERVAL_S = 30.0
+
+
+def _report_index_builds(db: Database, done: threading.Event) -> None:
+    """Print the progress of an index build the migration runs, on a connection of
+    its own, every INDEX_PROGRESS_INTERVAL_S until ``done``."""
+    from lore_gateway.memory.schema_pg import index_build_progress
+
+    conn: Connection | None = None
+    try:
+        while not done.wait(INDEX_PROGRESS_INTERVAL_S):
+            conn = conn or db.connect()
+            line = index_build_progress(conn)
+            if line is not None and not done.is_set():
+                output.line(line)
+    except StorageError as exc:
+        logging.getLogger(__name__).debug("migrate: no index progress (%s)", exc)
+    finally:
+        if conn is not None:
+            with contextlib.suppress(StorageError):
+                conn.close()
 
 
 def status_facts(db: Database) -> dict[str, Any]:

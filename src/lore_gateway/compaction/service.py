@@ -24,6 +24,7 @@ from lore_gateway.config import Settings
 from lore_gateway.memory.records import Identity
 from lore_gateway.obs import metrics, status
 from lore_gateway.routing import Family, Protocol, family_of
+from lore_gateway.storage.base import in_tenant
 
 log = logging.getLogger("lore.compaction")
 
@@ -135,7 +136,8 @@ class CompactionService:
         try:
             # On the writer, behind the turns still queued: the turn that ended
             # just before the agent asked is part of the summary.
-            remembered = await asyncio.to_thread(self.memory.write_job, read)
+            remembered = await asyncio.to_thread(self.memory.write_job,
+                                                 in_tenant(identity.tenant, read))
         except Exception:
             log.exception("compaction: could not read the session's memory; passed through")
             return None

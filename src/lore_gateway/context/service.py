@@ -28,6 +28,7 @@ from lore_gateway.knowledge.sidechannel import is_coding_turn
 from lore_gateway.memory.records import Identity
 from lore_gateway.obs import metrics
 from lore_gateway.routing import Family
+from lore_gateway.storage.base import in_tenant
 
 log = logging.getLogger("lore.context")
 
@@ -65,8 +66,9 @@ class ContextService:
         now = self.clock()
         result = planner.plan(family, payload, body_len, state, limits, now)
         if result.action == "load":
-            rows = await asyncio.to_thread(self.memory.read, lambda c: cstore.distilled(
-                c, identity.tenant, identity.session))
+            rows = await asyncio.to_thread(self.memory.read, in_tenant(
+                identity.tenant, lambda c: cstore.distilled(c, identity.tenant,
+                                                            identity.session)))
             # A rewrite measures every history item (tens of ms on a 400K-token
             # body): off the loop. The payload is only read.
             result = await asyncio.to_thread(planner.plan, family, payload, body_len, state,
@@ -119,8 +121,8 @@ class ContextService:
             state = self._states.get(key)
             if state is None:
                 try:
-                    state = await asyncio.to_thread(self.memory.read, lambda c: cstore.load(
-                        c, key[0], key[1])) or SessionState()
+                    state = await asyncio.to_thread(self.memory.read, in_tenant(
+                        key[0], lambda c: cstore.load(c, key[0], key[1]))) or SessionState()
                 except Exception:
                     log.exception("context: could not load session state; starting afresh")
                     state = SessionState()
@@ -141,4 +143,4 @@ class ContextService:
         if writer is None:
             return
         tenant, session = key
-        writer.submit_job(lambda c: cstore.save(c, tenant, session, state))
+        writer.submit_job(in_tenant(tenant, lambda c: cstore.save(c, tenant, session, state)))

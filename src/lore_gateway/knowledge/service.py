@@ -45,6 +45,7 @@ from lore_gateway.memory.identity import UNKNOWN_PROJECT
 from lore_gateway.memory.records import Identity
 from lore_gateway.obs import metrics
 from lore_gateway.routing import Family
+from lore_gateway.storage.base import in_tenant
 
 log = logging.getLogger("lore.knowledge")
 
@@ -141,9 +142,9 @@ class KnowledgeService:
 
     def _refresh(self, identity: Identity, state: SessionKnowledge) -> None:
         """Take the updates another instance appended to the session (a thread)."""
-        row = self.memory.read(lambda c: c.execute(
+        row = self.memory.read(in_tenant(identity.tenant, lambda c: c.execute(
             "SELECT entry_ids, deltas FROM knowledge_sessions WHERE tenant = ? AND"
-            " session = ?", (identity.tenant, identity.session)).fetchone())
+            " session = ?", (identity.tenant, identity.session)).fetchone()))
         if row is None:
             return
         deltas = [Delta(int(p), str(t)) for p, t in orjson.loads(row[1])]
@@ -153,9 +154,9 @@ class KnowledgeService:
 
     def _project_version(self, identity: Identity) -> float:
         """Shared: the newest change to the project's entries, from the database."""
-        row = self.memory.read(lambda c: c.execute(
+        row = self.memory.read(in_tenant(identity.tenant, lambda c: c.execute(
             "SELECT max(updated_at) FROM knowledge WHERE tenant = ? AND project = ?",
-            (identity.tenant, identity.project)).fetchone())
+            (identity.tenant, identity.project)).fetchone()))
         return float(row[0]) if row and row[0] is not None else 0.0
 
     def _open(self, identity: Identity, family: Family, underway: bool) -> SessionKnowledge:
@@ -168,9 +169,9 @@ class KnowledgeService:
         tenant, project, session = identity.tenant, identity.project, identity.session
         version: float = (self._project_version(identity) if self.shared
                           else self._versions.get((tenant, project), 0))
-        row = self.memory.read(lambda c: c.execute(
+        row = self.memory.read(in_tenant(tenant, lambda c: c.execute(
             "SELECT block, entry_ids, deltas FROM knowledge_sessions WHERE tenant = ? AND"
-            " session = ?", (tenant, session)).fetchone())
+            " session = ?", (tenant, session)).fetchone()))
         if row is not None:
             deltas = [Delta(int(p), str(t)) for p, t in orjson.loads(row[2])]
             seen = orjson.loads(row[1])
@@ -219,7 +220,7 @@ class KnowledgeService:
             return SessionKnowledge(project, text, known, [],
                                     -1 if underway and entries else version)
 
-        return self.memory.write_job(start)  # type: ignore[no-any-return]
+        return self.memory.write_job(in_tenant(tenant, start))  # type: ignore[no-any-return]
 
     async def _maybe_update(self, family: Family, payload: dict[str, Any], identity: Identity,
                             state: SessionKnowledge) -> None:
@@ -235,8 +236,8 @@ class KnowledgeService:
         if state.deltas and slot < max(d.position for d in state.deltas):
             return
         state.version = version
-        entries = await asyncio.to_thread(self.memory.read, lambda c: store.entries(
-            c, identity.tenant, identity.project))
+        entries = await asyncio.to_thread(self.memory.read, in_tenant(
+            identity.tenant, lambda c: store.entries(c, identity.tenant, identity.project)))
         # New entries, and entries changed since the session saw them (a
         # contradiction the curator resolved).
         fresh = [e for e in entries if e.updated_at > state.shown.get(e.id, -1.0)]
@@ -257,7 +258,7 @@ class KnowledgeService:
                          (deltas, shown, identity.tenant, identity.session, old))
             return bool(conn.changes())
 
-        if not await asyncio.to_thread(self.memory.write_job, append):
+        if not await asyncio.to_thread(self.memory.write_job, in_tenant(identity.tenant, append)):
             await asyncio.to_thread(self._refresh, identity, state)
 
     def export_now(self, tenant: str, project: str, agents_file: str) -> bool:

@@ -32,6 +32,7 @@ a restart a pair that held a key replays redacted, a rare and logged rewrite.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import time
@@ -477,15 +478,19 @@ class _NoDatabase:
     def fetchall(self) -> list[tuple[object, ...]]:
         return []
 
+    def tenant_scope(self, tenant: str) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()
+
 
 _NO_DATABASE: Any = _NoDatabase()
 
 
 def _read_session(conn: Connection, key: SessionKey) -> SessionRecalls:
     recalls = SessionRecalls()
-    rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM recall_anchors WHERE tenant = ? AND session = ? "
-        "ORDER BY created_at", key).fetchall()
+    with conn.tenant_scope(key[0]):
+        rows = conn.execute(
+            f"SELECT {_COLUMNS} FROM recall_anchors WHERE tenant = ? AND session = ? "
+            "ORDER BY created_at", key).fetchall()
     for row in rows:
         values: list[Any] = list(row)
         try:
@@ -503,7 +508,7 @@ def _read_session(conn: Connection, key: SessionKey) -> SessionRecalls:
 
 def _write(conn: Connection, key: SessionKey, new: list[StoredRecall],
            evicted: list[str]) -> None:
-    with conn:
+    with conn.tenant_scope(key[0]), conn:
         _write_rows(conn, key, new, evicted)
 
 

@@ -9,6 +9,7 @@ with the same version numbers for the same tables (docs/storage.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from lore_gateway.storage.base import Connection
@@ -19,6 +20,8 @@ class Migration:
     version: int
     description: str
     sql: str
+    # The step builds the HNSW vector index (Postgres): its memory is sized first.
+    builds_vector_index: bool = False
 
 
 _V1 = """
@@ -482,8 +485,16 @@ def current_version(conn: Connection) -> int:
     return int(row[0]) if row is not None and row[0] is not None else 0
 
 
-def migrate(conn: Connection) -> int:
+# The cap on an HNSW build's maintenance_work_mem (LORE_DATABASE_INDEX_MEMORY_MB).
+DEFAULT_INDEX_MEMORY_MB = 4096
+
+
+def migrate(conn: Connection, *, progress: Callable[[str], None] | None = None,
+            index_memory_mb: int = DEFAULT_INDEX_MEMORY_MB) -> int:
     """Apply every migration newer than the database; return the resulting version.
+
+    ``progress`` hears one line per step before it runs (``lore db migrate`` prints
+    them: a step that builds the vector index of a large store takes minutes).
 
     Each step holds the schema lock (SQLite's write lock, taken by ``BEGIN
     IMMEDIATE``; a Postgres advisory lock) while it re-reads the version, so two
@@ -506,8 +517,18 @@ def migrate(conn: Connection) -> int:
             if not pending:
                 conn.commit()
                 return version
-            conn.script(pending[0].sql)
-            conn.execute("INSERT INTO schema_version(version) VALUES (?)", (pending[0].version,))
+            step = pending[0]
+            note = ""
+            if step.builds_vector_index and conn.backend == "postgres":
+                from lore_gateway.memory.schema_pg import prepare_hnsw_build
+
+                vectors, mb = prepare_hnsw_build(conn, index_memory_mb)
+                note = (f" (builds the vector index over {vectors:,} vectors with {mb:,} MB;"
+                        " this can take minutes)" if vectors else "")
+            if progress is not None:
+                progress(f"schema v{step.version}: {step.description}{note}")
+            conn.script(step.sql)
+            conn.execute("INSERT INTO schema_version(version) VALUES (?)", (step.version,))
             conn.commit()
         except BaseException:
             if conn.in_transaction:

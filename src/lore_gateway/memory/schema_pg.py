@@ -19,6 +19,7 @@ lists under the same number (docs/storage.md, "Adding a table"). Differences:
 from __future__ import annotations
 
 from lore_gateway.memory.schema import Migration
+from lore_gateway.storage.base import Connection
 
 # Characters of a message (and of its context) that are indexed for search: a
 # tsvector holds at most 1 MB, and no recall needs words past the first 200 KB.
@@ -29,6 +30,16 @@ HNSW_MODEL = "all-MiniLM-L6-v2"
 HNSW_DIM = 384
 HNSW_INDEX = (f"CREATE INDEX IF NOT EXISTS embeddings_hnsw ON embeddings USING hnsw"
               f" ((vector::vector({HNSW_DIM})) vector_cosine_ops) WHERE model = '{HNSW_MODEL}'")
+# Building the HNSW index (v12 on an existing store, or after a bulk load): pgvector
+# builds the graph in memory while it fits in ``maintenance_work_mem`` and many times
+# slower once it spills to disk (its README: "Indexes build significantly faster when
+# the graph fits into maintenance_work_mem"); Postgres's default, 64 MB, holds about
+# 25,000 of our vectors. The build gets what the graph needs, estimated per vector
+# (a 384-float vector is 1.5 KB, its layer-0 neighbour list and element header
+# about 0.7 KB more; rounded up), capped by LORE_DATABASE_INDEX_MEMORY_MB.
+HNSW_BYTES_PER_VECTOR = 2_560
+HNSW_MIN_MEMORY_MB = 64
+HNSW_INDEX_NAME = "embeddings_hnsw"
 # The advisory lock a transaction takes before it updates search_terms (v12).
 TERMS_LOCK_KEY = 0x6C6F7274  # "lort"
 
@@ -454,7 +465,51 @@ PG_MIGRATIONS: list[Migration] = [
     Migration(11, "search: index filled per statement; BM25 set-wise (lore_bm25 dropped)",
               _PG_V11_SETWISE_INDEX),
     Migration(12, "search: document frequencies kept per statement; HNSW vector index",
-              _PG_V12_TERM_STATS),
+              _PG_V12_TERM_STATS, builds_vector_index=True),
     Migration(13, "team mode: row-level security on every tenant table",
               _PG_V13_TENANT_RLS),
 ]
+
+
+def hnsw_vectors(conn: Connection) -> int:
+    """The vectors an HNSW build over ``embeddings`` would index (0 before v8)."""
+    if conn.execute("SELECT to_regclass('embeddings')").fetchone() in (None, (None,)):
+        return 0
+    row = conn.execute("SELECT count(*) FROM embeddings WHERE model = ?",
+                       (HNSW_MODEL,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def hnsw_build_memory_mb(vectors: int, cap_mb: int) -> int:
+    """``maintenance_work_mem`` for an HNSW build over ``vectors``: the graph's
+    estimated size, at least Postgres's default, at most ``cap_mb``."""
+    needed = -(-vectors * HNSW_BYTES_PER_VECTOR // (1024 * 1024))
+    return max(HNSW_MIN_MEMORY_MB, min(needed, cap_mb))
+
+
+def prepare_hnsw_build(conn: Connection, cap_mb: int, *, local: bool = True) -> tuple[int, int]:
+    """Size ``maintenance_work_mem`` for an HNSW build on this connection (``SET
+    LOCAL`` inside the migration's transaction, else for the session); returns
+    (vectors, megabytes)."""
+    vectors = hnsw_vectors(conn)
+    mb = hnsw_build_memory_mb(vectors, cap_mb)
+    scope = "LOCAL " if local else ""
+    conn.execute(f"SET {scope}maintenance_work_mem = '{int(mb)}MB'")
+    return vectors, mb
+
+
+def index_build_progress(conn: Connection) -> str | None:
+    """One line on a ``CREATE INDEX`` running in this database (another session's:
+    the migration's), from ``pg_stat_progress_create_index``; None when none runs.
+    pgvector reports the share of the table read and the vectors added so far."""
+    row = conn.execute(
+        "SELECT p.phase, p.blocks_total, p.blocks_done, p.tuples_done, now() - a.query_start"
+        " FROM pg_stat_progress_create_index p JOIN pg_stat_activity a ON a.pid = p.pid"
+        " WHERE p.datname = current_database() ORDER BY a.query_start LIMIT 1").fetchone()
+    if row is None:
+        return None
+    phase, blocks, done, tuples, elapsed = row
+    share = f", {100 * int(done) / int(blocks):.0f}% of the table read" if blocks else ""
+    seconds = int(elapsed.total_seconds()) if elapsed is not None else 0
+    return (f"  index build: {phase} ({int(tuples):,} rows{share},"
+            f" {seconds // 60} min {seconds % 60} s)")

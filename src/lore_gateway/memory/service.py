@@ -146,7 +146,7 @@ class Memory:
         database = settings.database
         conn = db.connect(database)
         try:
-            schema.migrate(conn)
+            schema.migrate(conn, index_memory_mb=settings.database_index_memory_mb)
         finally:
             conn.close()
         wanted: Embedder | Literal["lazy"] | None = None

@@ -21,10 +21,10 @@ else unless its SQL is not portable:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 Backend = Literal["sqlite", "postgres"]
 Params = Sequence[Any]
@@ -147,3 +147,16 @@ class Database(ABC):
 
     def __hash__(self) -> int:
         return hash(self._init_args())
+
+
+T = TypeVar("T")
+
+
+def in_tenant(tenant: str, run: Callable[[Connection], T]) -> Callable[[Connection], T]:
+    """``run`` inside ``tenant``'s scope (``Connection.tenant_scope``), for work of one
+    tenant handed to a shared connection (the reader, the writer's jobs): on Postgres
+    row-level security keeps it to that tenant's rows whatever its SQL says."""
+    def scoped(conn: Connection) -> T:
+        with conn.tenant_scope(tenant):
+            return run(conn)
+    return scoped

@@ -9,9 +9,20 @@ A lost server (a restart, a failover, a cut network) must cost a clear error, ne
 a hung request or a connection that stays broken after the server is back:
 
 * a connection the server dropped is swapped for a fresh one from the pool at its
-  next statement, unless a transaction was open on it (that one fails: its work is
-  gone), so long-held connections (the writer's, the reader's, a search thread's)
-  heal by themselves;
+  next statement, unless a transaction was open on it (its statements fail until
+  the caller rolls back: its work is gone), so long-held connections (the writer's,
+  the reader's, a search thread's) heal by themselves;
+* a drop that happened while a connection sat idle is noticed before its next
+  statement (``_notice_drop``: one poll of its socket), so that statement runs on
+  a fresh connection instead of failing once after the server is back;
+* a connection a failed call left in the middle of a command (libpq still waiting
+  for a result, which would answer every later statement with "another command is
+  already in progress") is closed at once, so it is swapped like a dropped one;
+* TCP keepalives (``KEEPALIVE_PARAMS``, unless the URL sets its own) find a server
+  that vanished without a reset within about a minute, instead of a statement
+  waiting for its answer for hours; ``idle_in_transaction_session_timeout`` lets
+  the server end a transaction whose gateway went silent, which would otherwise
+  hold its locks (the search-terms lock every writer takes) indefinitely;
 * a borrow that finds no free connection within ``FIRST_WAIT_S`` checks the
   server directly (``PROBE_TIMEOUT_S``); when it is unreachable the borrow fails
   at once with the reason, and for ``DOWN_RECHECK_S`` so does every other borrow,
@@ -25,6 +36,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import select
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -36,6 +48,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import psycopg_pool
 from psycopg import errors as pgerrors
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
 from lore_gateway.memory.errors import (
@@ -65,6 +78,13 @@ FIRST_WAIT_S = 2.0
 PROBE_TIMEOUT_S = 2
 # After a failed check, borrows fail at once for this long, then check again.
 DOWN_RECHECK_S = 1.0
+# libpq's TCP keepalives (seconds; ignored on a Unix socket): a silent peer is given
+# up after idle + interval × count, about a minute, not the kernel's two hours.
+KEEPALIVE_PARAMS = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+                    "keepalives_count": 3}
+# The server ends a transaction left idle this long (a gateway's own transactions
+# idle for milliseconds between statements; ``lore db copy`` for seconds).
+IDLE_IN_TRANSACTION_TIMEOUT = "5min"
 
 log = logging.getLogger(__name__)
 # The pool logs every failed reconnection attempt; an outage is reported once, here.
@@ -180,8 +200,9 @@ class PgConnection(Connection):
     def _live(self) -> psycopg.Connection[Any]:
         """The raw connection; one the server dropped is replaced from the pool
         first, unless a transaction was open on it (module docstring)."""
-        if self.raw.broken and self._borrow is not None and not self._begun \
-                and not self._savepoints:
+        if self._borrow is not None and not self._open_transaction and not self.raw.broken:
+            _notice_drop(self.raw)
+        if self.raw.broken and self._borrow is not None and not self._open_transaction:
             fresh = self._borrow()  # raises StorageUnavailable while the server is gone
             broken, self.raw = self.raw, fresh
             self._release(broken)  # the pool discards a broken connection
@@ -213,12 +234,31 @@ class PgConnection(Connection):
             if not self.raw.broken and self._release is not _closed:
                 self._set_tenant()  # (a closed one was cleared by the pool's _reset)
 
+    @property
+    def _open_transaction(self) -> bool:
+        """A transaction this connection opened and nobody ended yet (the server
+        may have ended it already, by dropping the connection)."""
+        return self._begun or bool(self._savepoints)
+
+    def _call(self, raw: psycopg.Connection[Any], fn: Callable[[], T]) -> T:
+        """``fn()`` on ``raw``, psycopg's errors as ours; a connection the failure
+        left in the middle of a command is closed (module docstring)."""
+        try:
+            return fn()
+        except (psycopg.Error, psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed) as exc:
+            if not raw.closed and raw.pgconn.transaction_status == TransactionStatus.ACTIVE:
+                log.warning("memory: a database connection was left in the middle of a "
+                            "command (%s); closing it, the next statement takes a new one",
+                            " ".join(str(exc).split())[:200])
+                raw.pgconn.finish()  # now ``broken``: _live swaps it, the pool drops it
+            raise mapped(exc) from exc
+
     def _set_tenant(self) -> None:
         # Through _live: a connection the server dropped during an outage is swapped
         # here too, or a search (whose first statement this is) would never heal.
         raw = self._live()
-        _call(lambda: raw.execute("SELECT set_config('lore.tenant', %s, false)",
-                                  (self._tenant or "",)))
+        self._call(raw, lambda: raw.execute("SELECT set_config('lore.tenant', %s, false)",
+                                            (self._tenant or "",)))
 
     def execute(self, sql: str, params: Params = ()) -> Cursor:
         text, numbered = translate(sql)
@@ -228,9 +268,9 @@ class PgConnection(Connection):
             # use, and ``$1 IS NULL`` says nothing; bound client-side, the value is
             # a typed literal in the statement instead.
             cursor: psycopg.Cursor[Any] = psycopg.ClientCursor(raw)
-            _call(lambda: cursor.execute(text, _bind(numbered, params)))
+            self._call(raw, lambda: cursor.execute(text, _bind(numbered, params)))
         else:
-            cursor = _call(lambda: raw.execute(text, tuple(params)))
+            cursor = self._call(raw, lambda: raw.execute(text, tuple(params)))
         self._rowcount = max(cursor.rowcount, 0)
         return PgCursor(cursor)
 
@@ -242,20 +282,24 @@ class PgConnection(Connection):
                 text, numbered = translate(sql)
                 cur.executemany(text, [_bind(numbered, r) for r in rows])
                 self._rowcount = max(cur.rowcount, 0)
-        _call(run)
+        self._call(raw, run)
 
     def script(self, sql: str) -> None:
         # Without parameters psycopg sends the text as one simple query, so several
         # statements (and ``$$`` function bodies) go through unparsed.
         raw = self._live()
-        _call(lambda: raw.execute(sql.encode()))
+        self._call(raw, lambda: raw.execute(sql.encode()))
 
     def changes(self) -> int:
         return self._rowcount
 
     @property
     def in_transaction(self) -> bool:
-        # A dropped connection holds no transaction: the server rolled it back.
+        # One this connection opened counts until it is rolled back, even when the
+        # server already did so by dropping the connection: the caller's rollback
+        # is what lets the next statement take a fresh connection (_live).
+        if self._open_transaction:
+            return True
         return not self.raw.broken and \
             self.raw.info.transaction_status != TransactionStatus.IDLE
 
@@ -303,8 +347,33 @@ class PgConnection(Connection):
             self._set_tenant()
 
 
+def _notice_drop(raw: psycopg.Connection[Any]) -> None:
+    """Let libpq see a drop that happened while ``raw`` sat idle (a reset or an end
+    of stream waiting on its socket), so it counts as ``broken`` before a statement
+    is sent on it, instead of that statement failing after the server is back.
+
+    An idle connection has nothing to read; if its socket is readable, reading it
+    either fails (the drop: libpq marks the connection bad) or buffers a message
+    psycopg will deliver anyway. One ``poll`` of the socket without waiting."""
+    pgconn = raw.pgconn
+    if pgconn.transaction_status != TransactionStatus.IDLE or not hasattr(select, "poll"):
+        return
+    try:
+        poller = select.poll()
+        poller.register(pgconn.socket, select.POLLIN)
+        if poller.poll(0):
+            pgconn.consume_input()
+    except psycopg.OperationalError:
+        pass  # the drop, now known to libpq: ``raw.broken``
+
+
 def _closed(raw: psycopg.Connection[Any]) -> None:
     """A closed connection's release: closing twice does nothing."""
+
+
+def _configure(raw: psycopg.Connection[Any]) -> None:
+    """A new pooled connection's session settings (module docstring)."""
+    raw.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_TIMEOUT}'")
 
 
 def _reset(raw: psycopg.Connection[Any]) -> None:
@@ -344,10 +413,12 @@ class PostgresDatabase(Database):
     def pool(self) -> psycopg_pool.ConnectionPool[Any]:
         with self._lock:
             if self._pool is None:
+                given = conninfo_to_dict(self.conninfo)
+                keepalives = {k: v for k, v in KEEPALIVE_PARAMS.items() if k not in given}
                 self._pool = psycopg_pool.ConnectionPool(
                     self.conninfo, min_size=0, max_size=self.pool_max,
-                    kwargs={"autocommit": True}, timeout=POOL_TIMEOUT_S, open=True,
-                    name="lore", reset=_reset)
+                    kwargs={"autocommit": True, **keepalives}, timeout=POOL_TIMEOUT_S,
+                    open=True, name="lore", configure=_configure, reset=_reset)
             return self._pool
 
     def connect(self, *, readonly: bool = False) -> Connection:

@@ -22,6 +22,7 @@ from lore_gateway import __version__
 from lore_gateway.config import Settings
 from lore_gateway.memory.records import Identity
 from lore_gateway.obs import status as status_doc
+from lore_gateway.storage.base import in_tenant
 from lore_gateway.ui import queries, samples
 from lore_gateway.ui.auth import Access, Viewer
 from lore_gateway.ui.http import Request
@@ -109,8 +110,11 @@ class Pages:
                            csrf=self.access.form_token(viewer) if viewer else "",
                            **values).encode()
 
-    async def _read(self, query: Callable[[Any], T]) -> T:
-        return await asyncio.to_thread(self.memory.read, query)
+    async def _read(self, viewer: Viewer, query: Callable[[Any], T]) -> T:
+        """``query`` on the memory's reader; in team mode inside the viewer's tenant
+        scope (on Postgres, row-level security: the viewer's rows only)."""
+        return await asyncio.to_thread(
+            self.memory.read, in_tenant(viewer.tenant, query) if self.access.team else query)
 
     def error_page(self, status: int, title: str, hint: str = "",
                    viewer: Viewer | None = None) -> bytes:
@@ -135,7 +139,7 @@ class Pages:
         if path == "/ui/series":
             window = samples.WINDOWS.get(request.arg("window"), samples.WINDOWS["1h"])
             tenant = self.chart_tenant(viewer)
-            data = await self._read(lambda c: samples.series_for(c, tenant, window))
+            data = await self._read(viewer, lambda c: samples.series_for(c, tenant, window))
             return 200, orjson.dumps(data), "application/json"
         if handler is None:
             raise NotFound(f"There is no page {request.path}", "The menu lists every page.")
@@ -168,7 +172,7 @@ class Pages:
             window = "1h"
         seconds = samples.WINDOWS[window]
         tenant = self.chart_tenant(viewer)
-        data, counts = await self._read(lambda c: (samples.series_for(c, tenant, seconds),
+        data, counts = await self._read(viewer, lambda c: (samples.series_for(c, tenant, seconds),
                                                    queries.counts(c, viewer.tenant)))
         return self.render("overview.html", viewer, active="overview", window=window,
                            windows=list(samples.WINDOWS), series=data,
@@ -176,13 +180,13 @@ class Pages:
                            interval=self.settings.ui_sample_seconds)
 
     async def projects(self, request: Request, viewer: Viewer) -> bytes:
-        rows = await self._read(lambda c: queries.projects(c, viewer.tenant))
+        rows = await self._read(viewer, lambda c: queries.projects(c, viewer.tenant))
         return self.render("projects.html", viewer, active="projects", projects=rows)
 
     async def sessions(self, request: Request, viewer: Viewer) -> bytes:
         project = request.arg("project") or None
         page = request.int_arg("page")
-        rows = await self._read(lambda c: queries.sessions(
+        rows = await self._read(viewer, lambda c: queries.sessions(
             c, viewer.tenant, project, offset=page * queries.PAGE_SIZE))
         return self.render("sessions.html", viewer, active="projects", project=project,
                            sessions=rows, page=page, more=len(rows) == queries.PAGE_SIZE)
@@ -196,7 +200,7 @@ class Pages:
                     queries.session_turns(conn, viewer.tenant, session,
                                           offset=page * queries.TURNS_PER_PAGE))
 
-        info, turns = await self._read(read)
+        info, turns = await self._read(viewer, read)
         if info is None:
             raise NotFound(f"No session {session!r} in your memory",
                            "Projects lists the sessions stored for you.")
@@ -207,7 +211,7 @@ class Pages:
 
     async def message(self, request: Request, viewer: Viewer) -> bytes:
         raw = request.arg("id").removeprefix("t:")
-        found = await self._read(lambda c: queries.message(c, viewer.tenant, int(raw))
+        found = await self._read(viewer, lambda c: queries.message(c, viewer.tenant, int(raw))
                                  if raw.isdigit() else None)
         if found is None:
             raise NotFound(f"No message t:{raw} in your memory")
@@ -220,7 +224,7 @@ class Pages:
         scope = request.arg("scope", "all")
         scope = scope if scope in ("all", "project") else "all"
         project = request.arg("project")
-        projects = await self._read(lambda c: queries.projects(c, viewer.tenant))
+        projects = await self._read(viewer, lambda c: queries.projects(c, viewer.tenant))
         results: list[Any] = []
         total = 0
         if q:
@@ -229,7 +233,7 @@ class Pages:
             ident = Identity(viewer.tenant, project or "", "")
             found = await self.memory.search(q, identity=ident, scope=scope, limit=SEARCH_LIMIT)
             total = found.total
-            results = await self._read(lambda c: [explain(c, viewer.tenant, q, hit)
+            results = await self._read(viewer, lambda c: [explain(c, viewer.tenant, q, hit)
                                                   for hit in found.hits])
         template = "_results.html" if request.wants_fragment else "search.html"
         return self.render(template, viewer, active="search", q=q, scope=scope,
@@ -237,7 +241,7 @@ class Pages:
 
     async def recalls(self, request: Request, viewer: Viewer) -> bytes:
         page = request.int_arg("page")
-        rows = await self._read(lambda c: queries.recalls(
+        rows = await self._read(viewer, lambda c: queries.recalls(
             c, viewer.tenant, offset=page * queries.PAGE_SIZE))
         return self.render("recalls.html", viewer, active="recalls", recalls=rows, page=page,
                            more=len(rows) == queries.PAGE_SIZE)
@@ -251,7 +255,7 @@ class Pages:
                       if item is not None and item.turn_id is not None else 0)
             return item, offset // queries.TURNS_PER_PAGE
 
-        item, page = await self._read(read)
+        item, page = await self._read(viewer, read)
         if item is None:
             raise NotFound(f"No recall {anchor!r} in your memory",
                            "The recall log lists every recall of yours.")
@@ -262,7 +266,7 @@ class Pages:
         from lore_gateway.ui import knowledge_view
 
         project = request.arg("project") or None
-        data = await self._read(lambda c: knowledge_view.listing(c, viewer.tenant, project))
+        data = await self._read(viewer, lambda c: knowledge_view.listing(c, viewer.tenant, project))
         return self.render("knowledge.html", viewer, active="knowledge", project=project,
                            saved=request.arg("saved"), **data)
 
@@ -272,7 +276,8 @@ class Pages:
         entry_id = request.arg("id")
         entry = None
         if entry_id:
-            entry = await self._read(lambda c: knowledge_view.entry(c, viewer.tenant, entry_id))
+            entry = await self._read(viewer, lambda c: knowledge_view.entry(
+                c, viewer.tenant, entry_id))
             if entry is None:
                 raise NotFound(f"No knowledge entry {entry_id!r} in your memory")
         return self.render("knowledge_edit.html", viewer, active="knowledge", entry=entry,
@@ -288,7 +293,7 @@ class Pages:
         if viewer.signed_in:
             document = {k: v for k, v in document.items() if k not in _PRIVATE_STATUS}
             if self.memory is not None:
-                document["your memory"] = await self._read(
+                document["your memory"] = await self._read(viewer,
                     lambda c: queries.counts(c, viewer.tenant))
         return self.render("status.html", viewer, active="status", document=document,
                            document_json=orjson.dumps(document, option=orjson.OPT_INDENT_2)

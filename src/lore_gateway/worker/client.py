@@ -16,6 +16,7 @@ import orjson
 from lore_gateway.config import Settings
 from lore_gateway.distill import format as fmt
 from lore_gateway.obs import metrics
+from lore_gateway.storage.base import in_tenant
 from lore_gateway.upstream import UpstreamClient, UpstreamUnavailable
 from lore_gateway.worker import jobs
 from lore_gateway.worker import requests as wreq
@@ -72,8 +73,8 @@ class ModelCaller:
         """One worker request within the budget; the answer's text."""
         estimate = fmt.estimate_tokens(system + user) + max_tokens
         daily = self.settings.worker_daily_tokens
-        spent = await asyncio.to_thread(self.memory.read,
-                                        lambda c: jobs.used(c, tenant, self.clock()))
+        spent = await asyncio.to_thread(self.memory.read, in_tenant(
+            tenant, lambda c: jobs.used(c, tenant, self.clock())))
         if spent + estimate > daily:
             raise WorkerUnavailable(f"budget: {spent} of {daily} worker tokens used today")
         family = upstream.family
@@ -106,7 +107,7 @@ class ModelCaller:
             jobs.charge(conn, tenant, self.clock(), n_in, n_out)
             return jobs.used(conn, tenant, self.clock())
 
-        used = await asyncio.to_thread(self.memory.write_job, charge)
+        used = await asyncio.to_thread(self.memory.write_job, in_tenant(tenant, charge))
         self.tokens_in += n_in
         self.tokens_out += n_out
         metrics.record_worker_request(kind, "ok", n_in, n_out, daily - used)
