@@ -62,12 +62,14 @@ PARENT_CHECK_S = 1.0
 def searcher(address: str, embedder: Any) -> Searcher:
     """A child's ``Searcher`` over the database at ``address``, with ``embedder``
     (``None``: BM25 only) behind the query-vector cache."""
-    from lore_gateway.memory import db
+    from lore_gateway.memory import db, rerank
     from lore_gateway.memory.search import Searcher
     from lore_gateway.storage.target import parse_url
 
     cached = _QueryCache(embedder) if embedder is not None else None
-    return Searcher(db.conn_factory(parse_url(address)), cached)  # type: ignore[arg-type]
+    reranker = rerank.load_reranker() if rerank.enabled() else None
+    return Searcher(db.conn_factory(parse_url(address)), cached,  # type: ignore[arg-type]
+                    reranker)
 
 
 def _init(address: str, embeddings: bool, parent: int) -> Searcher:

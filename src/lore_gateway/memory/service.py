@@ -393,7 +393,12 @@ class Memory:
         if self._searcher is None:
             from lore_gateway.memory.search import Searcher
 
-            self._searcher = Searcher(self._conn_factory, self.embedder)
+            reranker = None
+            if self.settings.rerank:
+                from lore_gateway.memory.rerank import load_reranker
+
+                reranker = load_reranker()
+            self._searcher = Searcher(self._conn_factory, self.embedder, reranker)
         return self._searcher
 
     # --- browsing and housekeeping (the CLI) ---------------------------------------
