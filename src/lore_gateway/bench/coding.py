@@ -91,6 +91,7 @@ class CodingReport:
     messages: int = 0
     ingest_s: float = 0.0
     embeddings: bool = False
+    rerank: bool = False
 
     def add(self, system: str, q: Question, exact: int | None, tol: int | None) -> None:
         subset = "held_out" if held_out(q.session_id) else "tuning"
@@ -113,6 +114,7 @@ class CodingReport:
         out["messages"] = self.messages
         out["ingest_s"] = round(self.ingest_s, 2)
         out["embeddings"] = self.embeddings
+        out["rerank"] = self.rerank
         return out
 
 
@@ -166,7 +168,7 @@ def baseline_rankings(session: Session, questions: list[Question]) -> list[list[
         conn.close()
 
 
-def run(data: Path | None = None, *, embeddings: bool = True,
+def run(data: Path | None = None, *, embeddings: bool = True, rerank: bool = False,
         progress: Progress | None = None) -> CodingReport:
     """Ingest every session, ask every question with both systems, score."""
     from lore_gateway.memory.service import Memory
@@ -181,10 +183,11 @@ def run(data: Path | None = None, *, embeddings: bool = True,
         for q, ranked in zip(qs, baseline_rankings(s, qs), strict=True):
             report.add("baseline", q, *first_ranks(ranked, q.gold))
     with tempfile.TemporaryDirectory(prefix="lore-coding-") as tmp:
-        settings = Settings(data_dir=Path(tmp), embeddings=embeddings)
+        settings = Settings(data_dir=Path(tmp), embeddings=embeddings, rerank=rerank)
         memory = Memory.open(settings, embedder="auto" if embeddings else None)
         try:
             report.embeddings = memory.embeddings
+            report.rerank = rerank
             total = sum(len(s.messages) for s in sessions)
             report.ingest_s = ingest(memory, settings,
                                      (r for s in sessions for r in turn_records(s)),

@@ -101,6 +101,7 @@ class LocomoReport:
     messages: int = 0
     ingest_s: float = 0.0
     embeddings: bool = False
+    rerank: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -116,6 +117,7 @@ class LocomoReport:
             "messages": self.messages,
             "ingest_s": round(self.ingest_s, 2),
             "embeddings": self.embeddings,
+            "rerank": self.rerank,
         }
 
 
@@ -190,7 +192,7 @@ def turn_records(conv: Conversation) -> Iterator[TurnRecord]:
         )
 
 
-def run(data: Path | None = None, *, embeddings: bool = True,
+def run(data: Path | None = None, *, embeddings: bool = True, rerank: bool = False,
         limit_conversations: int | None = None,
         progress: Progress | None = None) -> LocomoReport:
     """Ingest, ask every question, score. Uses a throw-away data directory."""
@@ -199,10 +201,11 @@ def run(data: Path | None = None, *, embeddings: bool = True,
     convs = load(resolve_data_path(data))[:limit_conversations]
     report = LocomoReport()
     with tempfile.TemporaryDirectory(prefix="lore-locomo-") as tmp:
-        settings = Settings(data_dir=Path(tmp), embeddings=embeddings)
+        settings = Settings(data_dir=Path(tmp), embeddings=embeddings, rerank=rerank)
         memory = Memory.open(settings, embedder="auto" if embeddings else None)
         try:
             report.embeddings = memory.embeddings
+            report.rerank = rerank
             total_turns = sum(len(c.turns) for c in convs)
             report.ingest_s = ingest(memory, settings,
                                      (r for conv in convs for r in turn_records(conv)),

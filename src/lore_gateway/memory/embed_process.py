@@ -76,7 +76,8 @@ class EmbeddingProcess:
     """One child process that embeds committed messages and stores their vectors."""
 
     def __init__(self, database: Database | Path, *,
-                 max_pending: int = MAX_PENDING_BATCHES) -> None:
+                 max_pending: int = MAX_PENDING_BATCHES, rerank: bool = False) -> None:
+        self._rerank = rerank
         self._max_pending = max_pending
         self._idle = threading.Condition()
         self._pending = 0
@@ -117,7 +118,7 @@ class EmbeddingProcess:
             self._process = ChildProcess(
                 __name__, "_child_main",
                 (self._database.address, jobs_read, acks_write, stop_read, os.getpid(),
-                 theirs_fd),
+                 theirs_fd, self._rerank),
                 fds=ends)
         finally:
             for fd in ends:  # the child's ends: it sees EOF when this side's go
@@ -296,7 +297,7 @@ def _store_with_retry(conn: Any, embedder: Any, ids: list[int]) -> int:
 
 
 def _child_main(address: str, jobs_fd: int, acks_fd: int, stop_fd: int, parent: int,
-                search_fd: int) -> None:
+                search_fd: int, rerank: bool) -> None:
     """The child: one embedder shared by a search thread at normal priority and the
     backlog, embedded on this (main) thread at the lowest priority."""
     from lore_gateway import heap
@@ -310,7 +311,7 @@ def _child_main(address: str, jobs_fd: int, acks_fd: int, stop_fd: int, parent: 
     # (onnxruntime's pool threads would take their creator's, for both).
     embedder = load_embedder(threads=SEARCH_THREADS)
     threading.Thread(target=search_child.serve,
-                     args=(search_fd, search_child.searcher(address, embedder)),
+                     args=(search_fd, search_child.searcher(address, embedder, rerank=rerank)),
                      name="lore-embed-search", daemon=True).start()
     _lower_priority()
     _embed_backlog(address, embedder, _Jobs(jobs_fd, stop_fd, parent), PipeSender(acks_fd))

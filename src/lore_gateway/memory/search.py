@@ -54,6 +54,7 @@ from lore_gateway.memory.query import (
     prefix_eligible,
 )
 from lore_gateway.memory.render import is_recall_traffic
+from lore_gateway.memory.rerank import Reranker
 from lore_gateway.memory.termstats import TermStats
 from lore_gateway.memory.textindex import Table, TextIndex, text_index
 from lore_gateway.memory.vectors import VectorSearch, vector_search
@@ -110,6 +111,12 @@ MIN_SCORE = 0.02
 # MiniLM cosine that counts as "not similar at all" and as "clearly the same topic".
 COSINE_UNRELATED = 0.25
 COSINE_SAME = 0.70
+# Optional cross-encoder reranking (``memory/rerank.py``, off unless LORE_RERANK=1):
+# the best RERANK_CANDIDATES fused candidates get ``fused / best + RERANK_WEIGHT · z``,
+# z the cross-encoder's logit standardised over them. On LoCoMo's tuning part 15-20
+# candidates and a weight of 0.1-0.4 all gained; 20 / 0.2 was best (docs/search.md).
+RERANK_CANDIDATES = 20
+RERANK_WEIGHT = 0.2
 # Cost bounds of one BM25 query (docs/search.md, "Latency"): rows whose IDF walk a
 # search may pay for, estimated in-scope matches FTS5 may score, and the count
 # above which a term is a stop word for this store. FTS5 counts a row in ~30 ns
@@ -130,9 +137,11 @@ ConnFactory = Callable[[], Connection]
 class Searcher:
     """Runs searches on a per-thread read connection."""
 
-    def __init__(self, conn_factory: ConnFactory, embedder: Embedder | None) -> None:
+    def __init__(self, conn_factory: ConnFactory, embedder: Embedder | None,
+                 reranker: Reranker | None = None) -> None:
         self._conn_factory = conn_factory
         self._embedder = embedder
+        self._reranker = reranker
         self._local = threading.local()
         self._vectors: VectorSearch | None = None
         # The vector index is per process; one lock keeps concurrent searches from
@@ -207,7 +216,11 @@ class Searcher:
         _boost_dates(conn, scores, dates.cues)
         ranked = sorted(scores.items(), key=lambda kv: (-kv[1], -kv[0]))
         # A few spare candidates: rows of another tenant or recall traffic are skipped.
-        hits = _load_hits(conn, index, ranked[:limit + SPARE_HITS], tenant)[:limit]
+        wanted = max(limit, RERANK_CANDIDATES) if self._reranker is not None else limit
+        hits = _load_hits(conn, index, ranked[:wanted + SPARE_HITS], tenant)
+        if self._reranker is not None:
+            hits = _rerank(self._reranker, query, hits)
+        hits = hits[:limit]
         confidence = _confidence(conn, match, cosines,
                                  [int(h.ref[2:]) for h in hits[:CONFIDENCE_HITS]])
         if confidence < NOTHING_FOUND:
@@ -375,6 +388,29 @@ def _confidence(conn: Connection, match: _Match | None, cosines: dict[int, float
                                                            / (COSINE_SAME - COSINE_UNRELATED)))
         best = max(best, lexical.get(mid, 0.0), semantic)
     return best
+
+
+def _rerank(reranker: Reranker, query: str, hits: list[Hit]) -> list[Hit]:
+    """The best RERANK_CANDIDATES hits reordered by fused score plus the cross-encoder's
+    standardised logit; scores stay non-negative and follow the new order. Candidates
+    too long for the model (``Reranker.score`` gives ``None``) count as average."""
+    head, tail = hits[:RERANK_CANDIDATES], hits[RERANK_CANDIDATES:]
+    if len(head) < 2:
+        return hits
+    scored = reranker.score(query, [h.content for h in head])
+    read = [i for i, logit in enumerate(scored) if logit is not None]
+    if len(read) < 2:
+        return hits
+    # Standardised over the candidates the model read whole; the others count as
+    # average (z = 0) and so keep their fused place among them.
+    logits = np.asarray([scored[i] for i in read], dtype=np.float64)
+    z = np.zeros(len(head))
+    z[read] = (logits - logits.mean()) / max(float(logits.std()), 1e-6)
+    blended = [h.score + RERANK_WEIGHT * float(zi - z.min()) for h, zi in zip(head, z, strict=True)]
+    order = sorted(range(len(head)), key=lambda i: -blended[i])
+    floor = min(blended)
+    return ([replace(head[i], score=blended[i]) for i in order]
+            + [replace(h, score=min(h.score, floor)) for h in tail])
 
 
 def _boost_intent(conn: Connection, index: TextIndex, scores: dict[int, float],

@@ -49,18 +49,22 @@ def _exactly(conn: socket.socket, size: int) -> bytes:
     return bytes(data)
 
 
-def searcher(address: str, embedder: Any) -> Searcher:
+def searcher(address: str, embedder: Any, *, rerank: bool = False) -> Searcher:
     """A child's ``Searcher`` over the database at ``address``, with ``embedder``
-    (``None``: BM25 only) behind the query-vector cache."""
+    (``None``: BM25 only) behind the query-vector cache, and the cross-encoder
+    when ``rerank`` (``LORE_RERANK``, passed by the gateway: the child reads no settings)."""
     from lore_gateway.memory import db
+    from lore_gateway.memory.rerank import load_reranker
     from lore_gateway.memory.search import Searcher
     from lore_gateway.storage.target import parse_url
 
     cached = _QueryCache(embedder) if embedder is not None else None
-    return Searcher(db.conn_factory(parse_url(address)), cached)  # type: ignore[arg-type]
+    reranker = load_reranker() if rerank else None
+    return Searcher(db.conn_factory(parse_url(address)), cached,  # type: ignore[arg-type]
+                    reranker)
 
 
-def _init(address: str, embeddings: bool, parent: int) -> Searcher:
+def _init(address: str, embeddings: bool, parent: int, rerank: bool) -> Searcher:
     threading.Thread(target=_exit_with_parent, args=(parent,), name="lore-search-parent",
                      daemon=True).start()
     from lore_gateway import heap
@@ -72,7 +76,7 @@ def _init(address: str, embeddings: bool, parent: int) -> Searcher:
         from lore_gateway.memory.embed import load_embedder
 
         embedder = load_embedder()
-    return searcher(address, embedder)
+    return searcher(address, embedder, rerank=rerank)
 
 
 class _QueryCache:
@@ -122,9 +126,9 @@ def _failure(exc: Exception) -> MemoryUnavailable | str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def child_main(fd: int, address: str, embeddings: bool, parent: int) -> None:
+def child_main(fd: int, address: str, embeddings: bool, parent: int, rerank: bool) -> None:
     """A search child: load, then answer queries until the gateway closes its end."""
-    serve(fd, _init(address, embeddings, parent))
+    serve(fd, _init(address, embeddings, parent, rerank))
 
 
 def serve(fd: int, searcher: Searcher) -> None:

@@ -102,13 +102,13 @@ class _Worker:
         self.dead = False
 
     @classmethod
-    def spawn(cls, address: str, embeddings: bool) -> _Worker:
+    def spawn(cls, address: str, embeddings: bool, rerank: bool) -> _Worker:
         """A dedicated search process."""
         ours, theirs = socket.socketpair()
         theirs_fd = theirs.detach()
         try:
             process = ChildProcess("lore_gateway.memory.search_child", "child_main",
-                                   (theirs_fd, address, embeddings, os.getpid()),
+                                   (theirs_fd, address, embeddings, os.getpid(), rerank),
                                    fds=(theirs_fd,))
         finally:
             os.close(theirs_fd)
@@ -200,11 +200,12 @@ class SearchProcess:
 
     def __init__(self, database: Database | Path, *, embeddings: bool, workers: int = 1,
                  timeout: float = DEFAULT_TIMEOUT_S, max_in_flight: int = MAX_IN_FLIGHT,
-                 host: SearchHost | None = None) -> None:
+                 host: SearchHost | None = None, rerank: bool = False) -> None:
         self._database = db.database(database)
         self._host = host
         self._workers = 1 if host is not None else max(1, workers)
         self._embeddings = embeddings
+        self._rerank = rerank
         self.timeout = timeout
         self._max_in_flight = max_in_flight
         self._in_flight = 0
@@ -243,10 +244,10 @@ class SearchProcess:
 
     def _new_worker(self, dead: ChildProcess | None = None) -> _Worker:
         if self._host is None:
-            return _Worker.spawn(self._database.address, self._embeddings)
+            return _Worker.spawn(self._database.address, self._embeddings, self._rerank)
         channel = self._host.search_channel(dead)
         if channel is None:  # the embedding process gave up: search BM25-only here
-            return _Worker.spawn(self._database.address, False)
+            return _Worker.spawn(self._database.address, False, self._rerank)
         sock, process = channel
         return _Worker(process, sock, owned=False)
 

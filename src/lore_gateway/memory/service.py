@@ -164,7 +164,7 @@ class Memory:
         if wanted is not None and embed_backlog:
             from lore_gateway.memory.embed_process import EmbeddingProcess
 
-            worker = EmbeddingProcess(database)
+            worker = EmbeddingProcess(database, rerank=settings.rerank)
         writer = TurnWriter(
             db.conn_factory(database),
             max_message_bytes=settings.store_max_message_bytes,
@@ -362,7 +362,7 @@ class Memory:
                                            embeddings=self.embeddings,
                                            workers=self.settings.search_workers,
                                            timeout=self.settings.search_timeout,
-                                           host=host)
+                                           host=host, rerank=self.settings.rerank)
         return self._searches
 
     def warm_search(self) -> None:
@@ -393,7 +393,12 @@ class Memory:
         if self._searcher is None:
             from lore_gateway.memory.search import Searcher
 
-            self._searcher = Searcher(self._conn_factory, self.embedder)
+            reranker = None
+            if self.settings.rerank:
+                from lore_gateway.memory.rerank import load_reranker
+
+                reranker = load_reranker()
+            self._searcher = Searcher(self._conn_factory, self.embedder, reranker)
         return self._searcher
 
     # --- browsing and housekeeping (the CLI) ---------------------------------------
