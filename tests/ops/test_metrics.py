@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
@@ -55,6 +56,9 @@ async def test_request_counters_and_histograms_move(
 
 
 async def test_recording_functions_feed_the_exposition(gateway: Any, http: aiohttp.ClientSession):
+    # Earlier tests' turns may still be on their way to storage; their count must
+    # not land between the two scrapes.
+    await asyncio.to_thread(gateway.memory.flush, 60)
     before = await scrape(http, gateway.url)
 
     metrics.record_recall("anthropic", results=3, latency_s=0.004)

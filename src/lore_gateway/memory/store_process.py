@@ -239,17 +239,18 @@ class TurnStoreProcess:
                         self._own_degraded = None
 
     def _progress(self, count: int, written: int, skipped: int, failed: int) -> None:
-        """The child's deltas since its last report."""
+        """The child's deltas since its last report. Counted in the metrics first,
+        so that a ``flush`` that returns has them there too."""
+        if written > 0:
+            from lore_gateway.obs import metrics  # the gateway's; never in the child
+
+            metrics.record_stored_turns(written)
         with self._state:
             self._processed += count
             self.written += written
             self.skipped += skipped
             self.failed += failed
             self._state.notify_all()
-        if written > 0:
-            from lore_gateway.obs import metrics  # the gateway's; never in the child
-
-            metrics.record_stored_turns(written)
 
     def _replace(self, failures: int) -> None:
         """The child died without being stopped: count what it held, start another."""

@@ -18,6 +18,11 @@ from typing import Any, Generic, Protocol, TypeVar
 # Starting or stopping a loopback server takes milliseconds; a server that needs
 # longer is stuck, and the caller should hear about it rather than hang.
 DEFAULT_TIMEOUT_S = 30.0
+# A gateway's stop is bounded but can legitimately take longer on a loaded
+# machine: its storage child gets up to 30 s to write what is queued, the niced
+# embedding child 3 s to finish its batch, and each join after a kill 5 s
+# (memory/service.py close). A ceiling, not a delay.
+STOP_TIMEOUT_S = 90.0
 
 T = TypeVar("T")
 
@@ -68,7 +73,7 @@ class BackgroundServer(Generic[S]):
             raise
         return self.server
 
-    def stop(self, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         if not self._thread.is_alive():
             return
         try:
