@@ -61,6 +61,27 @@ BACKGROUND_THREADS = 2
 FloatArray = npt.NDArray[np.float32]
 
 
+def session_options(threads: int) -> Any:
+    """onnxruntime options for a model that shares two cores with the proxy (the
+    embedder here, the reranker in rerank.py)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    # Idle worker threads sleep instead of spinning: a spinning thread burns a
+    # core the proxy could use.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.log_severity_level = 3
+    # No arena and no memory pattern: each run's few hundred KiB of activations
+    # come from malloc and go back to it, instead of an arena that keeps the
+    # largest run's buffers (a 256-token text) resident for good. The graph
+    # and so every vector are unchanged; the CPU cost was within noise.
+    options.enable_cpu_mem_arena = False
+    options.enable_mem_pattern = False
+    return options
+
+
 class Embedder:
     """all-MiniLM-L6-v2 on onnxruntime. Threads may share an instance (the embedding
     process's search and backlog threads do): the session's ``run`` and the
@@ -76,19 +97,7 @@ class Embedder:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        # Idle worker threads sleep instead of spinning: a spinning thread burns a
-        # core the proxy could use.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.log_severity_level = 3
-        # No arena and no memory pattern: each run's few hundred KiB of activations
-        # come from malloc and go back to it, instead of an arena that keeps the
-        # largest run's buffers (a 256-token text) resident for good. The graph
-        # and so every vector are unchanged; the CPU cost was within noise.
-        options.enable_cpu_mem_arena = False
-        options.enable_mem_pattern = False
+        options = session_options(threads)
         # The word-embedding table stays int8 (11.7 MB instead of 47 MB as float32):
         # the graph gathers its rows before dequantising them (memory/onnx_int8.py;
         # vectors bit-identical).

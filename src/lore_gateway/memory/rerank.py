@@ -62,16 +62,10 @@ class Reranker:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.log_severity_level = 3
-        # As the embedder's (embed.py): activations from malloc, not a resident arena.
-        options.enable_cpu_mem_arena = False
-        options.enable_mem_pattern = False
+        from lore_gateway.memory.embed import session_options
+
         self._session = ort.InferenceSession(str(model_dir / "model.onnx"),
-                                             sess_options=options,
+                                             sess_options=session_options(threads),
                                              providers=["CPUExecutionProvider"])
         # Loading peaks well above what the session keeps: give that back (+41 MiB
         # resident after this, +63 without it).
