@@ -61,7 +61,7 @@ class _Connection(asyncio.Protocol):
         self.error: BaseException | None = None  # why the connection ended, when it did
         self.closed = False
         self.paused = False
-        self.idle_timer: asyncio.TimerHandle | None = None
+        self.idle_since = 0.0  # loop time it was pooled
         self._waiter: asyncio.Future[None] | None = None
 
     # --- asyncio.Protocol -----------------------------------------------------------
@@ -103,8 +103,6 @@ class _Connection(asyncio.Protocol):
                     self.reader.feed_eof()
                 except ResponseError as eof:
                     self.error = eof
-        if self.idle_timer is not None:
-            self.idle_timer.cancel()
         self._wake()
 
     # --- for the response -------------------------------------------------------------
@@ -213,7 +211,8 @@ class UpstreamResponse:
 class UpstreamClient:
     """Sends requests to the configured upstream base URLs."""
 
-    def __init__(self, settings: Settings, *, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, settings: Settings, *, ssl_context: ssl.SSLContext | None = None,
+                 idle_seconds: float = IDLE_SECONDS) -> None:
         self._bases = {
             Upstream.OPENAI: settings.upstream_openai,
             Upstream.CHATGPT: settings.upstream_chatgpt,
@@ -222,10 +221,12 @@ class UpstreamClient:
         self.connect_timeout = settings.upstream_connect_timeout
         self.read_timeout = settings.upstream_read_timeout
         self._ssl_context = ssl_context
+        self._idle_seconds = idle_seconds
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._open: set[_Connection] = set()
         self._slots: asyncio.Semaphore | None = None
         self._origins: dict[str, tuple[tuple[str, str, int], str, str]] = {}
+        self._sweep: asyncio.TimerHandle | None = None
 
     def url(self, upstream: Upstream, path: str) -> str:
         return self._bases[upstream] + path
@@ -234,6 +235,9 @@ class UpstreamClient:
         self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
 
     async def close(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         for conn in list(self._open):
             conn.close()
         self._open.clear()
@@ -304,9 +308,6 @@ class UpstreamClient:
         idle = self._idle.get(origin)
         while idle:
             conn = idle.pop()
-            if conn.idle_timer is not None:
-                conn.idle_timer.cancel()
-                conn.idle_timer = None
             if not conn.closed and conn.error is None:
                 return conn, True
             self._open.discard(conn)
@@ -343,20 +344,29 @@ class UpstreamClient:
         if reuse and not conn.closed and self._slots is not None:
             idle = self._idle.setdefault(conn.origin, [])
             if len(idle) < MAX_IDLE_PER_ORIGIN:
-                conn.idle_timer = asyncio.get_running_loop().call_later(
-                    IDLE_SECONDS, self._expire_idle, conn)
+                loop = asyncio.get_running_loop()
+                conn.idle_since = loop.time()
                 idle.append(conn)
+                if self._sweep is None:  # one timer for the pool, not one per request
+                    self._sweep = loop.call_later(self._idle_seconds, self._close_idle)
                 return
         conn.close()
         self._open.discard(conn)
 
-    def _expire_idle(self, conn: _Connection) -> None:
-        conn.idle_timer = None
-        idle = self._idle.get(conn.origin)
-        if idle is not None and conn in idle:
-            idle.remove(conn)
-        conn.close()
-        self._open.discard(conn)
+    def _close_idle(self) -> None:
+        """Close the connections idle for ``idle_seconds``; again later while any are left."""
+        self._sweep = None
+        now = asyncio.get_running_loop().time()
+        oldest = now
+        for idle in self._idle.values():
+            for conn in [c for c in idle if now - c.idle_since >= self._idle_seconds]:
+                idle.remove(conn)
+                conn.close()
+                self._open.discard(conn)
+            oldest = min([oldest, *(c.idle_since for c in idle)])
+        if any(self._idle.values()):
+            self._sweep = asyncio.get_running_loop().call_later(
+                oldest + self._idle_seconds - now, self._close_idle)
 
 
 def _before_response(conn: _Connection, reused: bool) -> UpstreamUnavailable:

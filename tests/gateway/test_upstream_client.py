@@ -126,6 +126,22 @@ async def test_keeps_one_connection_alive_across_requests(client: UpstreamClient
         assert f"Host: 127.0.0.1:{server.port}".encode() in server.requests[0]
 
 
+async def test_an_idle_connection_is_closed_after_a_while(tmp_path: Path) -> None:
+    client = UpstreamClient(Settings(data_dir=tmp_path), idle_seconds=0.05)
+    await client.start()
+    answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+    try:
+        async with RawServer(lambda n: [answer]) as server:
+            resp = await client.send("POST", server.url + "/v1/x", HEADERS, b"{}")
+            assert await resp.read(100) == (b"ok", False)
+            await asyncio.wait_for(server.closed_by_peer.wait(), 10)
+            resp = await client.send("POST", server.url + "/v1/x", HEADERS, b"{}")
+            assert await resp.read(100) == (b"ok", False)
+            assert server.connections == 2
+    finally:
+        await client.close()
+
+
 @pytest.mark.parametrize("encoding, encode", [
     (b"gzip", gzip.compress),
     (b"deflate", zlib.compress),
