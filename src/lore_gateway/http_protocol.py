@@ -16,6 +16,10 @@ subclass adds what is missing, each checked before any costly work:
 
 uvicorn's own ``limit_concurrency`` answers a plain-text 503 and counts only
 after the headers were parsed, so it is not used.
+
+It also sends a response's head together with the first body bytes when both
+are written in the same loop iteration (``_HeadWithBody``): uvicorn writes each
+ASGI message at once, one system call and one wake-up of the client each.
 """
 
 from __future__ import annotations
@@ -113,6 +117,8 @@ class _LimitedProtocol(HttpToolsProtocol):
             self._head_timer.cancel()
             self._head_timer = None
         super().on_headers_complete()
+        if self.cycle is not None:
+            self.cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
         self._last_body = time.monotonic()
         self._body_timer = self.loop.call_later(self._limits.body_timeout, self._on_body_timer)
 
@@ -189,3 +195,46 @@ class _LimitedProtocol(HttpToolsProtocol):
             if timer is not None:
                 timer.cancel()
         self._head_timer = self._body_timer = None
+
+
+class _HeadWithBody:
+    """The transport as one response's cycle sees it: the response head is held
+    until the end of the loop iteration, so that body bytes written in the same
+    iteration go out with it in one write (a streamed answer's first events
+    usually arrive in the same read as the upstream's head).
+
+    Held for one iteration at most (``call_soon``): the client never waits for a
+    head longer than it did. A ``100 Continue`` goes out at once.
+    """
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = b""  # b"": nothing written yet; None: no longer holding
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is None:
+            self._transport.write(data)
+        elif held:
+            self._held = None
+            self._transport.write(held + data)
+        elif data.startswith(b"HTTP/1.1 100 "):
+            self._transport.write(data)
+        else:
+            self._held = data
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        held, self._held = self._held, None
+        if held and not self._transport.is_closing():
+            self._transport.write(held)
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
