@@ -9,13 +9,15 @@ The pipeline is sentence-transformers' for this model: WordPiece, at most 256
 tokens, the encoder, mean pooling over the attention mask, L2 normalisation.
 Vectors agree with the float32 model to a cosine of 0.999 (measured on the
 coding sessions: min 0.9989, mean 0.9995), so vectors stored by the earlier
-float32 forward pass stay comparable and keep the same model name. Against
-that numpy pass it is about 2.5 times faster per CPU second (~25 long messages
-per second on one core of this machine, against ~10), and it loads in ~0.2 s.
+float32 forward pass stay comparable and keep the same model name. The weights
+stay int8 in memory and the ``MatMul``s compute in int8 (``onnx_int8.py``):
+vectors within cosine 0.998 of those the float-weight graph stored before
+(docs/search.md), at about half its CPU per long text.
 
-Each text runs on its own, unpadded: the int8 graph quantises activations per
-call, so a padded batch would make a text's vector depend on its neighbours;
-alone, a text always gets the same vector, and no padding is computed.
+Each text runs on its own, unpadded: the int8 ``MatMul``s quantise activations
+per call, so a padded batch could make a text's vector depend on its
+neighbours; alone, a text always gets the same vector, and no padding is
+computed.
 
 Embedding is optional. When the model or onnxruntime is missing
 :func:`load_embedder` returns ``None`` (logged) and search uses BM25 alone.
