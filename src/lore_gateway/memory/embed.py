@@ -12,7 +12,7 @@ coding sessions: min 0.9989, mean 0.9995), so vectors stored by the earlier
 float32 forward pass stay comparable and keep the same model name. The weights
 stay int8 in memory and the ``MatMul``s compute in int8 (``onnx_int8.py``):
 vectors within cosine 0.998 of those the float-weight graph stored before
-(docs/search.md), at about half its CPU per long text.
+(docs/search.md), at 0.85x its CPU per long text and 0.65x per query.
 
 Each text runs on its own, unpadded: the int8 ``MatMul``s quantise activations
 per call, so a padded batch could make a text's vector depend on its
@@ -105,7 +105,7 @@ class Embedder:
         options = session_options(threads)
         # The weights stay int8: the lookup tables are gathered before they are
         # dequantised (11.7 MB instead of 47 MB, bit-identical) and the MatMuls run
-        # in int8 (10.6 MB instead of 42, half the CPU; vectors within cosine 0.999):
+        # in int8 (10.6 MB instead of 42, less CPU; vectors within cosine 0.998):
         # memory/onnx_int8.py. Level 4 is int8 compute with activations quantised
         # per block (onnxruntime's default, pinned so an upgrade cannot move it).
         options.add_session_config_entry("session.qdq_matmulnbits_accuracy_level",

@@ -24,10 +24,11 @@ A ``MatMul`` weight with per-column scales (``(1, N)``) becomes
 which onnxruntime does not fold: it fuses the pair into ``MatMulNBits`` (8 bits,
 the same int8 weights and scales) and computes it in int8, quantising the
 activations per block of 32 (``session.qdq_matmulnbits_accuracy_level`` 4, set
-by ``embed.py``). The weights stay int8 (10.6 MB instead of 42) and a text
-costs about half the CPU, but the activations' rounding moves the vectors: min
-cosine 0.9993 against the package's graph on LoCoMo and coding texts
-(docs/benchmarks.md "Memory"), so vectors stored before stay comparable.
+by ``embed.py``). The weights stay int8 (10.6 MB instead of 42), a long text
+costs 0.85x the CPU and a short query 0.65x, but the activations' rounding
+moves the vectors: min cosine 0.9982 against the package's graph over the
+LoCoMo and coding texts (docs/search.md), so vectors stored before stay
+comparable.
 
 The rewrite works on the protobuf wire format directly: the ``onnx`` package
 costs 35 MiB of RSS to import, more than the rewrite saves per process. Only
