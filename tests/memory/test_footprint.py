@@ -7,6 +7,7 @@ import sys
 import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 from lore_gateway import heap
 from lore_gateway.config import Settings
@@ -87,26 +88,68 @@ def test_a_cached_recall_holds_no_more_than_its_bytes() -> None:
     assert held < 1024
 
 
-def test_the_int8_table_rewrite_keeps_every_vector_bit_identical() -> None:
-    import numpy as np
+def _package_embedder() -> Any:
+    """The pipeline over the package's graph as it ships: what stored the vectors
+    before the weights stayed int8."""
     import onnxruntime as ort
 
-    from lore_gateway.memory.embed import Embedder, tokenizer_path
-    from lore_gateway.memory.onnx_int8 import gather_int8
+    from lore_gateway.memory.embed import Embedder, session_options, tokenizer_path
 
     info = model_info()
     assert info is not None
-    original = info.path.read_bytes()
-    rewritten, tables = gather_int8(original)
-    assert tables == 2  # the word- and position-embedding tables
-    assert gather_int8(rewritten) == (rewritten, 0)  # nothing left to rewrite
-    texts = ["the quokka migration runs at night", "x", "",
-             "a longer paragraph " * 60]  # past the 256-token truncation
-    ours = Embedder(info.path, tokenizer_path()).embed(texts)
-    # The package's graph as it ships, run through the same pipeline.
     package = Embedder(info.path, tokenizer_path())
-    package._session = ort.InferenceSession(original, providers=["CPUExecutionProvider"])
-    assert np.array_equal(ours, package.embed(texts))
+    package._session = ort.InferenceSession(str(info.path), sess_options=session_options(1),
+                                            providers=["CPUExecutionProvider"])
+    return package
+
+
+# Texts a memory stores (never an empty one: writer.prepare_turn drops those).
+TEXTS = ["the quokka migration runs at night", "x",
+         "Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",
+         "def flush(self, timeout: float) -> bool:\n    return self._done.wait(timeout)",
+         "a longer paragraph " * 60]  # past the 256-token truncation
+
+
+def test_the_int8_table_rewrite_keeps_every_vector_bit_identical(tmp_path: Path) -> None:
+    import numpy as np
+
+    from lore_gateway.memory.embed import Embedder, tokenizer_path
+    from lore_gateway.memory.onnx_int8 import Rewrites, keep_int8
+
+    info = model_info()
+    assert info is not None
+    rewritten, done = keep_int8(info.path.read_bytes(), matmuls=False)
+    assert done == Rewrites(tables=2)  # the word- and position-embedding tables
+    assert keep_int8(rewritten, matmuls=False) == (rewritten, Rewrites())  # nothing left
+    (tmp_path / "tables.onnx").write_bytes(rewritten)
+    tables_only = Embedder(info.path, tokenizer_path())
+    tables_only._session = _package_embedder()._session.__class__(
+        str(tmp_path / "tables.onnx"), providers=["CPUExecutionProvider"])
+    texts = [*TEXTS, ""]
+    assert np.array_equal(tables_only.embed(texts), _package_embedder().embed(texts))
+
+
+def test_the_int8_matmuls_keep_vectors_within_cosine_0999_of_the_stored_ones() -> None:
+    """The embedder computes its MatMuls in int8: vectors move a little, so
+    vectors stored before it must stay comparable (docs/search.md)."""
+    import numpy as np
+
+    from lore_gateway.memory.embed import Embedder, tokenizer_path
+    from lore_gateway.memory.onnx_int8 import Rewrites, keep_int8
+
+    info = model_info()
+    assert info is not None
+    rewritten, done = keep_int8(info.path.read_bytes())
+    assert done == Rewrites(tables=2, matmuls=36)  # every weight of the encoder
+    assert keep_int8(rewritten) == (rewritten, Rewrites())
+    ours = Embedder(info.path, tokenizer_path()).embed(TEXTS)
+    before = _package_embedder().embed(TEXTS)
+    cosines = (ours * before).sum(axis=1)
+    assert cosines.min() >= 0.999, cosines
+    assert not np.array_equal(ours, before)  # the int8 compute is in use
+    assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+    again = Embedder(info.path, tokenizer_path()).embed(TEXTS[::-1])[::-1]
+    assert np.array_equal(ours, again)  # a text's vector does not depend on the others
 
 
 async def test_searches_run_in_the_embedding_process_and_survive_its_death(

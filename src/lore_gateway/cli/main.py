@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import typer
@@ -43,8 +44,13 @@ def _root(
     """lore-gateway: a transparent memory proxy for AI coding agents."""
 
 
-def _register() -> None:
+def _register(argv: Sequence[str] = ()) -> None:
     # Each module attaches its commands to ``app`` / ``bench_app`` on import.
+    if list(argv[:1]) == ["serve"]:
+        # The gateway's own process: only its command, so it never holds the other
+        # commands' imports (rich among them; docs/benchmarks.md "Memory").
+        from lore_gateway.cli import serve
+        return
     from lore_gateway.cli import (  # noqa: F401
         bench_footprint,
         bench_gateway,
@@ -93,7 +99,7 @@ def main() -> None:
 
     # The click that typer runs on (typer >= 0.20 vendors its own copy).
     click = sys.modules[typer.BadParameter.__module__]
-    _register()
+    _register(sys.argv[1:])
     try:
         result = app(standalone_mode=False)
     except (UserError, SettingsError) as exc:

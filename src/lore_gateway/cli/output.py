@@ -22,22 +22,15 @@ import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import typer
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.text import Text
+
+if TYPE_CHECKING:
+    # Imported where drawn: `lore serve` prints nothing through rich, and the
+    # gateway's process need not hold it (3.3 MiB of RSS, docs/benchmarks.md "Memory").
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
 
 # Space between table columns on a terminal.
 GAP = 2
@@ -94,6 +87,8 @@ def print_json(document: Any) -> None:
 
 
 def _stdout_console() -> Console:
+    from rich.console import Console
+
     return Console(width=width(), highlight=False, soft_wrap=True)
 
 
@@ -102,6 +97,8 @@ def line(text: str = "", style: str | None = None) -> None:
     if not is_terminal():
         sys.stdout.write(text + "\n")
         return
+    from rich.text import Text
+
     console = _stdout_console()
     for part in _wrap(text, console.width) if len(text) > console.width else [text]:
         console.print(Text(part, style=style or ""), no_wrap=True, crop=False)
@@ -230,6 +227,8 @@ def print_table(columns: Sequence[Column], rows: Sequence[Sequence[object]], *,
             sys.stdout.write("\t".join(row) + "\n")
         sys.stdout.flush()
         return
+    from rich.text import Text
+
     console = _stdout_console()
     if title:
         console.print(Text(title, style="bold"))
@@ -253,6 +252,8 @@ def print_fields(pairs: Sequence[tuple[str, object]], *, title: str | None = Non
             sys.stdout.write(f"{name}\t{_clean(value)}\n")
         sys.stdout.flush()
         return
+    from rich.text import Text
+
     console = _stdout_console()
     if title:
         console.print(Text(title, style="bold"))
@@ -268,15 +269,27 @@ def print_fields(pairs: Sequence[tuple[str, object]], *, title: str | None = Non
 # --- progress ------------------------------------------------------------------------
 
 
-class _RateColumn(ProgressColumn):
-    """Items per second, e.g. ``412/s``."""
-
-    def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text("" if speed is None else f"{speed:,.0f}/s", style="cyan")
-
-
 def _bar() -> Progress:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        ProgressColumn,
+        Task,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+    from rich.text import Text
+
+    class _RateColumn(ProgressColumn):
+        """Items per second, e.g. ``412/s``."""
+
+        def render(self, task: Task) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text("" if speed is None else f"{speed:,.0f}/s", style="cyan")
+
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     _RateColumn(), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
                     console=Console(stderr=True), transient=True)

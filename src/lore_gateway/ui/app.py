@@ -16,15 +16,18 @@ import asyncio
 import logging
 import re
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lore_gateway.channel import Receive, Send
 from lore_gateway.config import Settings
 from lore_gateway.ui import http
 from lore_gateway.ui.auth import COOKIE, SESSION_SECONDS, Access, Viewer
+from lore_gateway.ui.http import NotFound
 from lore_gateway.ui.live import Streams
-from lore_gateway.ui.pages import NotFound, Pages
 from lore_gateway.ui.samples import Sampler
+
+if TYPE_CHECKING:
+    from lore_gateway.ui.pages import Pages
 
 log = logging.getLogger("lore.ui")
 
@@ -40,9 +43,21 @@ class UiApp:
         self.sampler: Sampler | None = None
         if memory is not None:
             self.sampler = Sampler(memory.write_job, settings.ui_sample_seconds)
-        self.pages = Pages(settings, memory, live, self.sampler, self.access)
+        self._live = live
+        self._pages: Pages | None = None
         self.streams = Streams(memory, self.sampler, team=self.access.team)
         self._static: dict[str, bytes] = {}
+
+    @property
+    def pages(self) -> Pages:
+        """The pages, built when the first one is asked for: they import jinja2
+        (1.8 MiB of RSS a gateway whose /ui nobody opens need not hold)."""
+        if self._pages is None:
+            from lore_gateway.ui.pages import Pages
+
+            self._pages = Pages(self.settings, self.memory, self._live, self.sampler,
+                                self.access)
+        return self._pages
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         request = http.Request.from_scope(scope)

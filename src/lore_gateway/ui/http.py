@@ -13,6 +13,14 @@ from urllib.parse import parse_qs, quote
 
 from lore_gateway.channel import Receive, Send
 
+
+class NotFound(Exception):
+    """A page or record that is not there: a 404 page with ``hint`` under it."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint
+
 # Largest form a page posts (a knowledge entry is at most a few KiB).
 MAX_FORM_BYTES = 64 * 1024
 

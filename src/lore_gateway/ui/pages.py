@@ -25,7 +25,7 @@ from lore_gateway.obs import status as status_doc
 from lore_gateway.storage.base import in_tenant
 from lore_gateway.ui import queries, samples
 from lore_gateway.ui.auth import Access, Viewer
-from lore_gateway.ui.http import Request
+from lore_gateway.ui.http import NotFound, Request
 from lore_gateway.ui.search_view import explain
 
 T = TypeVar("T")
@@ -36,12 +36,6 @@ NAV = (("overview", "/ui", "Overview"), ("projects", "/ui/projects", "Projects")
 SEARCH_LIMIT = 20
 # Status fields a signed-in (team) viewer does not see: paths and every tenant's totals.
 _PRIVATE_STATUS = ("data_dir", "database", "storage", "upstreams", "settings_problems")
-
-
-class NotFound(Exception):
-    def __init__(self, message: str, hint: str = "") -> None:
-        super().__init__(message)
-        self.hint = hint
 
 
 def _ago(ts: float | None) -> str:
