@@ -60,6 +60,14 @@ ALIVE_CHECK_S = 1.0
 # so one per turn would bring back part of what the process saves. A 50 ms old
 # queue depth is fine for back-pressure; embedding is later by as much.
 REPORT_INTERVAL_S = 0.05
+# How long a turn waits in the child for more turns to share its commit. A
+# commit of one turn costs about as much CPU as the turn's own rows (the WAL
+# frames of every page it touched, a segment per search index); traffic at
+# c=16 brings a turn every few milliseconds, so turns rarely queue up on their
+# own. Within the report interval: the gateway and the embedder learn of a
+# turn no later than they would have anyway, give or take one report. A flush
+# (a job, a test, a shutdown) does not wait.
+GROUP_COMMIT_WAIT_S = REPORT_INTERVAL_S
 # How long opening waits for the child to have its connection (an interpreter
 # start and the writer's imports: about a second on a loaded 2-core machine).
 START_TIMEOUT_S = 60.0
@@ -295,7 +303,8 @@ def _child_main(address: str, max_message_bytes: int, max_queue: int, pipe_fd: i
         writer = TurnWriter(partial(db.connect_writer, parse_url(address)),
                             max_message_bytes=max_message_bytes, max_queue=max_queue,
                             on_commit=reports.committed, on_done=reports.done,
-                            on_stored=_counted_by_the_gateway)
+                            on_stored=_counted_by_the_gateway,
+                            group_wait_s=GROUP_COMMIT_WAIT_S)
     except Exception as exc:
         acks.send(("state", f"memory writer cannot open the database: {exc}"[:300]))
         acks.close()

@@ -77,6 +77,8 @@ class _Job(Generic[T]):
 
 
 _STOP = object()
+# Ends a batch's wait for more turns (``flush``); not a turn, never counted.
+_WAKE = object()
 # A turn that could not be written (``TurnWriter._write_one``).
 FAILED = object()
 
@@ -99,6 +101,7 @@ class TurnWriter:
         on_commit: Callable[[list[int]], None] | None = None,
         on_done: Callable[[int], None] | None = None,
         on_stored: Callable[[int], None] | None = None,
+        group_wait_s: float = 0.0,
     ) -> None:
         """``on_commit(ids)``: the message ids of each commit (the embedder's feed),
         called before the batch counts as done, so a ``flush`` that returns has
@@ -107,13 +110,18 @@ class TurnWriter:
         ``on_stored(count)``: the turns each commit stored; by default the
         gateway's ``/metrics`` counter (the storage process passes its own: its
         gateway counts what it reports, and the child never imports
-        prometheus-client, 8 MiB of RSS)."""
+        prometheus-client, 8 MiB of RSS). ``group_wait_s``: how long a turn that
+        finds the queue empty waits for more turns to share its commit (0: none;
+        a ``flush``, a job or ``close`` ends the wait at once)."""
         self._connect = connect
         self._max_message_bytes = max_message_bytes
         self._queue: queue.Queue[object] = queue.Queue(maxsize=max_queue)
         self._on_commit = on_commit
         self._on_done = on_done
         self._on_stored = on_stored or _count_stored
+        self._group_wait_s = group_wait_s
+        # Callers waiting in ``flush``: a commit does not wait for company then.
+        self._flushing = 0
         self._progress = threading.Condition()
         self._submitted = 0
         self._processed = 0
@@ -187,7 +195,18 @@ class TurnWriter:
         """Wait until everything submitted so far is written; ``False`` on timeout."""
         with self._progress:
             target = self._submitted
-            return self._progress.wait_for(lambda: self._processed >= target, timeout)
+            if self._processed >= target:
+                return True
+            self._flushing += 1
+        try:
+            if self._group_wait_s:
+                with contextlib.suppress(queue.Full):  # full: the batch is not waiting
+                    self._queue.put_nowait(_WAKE)
+            with self._progress:
+                return self._progress.wait_for(lambda: self._processed >= target, timeout)
+        finally:
+            with self._progress:
+                self._flushing -= 1
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Write what is queued, then stop the thread."""
@@ -283,17 +302,28 @@ class TurnWriter:
             item = self._queue.get()
             if item is _STOP:
                 return
+            if item is _WAKE:
+                continue
             if isinstance(item, _Job):
                 self._run_job(conn, item)
                 continue
             batch = [item]
             stop_after = False
             pending_job: _Job[Any] | None = None
+            deadline = time.monotonic() + self._group_wait_s
             while len(batch) < MAX_TURNS_PER_COMMIT:
                 try:
                     nxt = self._queue.get_nowait()
                 except queue.Empty:
-                    break
+                    wait = deadline - time.monotonic()
+                    if wait <= 0 or self._flushing:
+                        break
+                    try:
+                        nxt = self._queue.get(timeout=wait)
+                    except queue.Empty:
+                        break
+                if nxt is _WAKE:
+                    continue
                 if nxt is _STOP:
                     stop_after = True
                     break
@@ -398,7 +428,7 @@ class TurnWriter:
 
                 results = write_turns(conn, turns, self._max_message_bytes, self._write_one)
             else:
-                results = [self._write_one(conn, turn) for turn in turns]
+                results = self._write_sqlite(conn, turns)
             for ids in results:
                 if ids is FAILED:
                     self.failed += 1
@@ -431,6 +461,22 @@ class TurnWriter:
                     except Exception:
                         log.exception("memory: the post-commit hook failed")
                 self._done(len(batch))
+
+    def _write_sqlite(self, conn: Connection, turns: list[TurnRecord]
+                      ) -> list[list[int] | object | None]:
+        """The batch's turns in order, first without a savepoint each: a savepoint
+        makes FTS5 write out its pending index rows as a segment of their own, one
+        per turn in both indexes, where one commit can write one. Should any turn
+        fail, the batch starts over with a savepoint per turn, so that only that
+        turn is lost (rare: a turn fails only on malformed data)."""
+        try:
+            return [write_turn(conn, turn, self._max_message_bytes) for turn in turns]
+        except StorageUnavailable:
+            raise
+        except Exception:
+            conn.rollback()
+            _begin_immediate(conn)
+        return [self._write_one(conn, turn) for turn in turns]
 
     def _write_one(self, conn: Connection, turn: TurnRecord) -> list[int] | object | None:
         """One turn in its own savepoint: its message ids, None (nothing to write)
