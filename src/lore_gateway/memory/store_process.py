@@ -5,8 +5,8 @@ Python around it (cleaning, redaction, statement building) cost about 0.4 ms of
 CPU per turn. On the gateway's writer thread that time is taken from the event
 loop through the GIL, and at one request at a time it lands exactly when the
 client's next request arrives (docs/benchmarks.md, "Where the time goes"). Here
-the gateway only hands the finished ``TurnRecord`` to a queue (pickled by the
-queue's feeder thread, tens of microseconds); a child process, ``lore-store``,
+the gateway only writes the finished turn to a pipe (``turn_pipe``, as a tuple
+of builtins: ``records.turn_to_wire``, a few microseconds); a child process, ``lore-store``,
 runs the very same ``TurnWriter`` (its batching, savepoints, retries while the
 database is unreachable, its own supervisor) against its own connection.
 
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from lore_gateway.memory.child import ChildProcess
-from lore_gateway.memory.records import RawTurn, TurnRecord
+from lore_gateway.memory.records import RawTurn, TurnRecord, turn_from_wire, turn_to_wire
 from lore_gateway.memory.turn_pipe import PipeClosed, PipeReceiver, PipeSender, make_pipe
 from lore_gateway.memory.writer import (
     DEFAULT_MAX_QUEUE,
@@ -161,6 +161,7 @@ class TurnStoreProcess:
     def submit(self, turn: TurnRecord | RawTurn, *, wait: bool = False) -> bool:
         """Queue a turn; ``False`` (and a warning) when the queue is full or closed.
         ``wait=True`` waits for room instead (imports, benchmarks)."""
+        wire = turn_to_wire(turn)
         with self._state:
             if self._closing:
                 self.dropped += 1
@@ -173,7 +174,7 @@ class TurnStoreProcess:
                 self._drop()
                 return False
             self._submitted += 1
-            self._send(turn)  # lost with a dead child: counted when it is replaced
+            self._send(wire)  # lost with a dead child: counted when it is replaced
         return True
 
     def _drop(self) -> None:
@@ -329,7 +330,7 @@ def _child_main(address: str, max_message_bytes: int, max_queue: int, pipe_fd: i
                     writer.flush()
                     reports.send()
                 else:
-                    writer.submit(item, wait=True)
+                    writer.submit(turn_from_wire(item), wait=True)
             if time.monotonic() - reports.sent_at >= REPORT_INTERVAL_S:
                 reports.send()
     finally:
