@@ -77,8 +77,6 @@ class _Job(Generic[T]):
 
 
 _STOP = object()
-# Ends a batch's wait for more turns (``flush``); not a turn, never counted.
-_WAKE = object()
 # A turn that could not be written (``TurnWriter._write_one``).
 FAILED = object()
 
@@ -120,8 +118,10 @@ class TurnWriter:
         self._on_done = on_done
         self._on_stored = on_stored or _count_stored
         self._group_wait_s = group_wait_s
-        # Callers waiting in ``flush``: a commit does not wait for company then.
-        self._flushing = 0
+        # Ends a batch's wait for company early: a flush, a job, a stop, a full
+        # batch. An event rather than the queue's own wake-up, which would wake
+        # the writer for every turn that arrives while it waits.
+        self._hurry = threading.Event()
         self._progress = threading.Condition()
         self._submitted = 0
         self._processed = 0
@@ -167,8 +167,17 @@ class TurnWriter:
             with self._progress:
                 self._submitted += 1
             self._queue.put(turn)
+            self._queued()
             return True
-        return self._put(turn)
+        if not self._put(turn):
+            return False
+        self._queued()
+        return True
+
+    def _queued(self) -> None:
+        """With a full batch queued, a batch waiting for company stops waiting."""
+        if self._group_wait_s and self._queue.qsize() >= MAX_TURNS_PER_COMMIT:
+            self._hurry.set()
 
     def run_job(self, run: Callable[[Connection], T], timeout: float | None = None) -> T:
         """Run ``run(conn)`` on the writer thread and wait for its result.
@@ -181,6 +190,7 @@ class TurnWriter:
         with self._progress:
             self._submitted += 1
         self._queue.put(job, timeout=timeout)
+        self._hurry.set()  # a job never waits for a batch's company
         return future.result(timeout)
 
     def submit_job(self, run: Callable[[Connection], T]) -> Future[T] | None:
@@ -189,7 +199,10 @@ class TurnWriter:
         event loop. Returns its future, or None when the queue is full or closed
         (counted and logged like a dropped turn)."""
         future: Future[T] = Future()
-        return future if self._put(_Job(run, future)) else None
+        if not self._put(_Job(run, future)):
+            return None
+        self._hurry.set()
+        return future
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything submitted so far is written; ``False`` on timeout."""
@@ -197,16 +210,8 @@ class TurnWriter:
             target = self._submitted
             if self._processed >= target:
                 return True
-            self._flushing += 1
-        try:
-            if self._group_wait_s:
-                with contextlib.suppress(queue.Full):  # full: the batch is not waiting
-                    self._queue.put_nowait(_WAKE)
-            with self._progress:
-                return self._progress.wait_for(lambda: self._processed >= target, timeout)
-        finally:
-            with self._progress:
-                self._flushing -= 1
+            self._hurry.set()
+            return self._progress.wait_for(lambda: self._processed >= target, timeout)
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Write what is queued, then stop the thread."""
@@ -215,6 +220,7 @@ class TurnWriter:
             return
         with contextlib.suppress(queue.Full):
             self._queue.put(_STOP, timeout=timeout)
+        self._hurry.set()
         self._thread.join(timeout)
         if self._thread.is_alive():
             log.warning("memory writer did not finish within %.0f s; %d turns still queued",
@@ -302,28 +308,20 @@ class TurnWriter:
             item = self._queue.get()
             if item is _STOP:
                 return
-            if item is _WAKE:
-                continue
             if isinstance(item, _Job):
                 self._run_job(conn, item)
                 continue
             batch = [item]
             stop_after = False
             pending_job: _Job[Any] | None = None
-            deadline = time.monotonic() + self._group_wait_s
+            if self._group_wait_s and self._queue.qsize() < MAX_TURNS_PER_COMMIT:
+                self._hurry.wait(self._group_wait_s)
+            self._hurry.clear()
             while len(batch) < MAX_TURNS_PER_COMMIT:
                 try:
                     nxt = self._queue.get_nowait()
                 except queue.Empty:
-                    wait = deadline - time.monotonic()
-                    if wait <= 0 or self._flushing:
-                        break
-                    try:
-                        nxt = self._queue.get(timeout=wait)
-                    except queue.Empty:
-                        break
-                if nxt is _WAKE:
-                    continue
+                    break
                 if nxt is _STOP:
                     stop_after = True
                     break
