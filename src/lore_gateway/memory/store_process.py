@@ -321,6 +321,10 @@ def _child_main(address: str, max_message_bytes: int, max_queue: int, pipe_fd: i
     reported: str | None = None
     acks.send(("state", None))
     receiver = PipeReceiver(pipe_fd)
+    # A flush asked for and not yet reported. Never waited for here without a
+    # bound: while the database cannot be reached the writer keeps its batch and
+    # retries, and a child stuck in that wait would not see its gateway die.
+    flushing = False
     try:
         while True:
             try:
@@ -335,15 +339,16 @@ def _child_main(address: str, max_message_bytes: int, max_queue: int, pipe_fd: i
                 if item is _STOP:
                     return
                 if item == _FLUSH:
-                    writer.flush()
-                    reports.send()
-                    pause = False
+                    flushing = True
                 else:
                     writer.submit(turn_from_wire(item), wait=True)
                     pause = True
+            if flushing and writer.flush(REPORT_INTERVAL_S):
+                flushing = False
+                reports.send()
             if time.monotonic() - reports.sent_at >= REPORT_INTERVAL_S:
                 reports.send()
-            if pause:
+            if pause and not flushing:
                 time.sleep(READ_PAUSE_S)
     finally:
         writer.close()
