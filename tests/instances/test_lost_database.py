@@ -236,3 +236,30 @@ def test_a_connection_idle_through_an_outage_serves_its_next_statement(
     finally:
         conn.close()
         database.close()
+
+
+def test_a_storage_process_waiting_out_an_outage_still_sees_its_gateway_go(
+        relay: tuple[Relay, str]) -> None:
+    """``lore-store`` with a flush pending while the database cannot be reached
+    still notices that its gateway is gone, and exits (it used to wait inside the
+    flush for ever and outlive the gateway)."""
+    from lore_gateway.memory.store_process import TurnStoreProcess
+    from lore_gateway.storage.target import parse_url
+
+    database = parse_url(relay[1])
+    store = TurnStoreProcess(database, max_message_bytes=100_000)
+    try:
+        assert store.submit(_turn("Before the outage."))
+        assert store.flush(30)
+        relay[0].cut()
+        assert store.submit(_turn("During the outage."))
+        assert not store.flush(1.0)  # the child's writer keeps the turn and retries
+        store._closing = True  # what follows is the gateway dying, not a stop
+        store._turns.close()  # the child sees end of file, no stop message
+        store._process.join(60)
+        assert not store._process.is_alive(), "lore-store outlived its gateway"
+    finally:
+        relay[0].restore()
+        if store._process.is_alive():
+            store._process.kill()
+        database.close()

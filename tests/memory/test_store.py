@@ -400,3 +400,60 @@ def test_a_backlog_written_as_one_batch_stores_what_turn_by_turn_writes_store(
         conn.close()
     assert sorted(in_context) == [ids[4], ids[6]]
     assert sorted(after_etc) == [ids[1], ids[3]]
+
+
+def test_a_turn_failing_inside_a_batch_costs_only_itself(settings: Settings) -> None:
+    """A batch is written without a savepoint per turn; a turn that fails halfway
+    (its turn row and first message already inserted) makes the batch start over
+    turn by turn: the others are stored, in order and indexed, the failed one
+    leaves no row behind."""
+    import threading
+
+    good = [turn(ALICE, ("user", f"question about the gecko {n}"), ("assistant", f"ok {n}"),
+                 at=float(n)) for n in range(4)]
+    bad = TurnRecord(identity=Identity("t-alice", "/home/a/proj", "s-bad"), protocol="chat",
+                     model=None, created_at=9.0,
+                     messages=(Message("user", "the iguana question"), Message("assistant", "x")),
+                     metas=({}, {"not json": object()}))
+    memory = Memory.open(settings, embedder=None)
+    try:
+        release = threading.Event()
+        assert memory._writer.submit_job(lambda conn: release.wait(10)) is not None
+        for record in (good[0], good[1], bad, good[2], good[3]):
+            assert memory.submit_turn(record)
+        release.set()
+        memory.flush(10)
+        assert memory._writer.failed == 1
+        assert memory._writer.written == 4
+    finally:
+        memory.close()
+
+    assert rows(settings, "SELECT session, created_at FROM turns ORDER BY id") == [
+        ("s-1", 0.0), ("s-1", 1.0), ("s-1", 2.0), ("s-1", 3.0)]
+    assert [r[0] for r in rows(settings, "SELECT content FROM messages ORDER BY id")] == [
+        text for n in range(4) for text in (f"question about the gecko {n}", f"ok {n}")]
+    assert rows(settings, "SELECT id, turns FROM sessions") == [("s-1", 4)]
+    assert len(indexed_ids(settings.database, "gecko")) == 4
+    assert indexed_ids(settings.database, "iguana") == []
+
+
+def test_a_commit_waits_for_company_but_never_holds_up_a_flush(settings: Settings) -> None:
+    """With a group wait (the storage process's), turns submitted one after another
+    share one commit, and a flush returns without waiting out the wait."""
+    from lore_gateway.memory.writer import TurnWriter
+
+    conn = db.connect(settings.database)
+    schema.migrate(conn)
+    conn.close()
+    commits: list[list[int]] = []
+    writer = TurnWriter(db.conn_factory(settings.database), max_message_bytes=1 << 16,
+                        on_commit=commits.append, on_stored=lambda n: None,
+                        group_wait_s=600.0)
+    try:
+        for n in range(5):
+            assert writer.submit(turn(ALICE, ("user", f"q {n}"), ("assistant", f"a {n}")))
+        assert writer.flush(30)
+        assert [len(ids) for ids in commits] == [10]
+        assert writer.written == 5
+    finally:
+        writer.close(30)

@@ -100,3 +100,24 @@ def test_sending_to_a_closed_pipe_raises() -> None:
     with pytest.raises(PipeClosed):
         sender.send("nobody reads this")
     sender.close()
+
+
+def test_a_turn_crosses_the_pipe_as_builtins_and_comes_back_equal() -> None:
+    """The hand-off format (records.turn_to_wire): every field of a turn and of a
+    raw turn survives, and nothing but builtins is pickled."""
+    import pickle
+
+    from lore_gateway.memory.records import RawOutputs, RawTurn, turn_from_wire, turn_to_wire
+
+    record = TurnRecord(identity=IDENT, protocol="responses", model=None, created_at=1.5,
+                        messages=(Message("user", "q"), Message("assistant", "a")),
+                        complete=False, dedup_key="k#2",
+                        metas=({"side_channel": True}, None))
+    raw = RawTurn(turn(3), RawOutputs("anthropic", b"event: x\ndata: {}\n\n",
+                                      after=(Message("tool", "[tool:recall] found"),)),
+                  side_channel=True)
+    for original in (record, raw, turn(4)):
+        wire = turn_to_wire(original)
+        data = pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL)
+        assert b"lore_gateway" not in data  # no class of ours to import on the other side
+        assert turn_from_wire(pickle.loads(data)) == original

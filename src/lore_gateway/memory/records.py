@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from lore_gateway.protocols.common import Message
 
@@ -75,3 +75,43 @@ class RawTurn:
     turn: TurnRecord
     output: RawOutputs
     side_channel: bool = False
+
+
+# What crosses the pipe to the storage process (``turn_to_wire``): builtins only.
+# pickle encodes a frozen slots dataclass through Python-level ``__getstate__``
+# and ``__setstate__`` (``dataclasses.fields`` on every object, every time), so
+# a turn of six such objects cost more to pickle and unpickle than its bytes.
+Wire = tuple[Any, ...]
+
+
+def turn_to_wire(turn: TurnRecord | RawTurn) -> Wire:
+    """``turn`` as a tuple of builtins, for ``turn_from_wire`` in another process."""
+    if isinstance(turn, RawTurn):
+        out = turn.output
+        return (_record_to_wire(turn.turn), out.protocol, out.body,
+                tuple((m.role, m.text) for m in out.after), turn.side_channel)
+    return (_record_to_wire(turn),)
+
+
+def turn_from_wire(wire: Wire) -> TurnRecord | RawTurn:
+    record = _record_from_wire(wire[0])
+    if len(wire) == 1:
+        return record
+    _, protocol, body, after, side_channel = wire
+    return RawTurn(record, RawOutputs(protocol, body, tuple(Message(r, t) for r, t in after)),
+                   side_channel)
+
+
+def _record_to_wire(t: TurnRecord) -> Wire:
+    ident = t.identity
+    return (ident.tenant, ident.project, ident.session, t.protocol, t.model,
+            tuple((m.role, m.text) for m in t.messages), t.created_at, t.complete,
+            t.dedup_key, t.metas)
+
+
+def _record_from_wire(w: Wire) -> TurnRecord:
+    (tenant, project, session, protocol, model, messages, created_at, complete, dedup_key,
+     metas) = w
+    return TurnRecord(Identity(tenant, project, session), protocol, model,
+                      tuple(Message(r, t) for r, t in messages), created_at, complete,
+                      dedup_key, cast("tuple[dict[str, Any] | None, ...] | None", metas))

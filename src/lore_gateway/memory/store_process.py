@@ -5,8 +5,8 @@ Python around it (cleaning, redaction, statement building) cost about 0.4 ms of
 CPU per turn. On the gateway's writer thread that time is taken from the event
 loop through the GIL, and at one request at a time it lands exactly when the
 client's next request arrives (docs/benchmarks.md, "Where the time goes"). Here
-the gateway only hands the finished ``TurnRecord`` to a queue (pickled by the
-queue's feeder thread, tens of microseconds); a child process, ``lore-store``,
+the gateway only writes the finished turn to a pipe (``turn_pipe``, as a tuple
+of builtins: ``records.turn_to_wire``, a few microseconds); a child process, ``lore-store``,
 runs the very same ``TurnWriter`` (its batching, savepoints, retries while the
 database is unreachable, its own supervisor) against its own connection.
 
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from lore_gateway.memory.child import ChildProcess
-from lore_gateway.memory.records import RawTurn, TurnRecord
+from lore_gateway.memory.records import RawTurn, TurnRecord, turn_from_wire, turn_to_wire
 from lore_gateway.memory.turn_pipe import PipeClosed, PipeReceiver, PipeSender, make_pipe
 from lore_gateway.memory.writer import (
     DEFAULT_MAX_QUEUE,
@@ -60,6 +60,21 @@ ALIVE_CHECK_S = 1.0
 # so one per turn would bring back part of what the process saves. A 50 ms old
 # queue depth is fine for back-pressure; embedding is later by as much.
 REPORT_INTERVAL_S = 0.05
+# How long a turn waits in the child for more turns to share its commit. A
+# commit of one turn costs about as much CPU as the turn's own rows (the WAL
+# frames of every page it touched, a segment per search index); traffic at
+# c=16 brings a turn every few milliseconds, so turns rarely queue up on their
+# own. Within the report interval: the gateway and the embedder learn of a
+# turn no later than they would have anyway, give or take one report. A flush
+# (a job, a test, a shutdown) does not wait.
+GROUP_COMMIT_WAIT_S = REPORT_INTERVAL_S
+# After reading turns, the child pauses this long before it reads again, so the
+# turns of the pause arrive in one read: a child asleep on the pipe is woken
+# (a context switch on a busy 2-core machine, ~25 us of its CPU) by every
+# turn the gateway writes; one that is not asleep on it is not, and the
+# gateway's write wakes nobody. Shorter than the group wait, so commits lose
+# no company; a flush waits at most this much longer. The pipe holds 1 MiB.
+READ_PAUSE_S = 0.02
 # How long opening waits for the child to have its connection (an interpreter
 # start and the writer's imports: about a second on a loaded 2-core machine).
 START_TIMEOUT_S = 60.0
@@ -153,6 +168,7 @@ class TurnStoreProcess:
     def submit(self, turn: TurnRecord | RawTurn, *, wait: bool = False) -> bool:
         """Queue a turn; ``False`` (and a warning) when the queue is full or closed.
         ``wait=True`` waits for room instead (imports, benchmarks)."""
+        wire = turn_to_wire(turn)
         with self._state:
             if self._closing:
                 self.dropped += 1
@@ -165,7 +181,7 @@ class TurnStoreProcess:
                 self._drop()
                 return False
             self._submitted += 1
-            self._send(turn)  # lost with a dead child: counted when it is replaced
+            self._send(wire)  # lost with a dead child: counted when it is replaced
         return True
 
     def _drop(self) -> None:
@@ -295,7 +311,8 @@ def _child_main(address: str, max_message_bytes: int, max_queue: int, pipe_fd: i
         writer = TurnWriter(partial(db.connect_writer, parse_url(address)),
                             max_message_bytes=max_message_bytes, max_queue=max_queue,
                             on_commit=reports.committed, on_done=reports.done,
-                            on_stored=_counted_by_the_gateway)
+                            on_stored=_counted_by_the_gateway,
+                            group_wait_s=GROUP_COMMIT_WAIT_S)
     except Exception as exc:
         acks.send(("state", f"memory writer cannot open the database: {exc}"[:300]))
         acks.close()
@@ -304,6 +321,10 @@ def _child_main(address: str, max_message_bytes: int, max_queue: int, pipe_fd: i
     reported: str | None = None
     acks.send(("state", None))
     receiver = PipeReceiver(pipe_fd)
+    # A flush asked for and not yet reported. Never waited for here without a
+    # bound: while the database cannot be reached the writer keeps its batch and
+    # retries, and a child stuck in that wait would not see its gateway die.
+    flushing = False
     try:
         while True:
             try:
@@ -313,16 +334,22 @@ def _child_main(address: str, max_message_bytes: int, max_queue: int, pipe_fd: i
             if writer.degraded != reported:
                 reported = writer.degraded
                 acks.send(("state", reported))
+            pause = False
             for item in items:
                 if item is _STOP:
                     return
                 if item == _FLUSH:
-                    writer.flush()
-                    reports.send()
+                    flushing = True
                 else:
-                    writer.submit(item, wait=True)
+                    writer.submit(turn_from_wire(item), wait=True)
+                    pause = True
+            if flushing and writer.flush(REPORT_INTERVAL_S):
+                flushing = False
+                reports.send()
             if time.monotonic() - reports.sent_at >= REPORT_INTERVAL_S:
                 reports.send()
+            if pause and not flushing:
+                time.sleep(READ_PAUSE_S)
     finally:
         writer.close()
         reports.send()

@@ -99,6 +99,7 @@ class TurnWriter:
         on_commit: Callable[[list[int]], None] | None = None,
         on_done: Callable[[int], None] | None = None,
         on_stored: Callable[[int], None] | None = None,
+        group_wait_s: float = 0.0,
     ) -> None:
         """``on_commit(ids)``: the message ids of each commit (the embedder's feed),
         called before the batch counts as done, so a ``flush`` that returns has
@@ -107,13 +108,20 @@ class TurnWriter:
         ``on_stored(count)``: the turns each commit stored; by default the
         gateway's ``/metrics`` counter (the storage process passes its own: its
         gateway counts what it reports, and the child never imports
-        prometheus-client, 8 MiB of RSS)."""
+        prometheus-client, 8 MiB of RSS). ``group_wait_s``: how long a turn that
+        finds the queue empty waits for more turns to share its commit (0: none;
+        a ``flush``, a job or ``close`` ends the wait at once)."""
         self._connect = connect
         self._max_message_bytes = max_message_bytes
         self._queue: queue.Queue[object] = queue.Queue(maxsize=max_queue)
         self._on_commit = on_commit
         self._on_done = on_done
         self._on_stored = on_stored or _count_stored
+        self._group_wait_s = group_wait_s
+        # Ends a batch's wait for company early: a flush, a job, a stop, a full
+        # batch. An event rather than the queue's own wake-up, which would wake
+        # the writer for every turn that arrives while it waits.
+        self._hurry = threading.Event()
         self._progress = threading.Condition()
         self._submitted = 0
         self._processed = 0
@@ -159,8 +167,17 @@ class TurnWriter:
             with self._progress:
                 self._submitted += 1
             self._queue.put(turn)
+            self._queued()
             return True
-        return self._put(turn)
+        if not self._put(turn):
+            return False
+        self._queued()
+        return True
+
+    def _queued(self) -> None:
+        """With a full batch queued, a batch waiting for company stops waiting."""
+        if self._group_wait_s and self._queue.qsize() >= MAX_TURNS_PER_COMMIT:
+            self._hurry.set()
 
     def run_job(self, run: Callable[[Connection], T], timeout: float | None = None) -> T:
         """Run ``run(conn)`` on the writer thread and wait for its result.
@@ -173,6 +190,7 @@ class TurnWriter:
         with self._progress:
             self._submitted += 1
         self._queue.put(job, timeout=timeout)
+        self._hurry.set()  # a job never waits for a batch's company
         return future.result(timeout)
 
     def submit_job(self, run: Callable[[Connection], T]) -> Future[T] | None:
@@ -181,12 +199,18 @@ class TurnWriter:
         event loop. Returns its future, or None when the queue is full or closed
         (counted and logged like a dropped turn)."""
         future: Future[T] = Future()
-        return future if self._put(_Job(run, future)) else None
+        if not self._put(_Job(run, future)):
+            return None
+        self._hurry.set()
+        return future
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything submitted so far is written; ``False`` on timeout."""
         with self._progress:
             target = self._submitted
+            if self._processed >= target:
+                return True
+            self._hurry.set()
             return self._progress.wait_for(lambda: self._processed >= target, timeout)
 
     def close(self, timeout: float | None = 30.0) -> None:
@@ -196,6 +220,7 @@ class TurnWriter:
             return
         with contextlib.suppress(queue.Full):
             self._queue.put(_STOP, timeout=timeout)
+        self._hurry.set()
         self._thread.join(timeout)
         if self._thread.is_alive():
             log.warning("memory writer did not finish within %.0f s; %d turns still queued",
@@ -289,6 +314,9 @@ class TurnWriter:
             batch = [item]
             stop_after = False
             pending_job: _Job[Any] | None = None
+            if self._group_wait_s and self._queue.qsize() < MAX_TURNS_PER_COMMIT:
+                self._hurry.wait(self._group_wait_s)
+            self._hurry.clear()
             while len(batch) < MAX_TURNS_PER_COMMIT:
                 try:
                     nxt = self._queue.get_nowait()
@@ -398,7 +426,7 @@ class TurnWriter:
 
                 results = write_turns(conn, turns, self._max_message_bytes, self._write_one)
             else:
-                results = [self._write_one(conn, turn) for turn in turns]
+                results = self._write_sqlite(conn, turns)
             for ids in results:
                 if ids is FAILED:
                     self.failed += 1
@@ -431,6 +459,22 @@ class TurnWriter:
                     except Exception:
                         log.exception("memory: the post-commit hook failed")
                 self._done(len(batch))
+
+    def _write_sqlite(self, conn: Connection, turns: list[TurnRecord]
+                      ) -> list[list[int] | object | None]:
+        """The batch's turns in order, first without a savepoint each: a savepoint
+        makes FTS5 write out its pending index rows as a segment of their own, one
+        per turn in both indexes, where one commit can write one. Should any turn
+        fail, the batch starts over with a savepoint per turn, so that only that
+        turn is lost (rare: a turn fails only on malformed data)."""
+        try:
+            return [write_turn(conn, turn, self._max_message_bytes) for turn in turns]
+        except StorageUnavailable:
+            raise
+        except Exception:
+            conn.rollback()
+            _begin_immediate(conn)
+        return [self._write_one(conn, turn) for turn in turns]
 
     def _write_one(self, conn: Connection, turn: TurnRecord) -> list[int] | object | None:
         """One turn in its own savepoint: its message ids, None (nothing to write)
