@@ -221,11 +221,6 @@ class Searcher:
         for mid in questions:
             if mid in scores:
                 scores[mid] *= QUESTION_FACTOR
-        names = tuple(identifiers(text))
-        for mid in best:
-            turn = short.get(mid)
-            if turn is not None and not _names_any(turn, names):
-                scores[mid] *= _brevity(len(turn))
         for mid, (prev_id, next_id) in prev_next.items():
             s = own[mid]
             if next_id is not None:  # mid is the previous message of next_id
@@ -233,7 +228,15 @@ class Searcher:
                 scores[next_id] = scores.get(next_id, 0.0) + lift * s
             if prev_id is not None:
                 scores[prev_id] = scores.get(prev_id, 0.0) + NEXT_WEIGHT * s
-        _boost_intent(conn, index, scores, intent_phrases(query))
+        # A short turn keeps a share of its whole score, lifts included, unless it
+        # holds an identifier the query names or shows the action it asks about.
+        intent = intent_phrases(query)
+        names = (*identifiers(text), *(p.strip('"') for p in intent))
+        for mid in best:
+            turn = short.get(mid)
+            if turn is not None and not _names_any(turn, names):
+                scores[mid] *= _brevity(len(turn))
+        _boost_intent(conn, index, scores, intent)
         _boost_dates(conn, scores, dates.cues)
         ranked = sorted(scores.items(), key=lambda kv: (-kv[1], -kv[0]))
         # A few spare candidates: rows of another tenant or recall traffic are skipped.
