@@ -98,7 +98,8 @@ QUESTION_TAIL = 32
 # (length / SHORT_CHARS) ** SHORT_POWER of its score; from SHORT_CHARS on (a
 # paragraph) length changes nothing, so nothing is favoured for being long. Exempt:
 # a tool's output, which is as long as its answer (a grep hit is one line), and a
-# turn holding an identifier the query names (the command `python3 repro.py`). On
+# turn holding an identifier the query names (the command `python3 repro.py`) or
+# showing the edit it asks about (``query.intent_phrases``). On
 # LoCoMo's tuning part 300-2,000 characters and a power of 0.2-0.3 all gained about
 # the same (docs/search.md, "Short turns").
 SHORT_CHARS = 500
