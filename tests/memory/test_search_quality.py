@@ -99,6 +99,34 @@ def test_a_tool_output_is_found_through_the_command_that_produced_it(memory: Mem
     assert outputs[0].endswith("no is_Poly")
 
 
+def test_a_long_answer_outranks_a_short_turn_that_only_echoes_the_question(
+        memory: Memory) -> None:
+    """Small talk repeating the query's words ranks high on BM25 (little text around
+    them) but answers nothing; the paragraph that answers is found first."""
+    answer = ("Melanie: We finally went camping with the kids two weekends ago, up by "
+              "the lake. We hiked every morning, roasted marshmallows, and the little "
+              "one caught her first fish. It was great to unplug and spend real time "
+              "together as a family, away from screens and the usual rush of school "
+              "and work. We are already planning the next trip for the summer.")
+    _store(memory,
+           _turn(("user", "Caroline: Aww Melanie, what a lovely family!")),
+           _turn(("assistant", answer)),
+           _turn(("user", "Caroline: I spent the weekend at the library.")))
+    assert _contents(memory, "What activities has Melanie done with her family?")[0] == answer
+
+
+def test_a_short_turn_naming_the_queried_command_keeps_its_place(memory: Memory) -> None:
+    """The short-turn rule spares a turn holding an identifier the query names: the
+    agent's one-line command is what the question points at."""
+    command = "```bash\npython3 verify_bar.py\n```"
+    _store(memory,
+           _turn(("assistant", command)),
+           _turn(("assistant", "THOUGHT: " + "The bar check is verified below; "
+                               "verify the output of the earlier run carefully. " * 8)))
+    assert _contents(memory, "What happened when the agent ran `python3 verify_bar.py`?",
+                     1) == [command]
+
+
 def test_a_nonsense_query_finds_nothing_and_says_so(memory: Memory) -> None:
     _store(memory, _turn(("user", "the websocket reconnect test flakes"),
                          ("assistant", "Raised the backoff to 2 s in client/ws.py")))

@@ -18,6 +18,9 @@ The ranking (measured on LoCoMo, see docs/search.md) scores each candidate messa
   rarely holds the answer, the message after it does: a question counts
   ``QUESTION_FACTOR`` of its score and lifts the next message by
   ``QUESTION_NEXT_WEIGHT`` × its BM25 (instead of ``PREV_WEIGHT``);
+- a user or assistant turn shorter than ``SHORT_CHARS`` keeps
+  ``(length / SHORT_CHARS) ** SHORT_POWER`` of its score: small talk that echoes
+  the query's words rarely answers it;
 - a query that names a time ("on 3 June, 2023", "yesterday": ``when.find_dates``)
   is searched without the date's words, and the candidates stored at that time
   count ``1 + DATE_BOOST`` times (a lift, never a filter).
@@ -47,6 +50,7 @@ from lore_gateway.memory.query import (
     MatchPlan,
     ParsedQuery,
     TermCost,
+    identifiers,
     intent_phrases,
     parse_query,
     phrase,
@@ -87,6 +91,19 @@ QUESTION_NEXT_WEIGHT = 1.0
 QUESTION_CANDIDATES = 100
 # Characters read from a message's end to see whether it asks a question.
 QUESTION_TAIL = 32
+# Short turns of a person or a model ("Wow, Melanie, what a moment!", "Thanks, on
+# it.") share a query's words with little text around them, so BM25 ranks them
+# high, yet they rarely hold what was asked. Of the QUESTION_CANDIDATES best, a
+# user or assistant message shorter than SHORT_CHARS counts
+# (length / SHORT_CHARS) ** SHORT_POWER of its score; from SHORT_CHARS on (a
+# paragraph) length changes nothing, so nothing is favoured for being long. Exempt:
+# a tool's output, which is as long as its answer (a grep hit is one line), and a
+# turn holding an identifier the query names (the command `python3 repro.py`) or
+# showing the edit it asks about (``query.intent_phrases``). On
+# LoCoMo's tuning part 300-2,000 characters and a power of 0.2-0.3 all gained about
+# the same (docs/search.md, "Short turns").
+SHORT_CHARS = 500
+SHORT_POWER = 0.25
 MAX_LIMIT = 100
 # Candidates loaded beyond ``limit`` so skipped rows (recall traffic) leave no gap.
 SPARE_HITS = 10
@@ -201,7 +218,7 @@ class Searcher:
         for mid, s in vec.items():
             scores[mid] = scores.get(mid, 0.0) + VECTOR_WEIGHT * s
         best = sorted(scores, key=lambda mid: -scores[mid])[:QUESTION_CANDIDATES]
-        questions = _questions(conn, {*best, *prev_next})
+        questions, short = _shapes(conn, {*best, *prev_next})
         for mid in questions:
             if mid in scores:
                 scores[mid] *= QUESTION_FACTOR
@@ -212,7 +229,15 @@ class Searcher:
                 scores[next_id] = scores.get(next_id, 0.0) + lift * s
             if prev_id is not None:
                 scores[prev_id] = scores.get(prev_id, 0.0) + NEXT_WEIGHT * s
-        _boost_intent(conn, index, scores, intent_phrases(query))
+        # A short turn keeps a share of its whole score, lifts included, unless it
+        # holds an identifier the query names or shows the action it asks about.
+        intent = intent_phrases(query)
+        names = (*identifiers(text), *(p.strip('"') for p in intent))
+        for mid in best:
+            turn = short.get(mid)
+            if turn is not None and not _names_any(turn, names):
+                scores[mid] *= _brevity(len(turn))
+        _boost_intent(conn, index, scores, intent)
         _boost_dates(conn, scores, dates.cues)
         ranked = sorted(scores.items(), key=lambda kv: (-kv[1], -kv[0]))
         # A few spare candidates: rows of another tenant or recall traffic are skipped.
@@ -436,19 +461,42 @@ def _boost_dates(conn: Connection, scores: dict[int, float],
             scores[int(mid)] *= 1.0 + DATE_BOOST
 
 
-def _questions(conn: Connection, mids: set[int]) -> set[int]:
-    """The messages of ``mids`` that end with a question mark (trailing space aside).
+def _shapes(conn: Connection, mids: set[int]) -> tuple[set[int], dict[int, str]]:
+    """The messages of ``mids`` that end with a question mark (trailing space aside),
+    and the text of each user or assistant message among them shorter than
+    SHORT_CHARS (tool outputs are left out: see SHORT_CHARS).
 
-    Only each message's last characters are read (portable SQL on both backends);
-    the check itself is Python's."""
+    Only each message's last characters, or a short message's text, are read
+    (portable SQL on both backends); the checks themselves are Python's."""
     if not mids:
-        return set()
+        return set(), {}
     marks = ",".join("?" * len(mids))
     rows = conn.execute(
         f"SELECT id, CASE WHEN length(content) > {QUESTION_TAIL}"
-        f" THEN substr(content, length(content) - {QUESTION_TAIL - 1}) ELSE content END"
-        f" FROM messages WHERE id IN ({marks})", tuple(mids))
-    return {int(mid) for mid, tail in rows if str(tail or "").rstrip().endswith("?")}
+        f" THEN substr(content, length(content) - {QUESTION_TAIL - 1}) ELSE content END,"
+        f" CASE WHEN role IN ('user', 'assistant') AND length(content) < {SHORT_CHARS}"
+        f" THEN content END FROM messages WHERE id IN ({marks})", tuple(mids))
+    questions: set[int] = set()
+    short: dict[int, str] = {}
+    for mid, tail, text in rows:
+        if str(tail or "").rstrip().endswith("?"):
+            questions.add(int(mid))
+        if text is not None:
+            short[int(mid)] = str(text)
+    return questions, short
+
+
+def _names_any(text: str, names: tuple[str, ...]) -> bool:
+    """Whether ``text`` holds one of the query's identifiers (lower-cased)."""
+    if not names:
+        return False
+    lowered = text.lower()
+    return any(name in lowered for name in names)
+
+
+def _brevity(length: int) -> float:
+    """The share of its score a turn of ``length`` characters keeps (SHORT_CHARS)."""
+    return float((min(max(length, 1), SHORT_CHARS) / SHORT_CHARS) ** SHORT_POWER)
 
 
 def _neighbours(conn: Connection, own: dict[int, float],
