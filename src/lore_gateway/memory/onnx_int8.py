@@ -38,6 +38,7 @@ initializer names, types and dims); everything else is copied as bytes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 # Protobuf wire types.
@@ -282,22 +283,8 @@ def _dequantised_weight(node: _Node, producer: dict[str, _Node], readers: dict[s
     ``(cast, mul, q, scale)``."""
     if node.op_type != "MatMul" or node.domain or len(node.inputs) != 2:
         return None
-    mul = producer.get(node.inputs[1])
-    if mul is None or mul.op_type != "Mul" or mul.domain or readers.get(mul.outputs[0]) != 1:
-        return None
-    for floats, scale in (mul.inputs, mul.inputs[::-1]):
-        cast = producer.get(floats)
-        if (cast is None or cast.op_type != "Cast" or cast.int_attrs.get("to") != _FLOAT
-                or readers.get(floats) != 1 or len(cast.inputs) != 1
-                or readers.get(scale) != 1):
-            continue
-        q = cast.inputs[0]
-        q_type, q_dims = tensors.get(q, (0, ()))
-        s_type, s_dims = tensors.get(scale, (0, ()))
-        if (q_type == _INT8 and len(q_dims) == 2 and s_type == _FLOAT
-                and s_dims == (1, q_dims[1])):
-            return cast, mul, q, scale
-    return None
+    return _int8_times_scale(node.inputs[1], producer, readers, tensors,
+                             lambda q_dims: (1, q_dims[1]), scale_read_once=True)
 
 
 def _dequantised_table(node: _Node, producer: dict[str, _Node], readers: dict[str, int],
@@ -309,18 +296,30 @@ def _dequantised_table(node: _Node, producer: dict[str, _Node], readers: dict[st
     if (node.op_type != "Gather" or node.domain or len(node.inputs) != 2
             or node.int_attrs.get("axis", 0) != 0 or node.other_attrs):
         return None
-    mul = producer.get(node.inputs[0])
+    return _int8_times_scale(node.inputs[0], producer, readers, tensors,
+                             lambda q_dims: (q_dims[0], 1), scale_read_once=False)
+
+
+def _int8_times_scale(name: str, producer: dict[str, _Node], readers: dict[str, int],
+                      tensors: dict[str, tuple[int, tuple[int, ...]]],
+                      scale_dims: Callable[[tuple[int, ...]], tuple[int, ...]], *,
+                      scale_read_once: bool) -> tuple[_Node, _Node, str, str] | None:
+    """When ``name`` is ``Mul(Cast(q) to float, scale)`` (either order), read once,
+    with ``q`` a 2-D int8 initializer and ``scale`` a float one of
+    ``scale_dims(q's dims)``: ``(cast, mul, q, scale)``."""
+    mul = producer.get(name)
     if mul is None or mul.op_type != "Mul" or mul.domain or readers.get(mul.outputs[0]) != 1:
         return None
     for floats, scale in (mul.inputs, mul.inputs[::-1]):
         cast = producer.get(floats)
         if (cast is None or cast.op_type != "Cast" or cast.int_attrs.get("to") != _FLOAT
-                or readers.get(floats) != 1 or len(cast.inputs) != 1):
+                or readers.get(floats) != 1 or len(cast.inputs) != 1
+                or (scale_read_once and readers.get(scale) != 1)):
             continue
         q = cast.inputs[0]
         q_type, q_dims = tensors.get(q, (0, ()))
         s_type, s_dims = tensors.get(scale, (0, ()))
         if (q_type == _INT8 and len(q_dims) == 2 and s_type == _FLOAT
-                and s_dims == (q_dims[0], 1)):
+                and s_dims == scale_dims(q_dims)):
             return cast, mul, q, scale
     return None
