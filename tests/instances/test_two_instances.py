@@ -313,3 +313,32 @@ def test_a_knowledge_update_reaches_the_session_on_both_instances(
                if UPDATE_HEADING in orjson.dumps(m.get("content")).decode()]
     assert len(updates) == 1 and "port 8443" in orjson.dumps(updates[0]).decode(), \
         [m["role"] for m in sent[-1]["messages"]]
+
+
+def test_a_log_distilled_while_the_other_instance_curates_is_curated_too(
+        instances: Callable[[str], Instance], fake_upstream: FakeUpstream,
+        shared_url: str, tmp_path: Path) -> None:
+    """A curate job reads the project's uncurated logs when it starts. A log that the
+    other instance distils while that job waits for the model cannot queue a curate
+    job of its own (the running one holds the session's slot), so the running job
+    must queue the next one when it finishes, or the decision is never learned."""
+    project = tmp_path / "repo"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    a, b = instances("a"), instances("b")
+
+    def count(table: str) -> int:
+        return int(query(shared_url, f"SELECT count(*) FROM {table}")[0][0])
+
+    curate = fake_upstream.hold_worker("curate")
+    session = Session(project, "later")
+    session.say(a, "Decision: use uv for every Python command. pip is not allowed here.")
+    wait_until(lambda: [r for r in fake_upstream.model_requests
+                        if r.headers.get("x-lore-worker") == "curate"],
+               "A's curate request, held", WAIT_S)
+    session.say(b, "Decision: the API listens on port 8443. Port 8080 is taken by the proxy.")
+    wait_until(lambda: count("distillations") >= 2, "B's log", WAIT_S)
+    curate.set()
+    wait_until(lambda: count("knowledge") >= 2, "both decisions learned", WAIT_S)
+    titles = " ".join(str(r[0]) for r in query(shared_url, "SELECT title FROM knowledge"))
+    assert "8443" in titles and "uv" in titles, titles

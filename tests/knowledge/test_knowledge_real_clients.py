@@ -40,6 +40,7 @@ pytestmark = pytest.mark.clients
 
 DECISION = "Decision: the billing service deploys from the tangerine branch. Main is frozen."
 FAST = {"worker": True, "distill_segment_tokens": 1, "distill_idle_s": 3600}
+CURATE_WAIT_S = 60.0
 
 
 def decision_entries(gw: Any) -> list[kstore.Entry]:
@@ -113,7 +114,9 @@ def test_codex_second_session_starts_with_the_first_sessions_decision(
         route = "/backend-api/codex/responses"
     first = codex_exec(codex, tmp_path, config, DECISION, extra_env=env, auth_json=auth_json)
     assert first.returncode == 0, first.stderr[-3000:]
-    wait_until(lambda: decision_entries(gw), "the curated decision")
+    # Two background model calls behind the CLI's exit: on a loaded 2-core machine
+    # (the suite runs the CLIs and Postgres beside it) they took over 20 s once.
+    wait_until(lambda: decision_entries(gw), "the curated decision", CURATE_WAIT_S)
     workers = worker_requests(fake_upstream)
     assert workers and all(w.route == route for w in workers)
     if mode == "chatgpt":

@@ -47,6 +47,9 @@ Requests carrying ``x-lore-worker: <job>`` (the gateway's background worker)
 take ``worker_scenario`` instead (default ``worker``: the scripted worker model
 of ``fake_worker.py``; any scenario above works too, e.g. ``stall``), so
 scripts for agent traffic are never consumed by background calls.
+:meth:`FakeUpstream.hold_worker` keeps one kind of worker request (``curate``)
+unanswered until the test releases it, so a background job stays in flight
+while the test does something else.
 
 ``metered=True`` reports usage like a caching provider: input tokens are the
 body's bytes / 4, and the bytes shared with the previous model request count as
@@ -102,6 +105,8 @@ MAX_METERED = 100_000
 BIG_DELTA_BYTES = 4096
 # How often a stalled handler looks whether its client has gone.
 STALL_POLL_S = 0.01
+# How often a held worker request looks whether the test released it.
+HOLD_POLL_S = 0.02
 # Replayed .sse files are written in slices of this size, so frames straddle
 # chunk boundaries the way they do on a real network.
 REPLAY_SLICE_BYTES = 1024
@@ -291,6 +296,7 @@ class FakeUpstream:
         self._records: deque[RecordedRequest] = deque(maxlen=max_recorded)
         self._script: deque[str] = deque(maxlen=MAX_SCRIPT)
         self._rate_limits: deque[float | None] = deque(maxlen=MAX_SCRIPT)
+        self._worker_holds: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._server: _NoDelayServer | None = None
@@ -340,9 +346,20 @@ class FakeUpstream:
         with self._lock:
             self._rate_limits.extend(used_percents)
 
+    def hold_worker(self, job: str) -> threading.Event:
+        """Hold the worker's ``job`` requests (``x-lore-worker: <job>``) once recorded,
+        unanswered until the returned event is set."""
+        gate = threading.Event()
+        with self._lock:
+            self._worker_holds[job] = gate
+        return gate
+
     def reset(self) -> None:
         """Forget recorded requests and pending scripts; back to ``text``."""
         with self._lock:
+            for gate in self._worker_holds.values():
+                gate.set()
+            self._worker_holds.clear()
             self._records.clear()
             self._script.clear()
             self._rate_limits.clear()
@@ -422,6 +439,15 @@ class FakeUpstream:
                 return self._script.popleft()
         return self.default_scenario
 
+    async def _worker_hold(self, job: str | None) -> None:
+        """Wait while a test holds this kind of worker request (``hold_worker``)."""
+        with self._lock:
+            gate = self._worker_holds.get(job) if job else None
+        while gate is not None:  # a threading.Event, set from the test's thread
+            if gate.is_set():
+                return
+            await asyncio.sleep(HOLD_POLL_S)
+
     def _static(self, payload: Any) -> _Handler:
         body = orjson.dumps(payload)
 
@@ -493,6 +519,7 @@ class FakeUpstream:
         if replay:
             return await self._replay(request, record, replay, headers)
         scenario = Scenario.parse(spec)
+        await self._worker_hold(record.headers.get("x-lore-worker"))
         if scenario.name == "worker":
             job = record.headers.get("x-lore-worker", "")
             scenario = Scenario("text", fake_worker.answer(job, body))

@@ -377,6 +377,11 @@ class BackgroundWorker:
                                             f"session {job.session[:24]}")
                 dstore.mark_curated(conn, [d.id for d in logs])
                 jobs.finish(conn, job.id, "done", self.clock(), instance=self.instance)
+                # A log saved while the model answered (another instance distilled
+                # it) could not queue its own curate job: this one held the slot.
+                if dstore.uncurated(conn, job.tenant, job.project):
+                    jobs.enqueue(conn, "curate", job.tenant, job.project, job.session,
+                                 self.clock(), owner=self.instance)
                 return changed
 
         changed = await asyncio.to_thread(self.memory.write_job, _scoped(job.tenant, apply))
@@ -385,6 +390,7 @@ class BackgroundWorker:
                         "saved; another instance runs it", job.id)
             return
         metrics.record_worker_job("curate", "done")
+        self._wake.set()
         if changed and self.knowledge is not None:
             self.knowledge.changed(job.tenant, job.project)
             lender = self.vault.get(job.tenant, job.session, job.project)
