@@ -138,9 +138,11 @@ COSINE_UNRELATED = 0.25
 COSINE_SAME = 0.70
 # Optional cross-encoder reranking (``memory/rerank.py``, off unless LORE_RERANK=1):
 # the best RERANK_CANDIDATES fused candidates get ``fused / best + RERANK_WEIGHT · z``,
-# z the cross-encoder's logit standardised over them. On LoCoMo's tuning part 15-20
-# candidates and a weight of 0.1-0.4 all gained; 20 / 0.2 was best (docs/search.md).
-RERANK_CANDIDATES = 20
+# z the cross-encoder's logit standardised over them. On LoCoMo's tuning part 15-40
+# candidates and a weight of 0.15-0.4 all gained; with the short-turn rule and the
+# sixth pass's vector floor, 30 / 0.2 was best (tuning recall@10 0.778 at 20, 0.786
+# at 30, 0.781 at 40; the coding set holds at 30: docs/search.md, "sixth pass").
+RERANK_CANDIDATES = 30
 RERANK_WEIGHT = 0.2
 # Cost bounds of one BM25 query (docs/search.md, "Latency"): rows whose IDF walk a
 # search may pay for, estimated in-scope matches FTS5 may score, and the count
