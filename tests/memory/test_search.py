@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from lore_gateway.config import Settings
@@ -20,6 +22,7 @@ from lore_gateway.memory.query import (
 )
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.vectors import embed_and_store
 from lore_gateway.memory.writer import write_turn
 from lore_gateway.protocols.common import Message, Role
 
@@ -245,3 +248,56 @@ def test_a_date_in_the_query_lifts_what_was_stored_that_day(memory: Memory) -> N
     assert contents("the lake trip in June 2023")[0] == "lake trip"
     # A date nothing was stored on changes nothing, and filters nothing out.
     assert contents("the lake trip on 5 March, 2021") == ["lake trip", contents("lake trip")[1]]
+
+
+class _AxisEmbedder:
+    """Stands in for MiniLM: each text's cosine to the query is set by the test
+    (``cosines``), so which message is how similar is exact."""
+
+    model_name = "test-axis"
+    dim = 384
+
+    def __init__(self, cosines: dict[str, float], query: str) -> None:
+        self._cosines = cosines
+        self._query = query
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in zip(out, texts, strict=True):
+            cosine = 1.0 if text == self._query else self._cosines[text]
+            row[0], row[1] = cosine, math.sqrt(max(0.0, 1.0 - cosine * cosine))
+        return out
+
+
+def test_a_moderately_similar_message_breaks_a_lexical_tie(tmp_path: Path) -> None:
+    """Two messages match the query's word equally (same text length, each alone in
+    its session); the one whose meaning is closer comes first, even when 60 other
+    messages are closer still. The vector floor is the 100th cosine (sixth pass):
+    at the 50th, a message ranked 70th by its vector got nothing and the tie went
+    to the newer message."""
+    settings = Settings(data_dir=tmp_path, embeddings=False)
+    mem = Memory.open(settings, embedder=None)
+    similar, unrelated = "the lighthouse photo", "the lighthouse story"
+    cosines = {similar: 0.40, unrelated: -0.50}
+    fillers = [f"filler note number {i:03d}" for i in range(110)]
+    # 60 fillers are closer to the query than ``similar``, the rest are further.
+    cosines.update({text: 0.9 - 0.005 * i if i < 60 else 0.3 - 0.002 * i
+                    for i, text in enumerate(fillers)})
+    try:
+        _store(mem, *(_turn(Identity("tenant-a", "proj-x", "filler"), ("user", t))
+                      for t in fillers))
+        _store(mem, _turn(Identity("tenant-a", "proj-x", "s-similar"), ("user", similar)),
+               _turn(Identity("tenant-a", "proj-x", "s-unrelated"), ("user", unrelated)))
+    finally:
+        mem.close()
+    embedder = _AxisEmbedder(cosines, "lighthouse")
+    conn = db.connect(settings.database)
+    try:
+        ids = [int(r[0]) for r in conn.execute("SELECT id FROM messages")]
+        embed_and_store(conn, embedder, ids)  # type: ignore[arg-type]
+    finally:
+        conn.close()
+    searcher = search.Searcher(db.conn_factory(settings.database), embedder)  # type: ignore[arg-type]
+    hits = searcher.search("lighthouse", tenant="tenant-a", project="proj-x", session="",
+                           scope="project", limit=2).hits
+    assert [h.content for h in hits] == [similar, unrelated]

@@ -2,9 +2,9 @@
 
 A cross-encoder reads the query and one candidate together and scores how well
 the candidate answers it; the bi-encoder (``embed.py``) and BM25 only compare
-the two from afar. On LoCoMo's tuning part, reranking the fused top
-``RERANK_CANDIDATES`` lifted recall@10 / MRR from 0.744 / 0.565 to 0.775 / 0.627
-(docs/search.md, "Cross-encoder reranking"), at the price of one model run per
+the two from afar. On LoCoMo (categories 1–4), reranking the fused top
+``RERANK_CANDIDATES`` lifts recall@10 / MRR from 0.771 / 0.612 to 0.793 / 0.651
+(docs/search.md, "sixth pass"), at the price of one model run per
 candidate (~6 ms each on an idle core of this machine, ~20 ms under load), so it
 is off unless ``LORE_RERANK=1``.
 

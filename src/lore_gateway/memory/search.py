@@ -11,7 +11,9 @@ The ranking (measured on LoCoMo, see docs/search.md) scores each candidate messa
   with the message before it in its session (an answer rarely repeats the
   question's words; the question it answers does);
 - ``vec(m)``: cosine to the query above the cosine of the ``VECTOR_FLOOR_RANK``-th
-  best message, divided by the best margin (only clearly similar messages count);
+  best message, divided by the best margin (the floor is the last of the
+  ``VECTOR_CANDIDATES``: every vector candidate counts by how far it stands above
+  the least similar of them);
 - the neighbour terms let a strong match lift the adjacent messages of the same
   session, which is where its answer or its question usually is;
 - a message that asks a question (ends with ``?``) shares the query's words but
@@ -69,16 +71,22 @@ log = logging.getLogger(__name__)
 
 # Signal weights (docs/search.md: a plateau of nearby values scores within ±0.005).
 CONTEXT_WEIGHT = 1.0
-VECTOR_WEIGHT = 0.7
+# 0.85 with the floor below at the 100th cosine (sixth pass: LoCoMo tuning 0.757 ->
+# 0.765 recall@10, coding +0.012 ±2 hit@10); 0.7-1.2 sit on one plateau.
+VECTOR_WEIGHT = 0.85
 PREV_WEIGHT = 0.3
 NEXT_WEIGHT = 0.3
 # BM25 candidates read per list. Fewer starve the neighbour and vector terms (200
 # scored 0.003 lower recall@10 on LoCoMo than 400); the cost is in matching, not
 # in this limit, so a larger value is cheap.
 BM25_CANDIDATES = 400
-# Vector candidates, and the rank whose cosine is the "not similar" floor.
+# Vector candidates, and the rank whose cosine is the "not similar" floor. The floor
+# was the 50th cosine, so candidates 50-100 added nothing; at the 100th (the last
+# candidate) a moderately similar message still breaks a lexical tie or lifts an
+# answer worded apart from the question. Measured in docs/search.md ("sixth pass"):
+# floors 75-150 and weights 0.7-1.2 all gained on LoCoMo and on the coding set.
 VECTOR_CANDIDATES = 100
-VECTOR_FLOOR_RANK = 50
+VECTOR_FLOOR_RANK = 100
 # Neighbours are looked up for this many of the best BM25 hits only: further down,
 # PREV/NEXT_WEIGHT × a small score cannot move anything into the top results.
 NEIGHBOUR_SOURCES = 40
@@ -130,9 +138,11 @@ COSINE_UNRELATED = 0.25
 COSINE_SAME = 0.70
 # Optional cross-encoder reranking (``memory/rerank.py``, off unless LORE_RERANK=1):
 # the best RERANK_CANDIDATES fused candidates get ``fused / best + RERANK_WEIGHT · z``,
-# z the cross-encoder's logit standardised over them. On LoCoMo's tuning part 15-20
-# candidates and a weight of 0.1-0.4 all gained; 20 / 0.2 was best (docs/search.md).
-RERANK_CANDIDATES = 20
+# z the cross-encoder's logit standardised over them. On LoCoMo's tuning part 15-40
+# candidates and a weight of 0.15-0.4 all gained; with the short-turn rule and the
+# sixth pass's vector floor, 30 / 0.2 was best (tuning recall@10 0.778 at 20, 0.786
+# at 30, 0.781 at 40; the coding set holds at 30: docs/search.md, "sixth pass").
+RERANK_CANDIDATES = 30
 RERANK_WEIGHT = 0.2
 # Cost bounds of one BM25 query (docs/search.md, "Latency"): rows whose IDF walk a
 # search may pay for, estimated in-scope matches FTS5 may score, and the count
