@@ -64,8 +64,8 @@ def marking() -> Iterator[tuple[TrafficClock, threading.Event]]:
 def test_the_wait_ends_at_the_quiet_or_at_its_bound(
         marking: tuple[TrafficClock, threading.Event]) -> None:
     clock, stop = marking
-    # Marks every millisecond: never 10 ms of quiet, so the bound ends the wait.
-    waited = clock.wait_quiet(quiet_s=0.010, max_wait_s=0.1)
+    # Marks every millisecond: never 200 ms of quiet, so the bound ends the wait.
+    waited = clock.wait_quiet(quiet_s=0.2, max_wait_s=0.1)
     assert 0.1 <= waited < 1.0
     stop.set()
     time.sleep(0.01)

@@ -7,7 +7,10 @@ scheduler pauses it stalls the event loop. In its own process at the lowest
 scheduling priority (nice 19) it uses whatever CPU the machine has spare: all
 of it when idle (imports, benchmarks), almost none under a traffic burst, whose
 messages are then embedded later. The vectors land in the shared SQLite file,
-where search picks them up.
+where search picks them up. Nice 19 was not enough on 2 cores (a model run
+streams its weights through the shared cache while requests are served beside
+it), so the backlog also waits, before each text, for a quiet moment of the
+proxy's, at most ``traffic.MAX_DEFER_S`` (``memory/traffic.py``).
 
 The interface is the in-process ``EmbeddingWorker``'s: ``submit``, ``backfill``,
 ``flush``, ``close``. The queue is bounded; what does not fit is dropped, counted
