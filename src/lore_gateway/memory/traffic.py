@@ -81,7 +81,10 @@ class TrafficClock:
             sleep((min(quiet_at, deadline) - now) / 1e9)
 
     def close(self) -> None:
+        """Unmap the page; a mark after this (a request ending during shutdown)
+        goes to a private word instead of failing."""
         self._view.release()
+        self._view = memoryview(bytearray(_SIZE)).cast("q")
         self._map.close()
         if self._file is not None:
             self._file.close()
