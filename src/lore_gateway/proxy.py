@@ -133,6 +133,17 @@ class Proxy:
 
     async def handle_model(self, scope: dict[str, Any], receive: Receive, send: Send,
                            route: Route) -> RequestTiming:
+        traffic = self.turns.traffic
+        if traffic is not None:
+            traffic.mark()  # the embedding backlog waits while requests come
+        try:
+            return await self._handle_model(scope, receive, send, route)
+        finally:
+            if traffic is not None:
+                traffic.mark()
+
+    async def _handle_model(self, scope: dict[str, Any], receive: Receive, send: Send,
+                            route: Route) -> RequestTiming:
         tail = _SentTail(send)
         client = ClientChannel(tail)
         timing = RequestTiming()

@@ -42,6 +42,8 @@ class TurnSink:
     def __init__(self, memory: Memory | None, *, max_json_bytes: int,
                  max_stored_chars: int | None = None) -> None:
         self.memory = memory
+        # The proxy marks each request's start and end here (memory/traffic.py).
+        self.traffic = memory.traffic if memory is not None else None
         self._max_json_bytes = max_json_bytes
         self._max_stored_chars = max_stored_chars
 

@@ -377,3 +377,37 @@ def test_public_accumulator_keeps_text_across_an_annotation_event() -> None:
     for payload in [*frames[:at], note, *frames[at:]]:
         acc.feed_json(payload["type"], payload)
     assert acc.done and acc.result().text == "hi"
+
+
+def _by_read(icpt: LiveInterceptor, data: bytes, read: int, *, batched: bool) -> list[Action]:
+    """The stream in reads of ``read`` bytes, each read's events fed at once
+    (``feed_all``, as the handler does) or one by one (``feed``)."""
+    dec = SSEDecoder()
+    out: list[Action] = []
+    for start in range(0, len(data), read):
+        events = dec.feed(data[start:start + read])
+        out.extend(icpt.feed_all(events) if batched else
+                   [a for ev in events for a in icpt.feed(ev)])
+    out.extend(icpt.end_of_stream())
+    return out
+
+
+def test_a_read_fed_at_once_gives_the_client_the_same_bytes_and_actions() -> None:
+    text = b"".join(fs.responses_text("hello there, a longer answer " * 4, MODEL).frames)
+    frames = [e.raw for e in _events(text)]
+    delta = next(i for i, f in enumerate(frames) if b"output_text.delta" in f)
+    malformed = b"".join([*frames[:delta + 1],
+                          b"event: response.output_text.delta\ndata: {\"type\":\n\n",
+                          *frames[delta + 1:]])
+    mismatched = b"".join([*frames[:delta + 1],
+                           b"event: response.output_text.delta\n"
+                           b"data: {\"type\":\"response.refusal.delta\",\"delta\":\"x\"}\n\n",
+                           *frames[delta + 1:]])
+    for stream in (text, malformed, mismatched, _recall_stream(text_before="before")):
+        for read in (7, 100, len(stream)):
+            one = _by_read(_interceptor(), stream, read, batched=False)
+            batched = _by_read(_interceptor(), stream, read, batched=True)
+            assert _sent(batched) == _sent(one)
+            assert ([a for a in batched if not isinstance(a, Send)]
+                    == [a for a in one if not isinstance(a, Send)])
+    assert _sent(_by_read(_interceptor(), text, 100, batched=True)) == text

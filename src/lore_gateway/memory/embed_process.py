@@ -7,7 +7,10 @@ scheduler pauses it stalls the event loop. In its own process at the lowest
 scheduling priority (nice 19) it uses whatever CPU the machine has spare: all
 of it when idle (imports, benchmarks), almost none under a traffic burst, whose
 messages are then embedded later. The vectors land in the shared SQLite file,
-where search picks them up.
+where search picks them up. Nice 19 was not enough on 2 cores (a model run
+streams its weights through the shared cache while requests are served beside
+it), so the backlog also waits, before each text, for a quiet moment of the
+proxy's, at most ``traffic.MAX_DEFER_S`` (``memory/traffic.py``).
 
 The interface is the in-process ``EmbeddingWorker``'s: ``submit``, ``backfill``,
 ``flush``, ``close``. The queue is bounded; what does not fit is dropped, counted
@@ -45,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from lore_gateway.memory.child import ChildProcess
+from lore_gateway.memory.traffic import TrafficClock
 from lore_gateway.memory.turn_pipe import PipeClosed, PipeReceiver, PipeSender, make_pipe
 from lore_gateway.storage.base import Database
 
@@ -95,6 +99,9 @@ class EmbeddingProcess:
         from lore_gateway.memory import db
 
         self._database = db.database(database)
+        # The proxy marks each request here; the backlog waits for a quiet moment
+        # before each text (memory/traffic.py). Kept across restarts.
+        self.traffic = TrafficClock()
         self._spawn()
         self._reader = threading.Thread(target=self._read_acks, name="lore-embed-acks",
                                         daemon=True)
@@ -118,8 +125,8 @@ class EmbeddingProcess:
             self._process = ChildProcess(
                 __name__, "_child_main",
                 (self._database.address, jobs_read, acks_write, stop_read, os.getpid(),
-                 theirs_fd, self._rerank),
-                fds=ends)
+                 theirs_fd, self._rerank, self.traffic.fd),
+                fds=(*ends, self.traffic.fd))
         finally:
             for fd in ends:  # the child's ends: it sees EOF when this side's go
                 os.close(fd)
@@ -202,6 +209,7 @@ class EmbeddingProcess:
         self._reader.join(timeout=5)
         self._jobs.close()
         self._search_sock.close()
+        self.traffic.close()
         with self._idle:
             self._idle.notify_all()
 
@@ -297,9 +305,10 @@ def _store_with_retry(conn: Any, embedder: Any, ids: list[int]) -> int:
 
 
 def _child_main(address: str, jobs_fd: int, acks_fd: int, stop_fd: int, parent: int,
-                search_fd: int, rerank: bool) -> None:
+                search_fd: int, rerank: bool, traffic_fd: int) -> None:
     """The child: one embedder shared by a search thread at normal priority and the
-    backlog, embedded on this (main) thread at the lowest priority."""
+    backlog, embedded on this (main) thread at the lowest priority, each text
+    after a quiet moment of the proxy's."""
     from lore_gateway import heap
     from lore_gateway.memory import search_child
     from lore_gateway.memory.embed import SEARCH_THREADS, load_embedder
@@ -314,7 +323,29 @@ def _child_main(address: str, jobs_fd: int, acks_fd: int, stop_fd: int, parent: 
                      args=(search_fd, search_child.searcher(address, embedder, rerank=rerank)),
                      name="lore-embed-search", daemon=True).start()
     _lower_priority()
-    _embed_backlog(address, embedder, _Jobs(jobs_fd, stop_fd, parent), PipeSender(acks_fd))
+    backlog = None if embedder is None else _Yielding(embedder, TrafficClock(traffic_fd))
+    _embed_backlog(address, backlog, _Jobs(jobs_fd, stop_fd, parent), PipeSender(acks_fd))
+
+
+class _Yielding:
+    """The backlog's view of the embedder: before each text it waits (boundedly)
+    for the proxy to be quiet (``TrafficClock.wait_quiet``). Searches use the
+    embedder itself and never wait."""
+
+    def __init__(self, embedder: Any, traffic: TrafficClock) -> None:
+        self._embedder = embedder
+        self._traffic = traffic
+        self.model_name: str = embedder.model_name
+        self.dim: int = embedder.dim
+
+    def embed(self, texts: list[str]) -> Any:
+        import numpy as np
+
+        rows = []
+        for text in texts:
+            self._traffic.wait_quiet()
+            rows.append(self._embedder.embed([text]))
+        return np.concatenate(rows) if rows else self._embedder.embed([])
 
 
 class _Jobs:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from lore_gateway.memory.search import Searcher, SearchResult
     from lore_gateway.memory.search_process import SearchProcess
     from lore_gateway.memory.store_process import TurnStoreProcess
+    from lore_gateway.memory.traffic import TrafficClock
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +182,13 @@ class Memory:
                      turn_store=turn_store)
         memory._start_backfill()
         return memory
+
+    @property
+    def traffic(self) -> TrafficClock | None:
+        """Where the proxy marks its requests, so the embedding backlog can wait
+        for a quiet moment (memory/traffic.py); ``None`` without that process."""
+        worker = self._embedding_worker
+        return worker.traffic if worker is not None else None
 
     @property
     def embeddings(self) -> bool:

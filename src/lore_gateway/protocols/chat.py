@@ -137,7 +137,9 @@ class ChatAccumulator:
         index = raw.get("index", 0)
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < _MAX_CHOICES:
             raise ProtocolError("malformed OpenAI response choice")
-        choice = self._choices.setdefault(index, _Choice())
+        choice = self._choices.get(index)
+        if choice is None:  # (not setdefault: that built a _Choice for every chunk)
+            choice = self._choices[index] = _Choice()
         delta = raw.get("delta")
         if isinstance(delta, dict):
             if isinstance(delta.get("role"), str):

@@ -11,7 +11,7 @@ decides *what* is hidden or held; this layer turns that into client bytes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -84,6 +84,23 @@ class ClientEmission:
         if isinstance(seq, int):
             self._seq = seq + 1
         return [Send(event.raw)]
+
+    @staticmethod
+    def _checked_delta(event: SSEEvent) -> int | Literal[False] | None:
+        """``_pass_delta``'s check without its failure: the delta's sequence number
+        (``None`` without one), or ``False`` when it would fail (the caller then
+        takes the path that raises)."""
+        try:
+            payload = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            return False
+        if not isinstance(payload, dict):
+            return False
+        kind = payload.get("type")
+        if kind is not None and kind != event.name:
+            return False
+        seq = payload.get("sequence_number")
+        return seq if isinstance(seq, int) else None
 
     def _emit_or_defer(self, event: SSEEvent, name: str, payload: dict[str, Any]) -> list[Action]:
         if self._holding():

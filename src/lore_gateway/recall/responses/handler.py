@@ -150,9 +150,7 @@ async def _pump(
         except Exception as exc:  # the body read failed (protocol errors are handled inside)
             category = "follow_up_transport" if icpt.in_continuation else "principal_transport"
             return icpt.follow_up_failed(category, transport_reason(exc))
-        actions = icpt.end_of_stream() if batch is None else [
-            a for event in batch for a in icpt.feed(event)
-        ]
+        actions = icpt.end_of_stream() if batch is None else icpt.feed_all(batch)
         data, rest = _leading_sends(actions)
         if data:
             await client.write(data)

@@ -164,6 +164,39 @@ class LiveInterceptor(ItemTracking):
                 "follow_up_protocol" if self._round.number else "principal_protocol", str(exc)
             )
 
+    def feed_all(self, events: list[SSEEvent]) -> list[Action]:
+        """``feed`` over one upstream read: the same actions, except that the text
+        deltas forwarded untouched (most of a stream, see ``_deltas_pass``) come as
+        one ``Send`` of their bytes, in order, instead of one each. A delta that
+        does not pass the cheap check goes through ``feed``, which gives it the
+        same failure it always got."""
+        out: list[Action] = []
+        run: list[bytes] = []
+        passing: bool | None = None  # _deltas_pass(), until a non-delta event runs
+        limit = self._limits.stream_bytes
+        for event in events:
+            if (event.event in _TEXT_DELTAS and not self._relaying and self._state != "done"
+                    and self._round.terminal_name is None
+                    and self._stream_bytes + len(event.raw) <= limit):
+                if passing is None:
+                    passing = self._deltas_pass()
+                if passing:
+                    seq = self._checked_delta(event)
+                    if seq is not False:
+                        self._stream_bytes += len(event.raw)
+                        if seq is not None:
+                            self._seq = seq + 1
+                        run.append(event.raw)
+                        continue
+            if run:
+                out.append(Send(b"".join(run)))
+                run = []
+            out.extend(self.feed(event))
+            passing = None
+        if run:
+            out.append(Send(b"".join(run)))
+        return out
+
     def end_of_stream(self) -> list[Action]:
         """The current round's upstream body ended."""
         if self._state == "done":
