@@ -5,6 +5,7 @@ the gateway marks the requests it serves."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -21,7 +22,7 @@ from lore_gateway.memory import db
 from lore_gateway.memory.model_files import model_info
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
-from lore_gateway.memory.traffic import TrafficClock
+from lore_gateway.memory.traffic import CpuPressure, TrafficClock, busy
 from lore_gateway.protocols.common import Message
 from lore_gateway.testing import OPENAI_KEY
 
@@ -134,3 +135,67 @@ async def test_the_gateway_marks_each_request_it_serves(
         during = clock.last_mark_ns()  # marked when the request began
         await resp.read()
     assert before < during <= clock.last_mark_ns()
+
+
+class StallFile:
+    """A stand-in for ``/proc/pressure/cpu`` whose stall total a thread can grow."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.total = 0
+        self.write()
+
+    def write(self) -> None:
+        """In place, at a fixed length: a reader never sees the file empty."""
+        text = (f"some avg10=0.00 avg60=0.00 avg300=0.00 total={self.total:020d}\n"
+                "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n").encode()
+        with open(self.path, "r+b" if self.path.exists() else "wb") as f:
+            f.write(text)
+
+
+def test_a_busy_machine_holds_the_backlog_to_its_bound_and_an_idle_one_not(
+        tmp_path: Path) -> None:
+    stall = StallFile(tmp_path / "cpu")
+    pressure = CpuPressure(str(stall.path))
+    clock = TrafficClock()  # the proxy never marked: quiet
+    try:
+        # No task waited for a CPU: one quiet stretch and it goes on.
+        assert clock.wait_quiet(quiet_s=0.02, max_wait_s=5.0, pressure=pressure) < 2.0
+        stop = threading.Event()
+
+        def saturate() -> None:  # tasks waiting for a CPU all the time
+            while not stop.is_set():
+                stall.total += 1_000_000  # a second per tick: any tick makes a window busy
+                stall.write()
+                time.sleep(0.002)
+
+        thread = threading.Thread(target=saturate, daemon=True)
+        thread.start()
+        try:
+            waited = clock.wait_quiet(quiet_s=0.05, max_wait_s=0.3, pressure=pressure)
+        finally:
+            stop.set()
+            thread.join()
+        assert 0.3 <= waited < 2.0  # never a stall-free stretch: the bound ended it
+        assert clock.wait_quiet(quiet_s=0.02, max_wait_s=0.3) < 0.3  # the proxy alone: quiet
+    finally:
+        pressure.close()
+        clock.close()
+
+
+@pytest.mark.skipif(CpuPressure().stall_us() is None, reason="the kernel has no PSI")
+def test_the_machine_reads_busy_while_more_programs_spin_than_it_has_cores() -> None:
+    pressure = CpuPressure()
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                for _ in range((os.cpu_count() or 1) + 2)]
+    try:
+        time.sleep(0.2)
+        began, before = time.monotonic_ns(), pressure.stall_us()
+        time.sleep(0.3)
+        assert busy(pressure.stall_us(), before, time.monotonic_ns() - began)
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+        pressure.close()
+    assert not busy(None, 0, 10**9) and not busy(10, None, 10**9)

@@ -10,7 +10,9 @@ messages are then embedded later. The vectors land in the shared SQLite file,
 where search picks them up. Nice 19 was not enough on 2 cores (a model run
 streams its weights through the shared cache while requests are served beside
 it), so the backlog also waits, before each text, for a quiet moment of the
-proxy's, at most ``traffic.MAX_DEFER_S`` (``memory/traffic.py``).
+proxy's, at most ``traffic.MAX_DEFER_S`` (``memory/traffic.py``), and after a
+run during which the machine's tasks waited for a CPU, for the machine to be
+quiet as well, within the same bound.
 
 The interface is the in-process ``EmbeddingWorker``'s: ``submit``, ``backfill``,
 ``flush``, ``close``. The queue is bounded; what does not fit is dropped, counted
@@ -48,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from lore_gateway.memory.child import ChildProcess
-from lore_gateway.memory.traffic import TrafficClock
+from lore_gateway.memory.traffic import CpuPressure, TrafficClock, busy
 from lore_gateway.memory.turn_pipe import PipeClosed, PipeReceiver, PipeSender, make_pipe
 from lore_gateway.storage.base import Database
 
@@ -329,12 +331,16 @@ def _child_main(address: str, jobs_fd: int, acks_fd: int, stop_fd: int, parent: 
 
 class _Yielding:
     """The backlog's view of the embedder: before each text it waits (boundedly)
-    for the proxy to be quiet (``TrafficClock.wait_quiet``). Searches use the
-    embedder itself and never wait."""
+    for the proxy to be quiet (``TrafficClock.wait_quiet``) and, after a run
+    during which the machine's tasks waited for a CPU, for the machine to be
+    quiet too. Searches use the embedder itself and never wait."""
 
-    def __init__(self, embedder: Any, traffic: TrafficClock) -> None:
+    def __init__(self, embedder: Any, traffic: TrafficClock,
+                 pressure: CpuPressure | None = None) -> None:
         self._embedder = embedder
         self._traffic = traffic
+        self._pressure = pressure if pressure is not None else CpuPressure()
+        self._busy = False
         self.model_name: str = embedder.model_name
         self.dim: int = embedder.dim
 
@@ -343,8 +349,10 @@ class _Yielding:
 
         rows = []
         for text in texts:
-            self._traffic.wait_quiet()
+            self._traffic.wait_quiet(pressure=self._pressure if self._busy else None)
+            began, stall = time.monotonic_ns(), self._pressure.stall_us()
             rows.append(self._embedder.embed([text]))
+            self._busy = busy(self._pressure.stall_us(), stall, time.monotonic_ns() - began)
         return np.concatenate(rows) if rows else self._embedder.embed([])
 
 
