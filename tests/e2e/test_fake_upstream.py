@@ -18,7 +18,7 @@ import zstandard
 
 from lore_gateway.sse import SSEDecoder
 from lore_gateway.testing import FakeUpstream
-from lore_gateway.testing.fake_upstream import bench_text, recall_answer_text
+from lore_gateway.testing.fake_wire import bench_text, recall_answer_text
 
 
 def _events(raw: bytes) -> list[tuple[str | None, str]]:

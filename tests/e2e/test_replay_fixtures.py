@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from lore_gateway.testing.fake_upstream import replay_bytes
+from lore_gateway.testing.fake_wire import replay_bytes
 
 
 def route_for(fixture: Path) -> tuple[str, dict[str, Any]]:

@@ -12,7 +12,7 @@ import pytest
 from responses_rig import TOOLS, client, seed_fact
 
 from lore_gateway.testing import FakeUpstream
-from lore_gateway.testing.fake_upstream import replay_bytes
+from lore_gateway.testing.fake_wire import replay_bytes
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 # The one recorded stream that calls ``recall`` itself: the gateway intercepts it.

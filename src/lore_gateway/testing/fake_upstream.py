@@ -69,20 +69,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gzip
 import itertools
 import socket
 import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
-import zstandard
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
@@ -91,6 +89,20 @@ from lore_gateway.testing import fake_streams as fs
 from lore_gateway.testing.fake_metered import BYTES_PER_TOKEN, common_prefix, metered, overflow_body
 from lore_gateway.testing.fake_recall import RECALL_SCENARIOS, recall_call
 from lore_gateway.testing.fake_streams import Answer
+from lore_gateway.testing.fake_wire import (
+    ACCOUNTS,
+    BIG_DELTA_BYTES,
+    USAGE,
+    bench_text,
+    big_stream,
+    decode_body,
+    error_body,
+    jsonl_frames,
+    model_of,
+    recall_answer_text,
+    reply_headers,
+    tool_output,
+)
 
 # Recorded requests kept for inspection. A test sends a handful; the bound only
 # matters for a long benchmark, which records nothing (``max_recorded=0``).
@@ -101,8 +113,6 @@ MAX_SCRIPT = 1_000
 MISBEHAVE_AFTER = 3
 # Metered answers remembered for inspection (a long benchmark reads them per turn).
 MAX_METERED = 100_000
-# Text per delta in big-stream: large enough that 50 MiB is ~12k frames.
-BIG_DELTA_BYTES = 4096
 # How often a stalled handler looks whether its client has gone.
 STALL_POLL_S = 0.01
 # How often a held worker request looks whether the test released it.
@@ -169,100 +179,6 @@ class _NoDelayServer(web.Server):
         super().connection_made(handler, transport)
 
 
-def _decode_body(raw: bytes, encoding: str) -> bytes:
-    encoding = encoding.strip().lower()
-    if encoding == "zstd":
-        return zstandard.ZstdDecompressor().decompressobj().decompress(raw)
-    if encoding == "gzip":
-        return gzip.decompress(raw)
-    return raw
-
-
-def _text_of(content: Any) -> str:
-    """Text of a tool output: a string, or a list of text parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p
-        )
-    return ""
-
-
-def tool_output(api: str, body: Any) -> str | None:
-    """The tool result the request's conversation ends with, if it ends with one.
-
-    ``api`` is ``responses``, ``chat`` or ``anthropic``. Only the last item
-    counts: a new user message after an old tool result starts a new turn.
-    """
-    if not isinstance(body, dict):
-        return None
-    items = body.get({"responses": "input"}.get(api, "messages"))
-    if not isinstance(items, list) or not items or not isinstance(items[-1], dict):
-        return None
-    last = items[-1]
-    if api == "anthropic":
-        if last.get("role") != "user" or not isinstance(last.get("content"), list):
-            return None
-        results = [
-            b for b in last["content"] if isinstance(b, dict) and b.get("type") == "tool_result"
-        ]
-        return _text_of(results[-1].get("content")) if results else None
-    if last.get("type") == "function_call_output":
-        return _text_of(last.get("output"))
-    if last.get("role") == "tool":
-        return _text_of(last.get("content"))
-    return None
-
-
-def recall_answer_text(output: str) -> str:
-    """What the fake model says after recall: it quotes the top result line of
-    the output (``- (role, age) text (ref)``), else the output's first line."""
-    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
-    hits = [line for line in lines if line.startswith("- (")]
-    quoted = hits[0] if hits else lines[0] if lines else ""
-    return f"According to memory: {quoted}"
-
-
-def _model_of(body: Any, default: str) -> str:
-    model = body.get("model") if isinstance(body, dict) else None
-    return model if isinstance(model, str) and model else default
-
-
-def error_body(shape: str, status: int, message: str) -> bytes:
-    if shape == "anthropic":
-        kind = "rate_limit_error" if status == 429 else "api_error"
-        return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
-    code = "rate_limit_exceeded" if status == 429 else f"fake_{status}"
-    return orjson.dumps(
-        {"error": {"message": message, "type": "server_error", "param": None, "code": code}}
-    )
-
-
-def _reply_headers(shape: str, request_id: str) -> dict[str, str]:
-    """Headers a real provider attaches and the gateway must relay unchanged."""
-    if shape == "anthropic":
-        return {
-            "request-id": request_id,
-            "anthropic-ratelimit-requests-limit": "50",
-            "anthropic-ratelimit-requests-remaining": "49",
-        }
-    headers = {
-        "x-request-id": request_id,
-        "x-ratelimit-limit-requests": "500",
-        "x-ratelimit-remaining-requests": "499",
-        "openai-processing-ms": "1",
-    }
-    if shape == "codex":
-        headers |= {
-            "x-codex-primary-used-percent": "12.5",
-            "x-codex-primary-window-minutes": "300",
-            "x-codex-secondary-used-percent": "3.0",
-            "x-codex-secondary-window-minutes": "10080",
-        }
-    return headers
-
-
 class FakeUpstream:
     """The fake provider. ``await start()``, use ``url``, ``await stop()``."""
 
@@ -312,10 +228,10 @@ class FakeUpstream:
             ("GET", "/v1/models"): self._models,
             ("HEAD", "/"): self._root,
             ("GET", "/"): self._root,
-            ("GET", "/backend-api/wham/accounts/check"): self._static(_ACCOUNTS),
+            ("GET", "/backend-api/wham/accounts/check"): self._static(ACCOUNTS),
             ("GET", "/backend-api/codex/models"): self._static({"models": []}),
             ("GET", "/backend-api/wham/settings/user"): self._static({}),
-            ("GET", "/backend-api/wham/usage"): self._static(_USAGE),
+            ("GET", "/backend-api/wham/usage"): self._static(USAGE),
         }
 
     # ------------------------------------------------------------------ control
@@ -410,7 +326,7 @@ class FakeUpstream:
 
     async def _record(self, request: web.BaseRequest, scenario: str = "") -> RecordedRequest:
         raw = await request.read()
-        body = _decode_body(raw, request.headers.get("Content-Encoding", ""))
+        body = decode_body(raw, request.headers.get("Content-Encoding", ""))
         try:
             parsed = orjson.loads(body) if body else None
         except orjson.JSONDecodeError:
@@ -483,7 +399,7 @@ class FakeUpstream:
 
     async def _compact(self, request: web.BaseRequest) -> web.StreamResponse:
         record = await self._record(request, "compact")
-        return web.Response(body=fake_compaction.compact_body(_model_of(record.json, "gpt-fake")),
+        return web.Response(body=fake_compaction.compact_body(model_of(record.json, "gpt-fake")),
                             content_type=JSON_TYPE)
 
     def _model(self, shape: str) -> _Handler:
@@ -500,7 +416,7 @@ class FakeUpstream:
         if spec.startswith("replay:"):  # also scriptable, whatever the stream flag
             replay = spec.removeprefix("replay:")
         record = await self._record(request, spec)
-        headers = _reply_headers(shape, f"req_fake_{next(self._ids)}")
+        headers = reply_headers(shape, f"req_fake_{next(self._ids)}")
         body = record.json
         if not isinstance(body, dict):
             message = "We could not parse the JSON body of your request."
@@ -533,14 +449,14 @@ class FakeUpstream:
             return self._error(shape, code, f"fake upstream error {code}", headers)
         if scenario.name == "big-stream":
             size, _, delta = (scenario.arg or "1").partition("@")
-            frames = _big_stream(shape, _model_of(body, "fake"), int(float(size) * 1024 * 1024),
+            frames = big_stream(shape, model_of(body, "fake"), int(float(size) * 1024 * 1024),
                                  int(delta or BIG_DELTA_BYTES))
             return await self._stream(request, record, frames, headers)
         if scenario.name == "slow":
             await asyncio.sleep(float(scenario.arg or "1"))
         answer = self._canned(shape, scenario, body)
         if shape in ("responses", "codex") and fake_compaction.is_compaction_trigger(body):
-            answer = fake_compaction.compaction_answer(_model_of(body, "gpt-fake"))
+            answer = fake_compaction.compaction_answer(model_of(body, "gpt-fake"))
         if self.reported_input_tokens is not None and "x-lore-worker" not in record.headers:
             api = shape if shape in ("anthropic", "chat") else "responses"
             answer = fake_compaction.with_input_tokens(answer, api, self.reported_input_tokens)
@@ -575,7 +491,7 @@ class FakeUpstream:
         """The well-formed answer a scenario is built on (misbehaviours bend it later)."""
         chat_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         api = "chat" if shape == "chat" else "anthropic" if shape == "anthropic" else "responses"
-        model = _model_of(body, "claude-fake" if api == "anthropic" else "gpt-fake")
+        model = model_of(body, "claude-fake" if api == "anthropic" else "gpt-fake")
         name = scenario.name
         text = self.text
         if name == "text" and scenario.arg:
@@ -709,48 +625,11 @@ class FakeUpstream:
         if path.name.endswith(".json"):
             return web.Response(body=data, content_type=JSON_TYPE, headers=headers)
         if path.name.endswith(".chunks.jsonl"):
-            frames: Iterable[bytes] = list(_jsonl_frames(data))
+            frames: Iterable[bytes] = list(jsonl_frames(data))
         else:
             step = REPLAY_SLICE_BYTES
             frames = [data[i : i + step] for i in range(0, len(data), step)]
         return await self._stream(request, record, frames, headers)
-
-
-def _jsonl_frames(data: bytes) -> Iterator[bytes]:
-    """``.chunks.jsonl``: one data object per line → ``event: <type>`` + ``data: <line>``."""
-    for line in data.splitlines():
-        line = line.strip()
-        if line:
-            kind = orjson.loads(line).get("type", "message")
-            yield b"event: " + str(kind).encode() + b"\ndata: " + line + b"\n\n"
-
-
-def replay_bytes(path: Path) -> bytes:
-    """Exactly the bytes the fake sends when replaying ``path`` (for assertions)."""
-    data = path.read_bytes()
-    return b"".join(_jsonl_frames(data)) if path.name.endswith(".chunks.jsonl") else data
-
-
-def _big_stream(shape: str, model: str, total: int,
-                delta_bytes: int = BIG_DELTA_BYTES) -> Iterator[bytes]:
-    """A text answer of about ``total`` bytes in ``delta_bytes`` deltas, never held
-    in memory. A two-delta answer is built once; its first delta frame is then
-    repeated.
-    """
-    chunk = "x" * (delta_bytes - 1) + " "
-    if shape == "chat":
-        frames = fs.chat_text(chunk * 2, model, False, deltas=2).frames
-        head, delta, tail = frames[:1], frames[1], frames[2:]
-    elif shape == "anthropic":
-        frames = fs.anthropic_text(chunk * 2, model, deltas=2).frames
-        head, delta, tail = frames[:4], frames[4], frames[5:]
-    else:
-        frames = fs.responses_text(chunk * 2, model, 2).frames
-        head, delta, tail = frames[:5], frames[5], frames[6:]
-    yield from head
-    for _ in range(max(1, total // delta_bytes - 1)):
-        yield delta
-    yield from tail
 
 
 def _reset(request: web.BaseRequest) -> None:
@@ -762,33 +641,6 @@ def _reset(request: web.BaseRequest) -> None:
     if sock is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     transport.abort()
-
-
-_ACCOUNTS = {
-    "accounts": [{
-        "id": "acct-fake-1234",
-        "workspace_backend_origin": "NO_CONSTRAINT",
-        "account_routing_override": "NO_CONSTRAINT",
-    }],
-    "account_ordering": ["acct-fake-1234"],
-}
-_USAGE = {
-    "plan_type": "plus",
-    "rate_limit": {
-        "allowed": True,
-        "limit_reached": False,
-        "primary_window": {"used_percent": 12, "limit_window_seconds": 18000,
-                           "reset_after_seconds": 3600, "reset_at": fs.CREATED_AT + 3600},
-        "secondary_window": {"used_percent": 3, "limit_window_seconds": 604800,
-                             "reset_after_seconds": 86400, "reset_at": fs.CREATED_AT + 86400},
-    },
-    "credits": None,
-}
-
-
-def bench_text(events: int) -> str:
-    """Text whose Responses stream has exactly ``events`` frames (8 fixed + deltas)."""
-    return " ".join(f"tok{i}" for i in range(max(1, events - 8)))
 
 
 async def _serve(args: argparse.Namespace) -> None:
