@@ -335,11 +335,10 @@ class _Yielding:
     during which the machine's tasks waited for a CPU, for the machine to be
     quiet too. Searches use the embedder itself and never wait."""
 
-    def __init__(self, embedder: Any, traffic: TrafficClock,
-                 pressure: CpuPressure | None = None) -> None:
+    def __init__(self, embedder: Any, traffic: TrafficClock) -> None:
         self._embedder = embedder
         self._traffic = traffic
-        self._pressure = pressure if pressure is not None else CpuPressure()
+        self._pressure = CpuPressure()
         self._busy = False
         self.model_name: str = embedder.model_name
         self.dim: int = embedder.dim

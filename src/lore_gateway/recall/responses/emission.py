@@ -70,26 +70,18 @@ class ClientEmission:
         )
 
     def _pass_delta(self, event: SSEEvent) -> list[Action]:
-        name = event.name
-        try:
-            payload = orjson.loads(event.data)
-        except orjson.JSONDecodeError:
-            payload = None
-        if not isinstance(payload, dict):  # the message is only built for a failure
-            raise ProtocolError(f"malformed JSON in Responses event {name}")
-        kind = payload.get("type")
-        if kind is not None and kind != name:
-            raise ProtocolError(f"Responses payload type does not match {name}")
-        seq = payload.get("sequence_number")
-        if isinstance(seq, int):
+        seq = self._checked_delta(event)
+        if seq is False:
+            raise ProtocolError(_delta_failure(event))
+        if seq is not None:
             self._seq = seq + 1
         return [Send(event.raw)]
 
     @staticmethod
     def _checked_delta(event: SSEEvent) -> int | Literal[False] | None:
-        """``_pass_delta``'s check without its failure: the delta's sequence number
-        (``None`` without one), or ``False`` when it would fail (the caller then
-        takes the path that raises)."""
+        """The cheap check of a text delta forwarded untouched: its sequence number
+        (``None`` without one), or ``False`` when it is malformed or its payload's
+        type is not its event's (``_delta_failure`` then says which)."""
         try:
             payload = orjson.loads(event.data)
         except orjson.JSONDecodeError:
@@ -270,3 +262,14 @@ class ClientEmission:
         )
         self._seq += 1
         return frame
+
+
+def _delta_failure(event: SSEEvent) -> str:
+    """Why ``_checked_delta`` refused ``event``: built only on that failure."""
+    try:
+        payload = orjson.loads(event.data)
+    except orjson.JSONDecodeError:
+        payload = None
+    if not isinstance(payload, dict):
+        return f"malformed JSON in Responses event {event.name}"
+    return f"Responses payload type does not match {event.name}"
