@@ -262,6 +262,12 @@ class BackgroundWorker:
 
             text = extractive.distill(segment)
 
+        curate = bool(text) and self.settings.worker and job.project != UNKNOWN_PROJECT
+
+        def queue_curate(conn: Any) -> None:
+            jobs.enqueue(conn, "curate", job.tenant, job.project, job.session,
+                         self.clock(), owner=self.instance)
+
         def save(conn: Any) -> int | None:
             with conn:
                 if not jobs.holds(conn, job.id, self.instance, self.clock()):
@@ -269,9 +275,8 @@ class BackgroundWorker:
                 row = dstore.save(conn, tenant=job.tenant, project=job.project,
                                   session=job.session, text=text or "", sources=segment,
                                   generation=0, method=method)
-                if text and self.settings.worker and job.project != UNKNOWN_PROJECT:
-                    jobs.enqueue(conn, "curate", job.tenant, job.project, job.session,
-                                 self.clock(), owner=self.instance)
+                if curate:
+                    queue_curate(conn)
                 jobs.finish(conn, job.id, "done", self.clock(), instance=self.instance)
                 if dstore.undistilled_tokens(conn, job.tenant, job.session) >= \
                         self.settings.distill_segment_tokens:
@@ -285,6 +290,13 @@ class BackgroundWorker:
                         "saved; another instance runs it", job.id)
             return
         metrics.record_worker_job("distill", method)
+        if row is not None and curate:
+            # The enqueue above is a no-op while another instance's curate job holds
+            # the slot. On Postgres that job may finish and look for logs left over
+            # before this transaction commits, and miss this one: queued again now
+            # that the log is visible (a no-op if a job is still queued or running,
+            # which then sees it).
+            await asyncio.to_thread(self.memory.write_job, _scoped(job.tenant, queue_curate))
         if row is not None:
             metrics.record_distillation(method, 0)
             await self._consolidate(job, use_model=method == "worker")
