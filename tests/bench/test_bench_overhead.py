@@ -7,6 +7,8 @@ from __future__ import annotations
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from lore_gateway.bench import big_session, overhead
 
 
@@ -37,7 +39,13 @@ def test_one_run_reports_every_target_and_the_gateway_against_the_relay() -> Non
                 assert figures[target]["requests"] == (4 if phase == "c1" else 16)
             assert set(figures["gateway_vs_relay"]) >= {
                 "added_p50_diff_ms", "added_p99_diff_ms", "rps_ratio", "cpu_ratio"}
-            assert figures["gateway"]["cpu_ms_per_request"] >= 0
+            gateway = figures["gateway"]
+            assert gateway["cpu_ms_per_request"] >= 0
+            # The tree's CPU, split by process: the gateway itself and its named children.
+            by_process = gateway["cpu_ms_per_request_by_process"]
+            assert {"main", "lore-store", "lore-embed"} <= set(by_process)
+            assert by_process["main"] == gateway["cpu_ms_per_request_main"]
+            assert sum(by_process.values()) == pytest.approx(gateway["cpu_ms_per_request"])
     memory = result["memory"]
     assert memory["relay"]["peak_rss_mb"] > 0
     assert memory["gateway"]["tree_peak_rss_mb"] >= memory["gateway"]["peak_rss_mb"] > 0

@@ -232,6 +232,7 @@ class Measured:
 
     stats: dict[str, PathStats]
     cpu: dict[str, tuple[float, float]]  # target -> (root, tree) CPU seconds
+    cpu_parts: dict[str, dict[str, float]]  # target -> process name -> CPU seconds
 
 
 async def measure(servers: Servers, work: Workload, *, requests: int, concurrency: int,
@@ -260,7 +261,8 @@ async def measure(servers: Servers, work: Workload, *, requests: int, concurrenc
                 progress(stage, done, requests)
         after = {name: procstat.sample(pid) for name, pid in servers.pids.items()}
     cpu = {name: procstat.cpu_between(before[name], after[name]) for name in servers.pids}
-    return Measured(stats, cpu)
+    parts = {name: procstat.cpu_by_process(before[name], after[name]) for name in servers.pids}
+    return Measured(stats, cpu, parts)
 
 
 def compare(measured: Measured) -> dict[str, Any]:
@@ -280,6 +282,9 @@ def compare(measured: Measured) -> dict[str, Any]:
         n = max(1, int(s["requests"]))
         s["cpu_ms_per_request"] = tree * 1e3 / n
         s["cpu_ms_per_request_main"] = root * 1e3 / n
+        s["cpu_ms_per_request_by_process"] = {
+            process: seconds * 1e3 / n
+            for process, seconds in measured.cpu_parts.get(name, {}).items()}
         out[name] = s
     if "relay" in out and "gateway" in out:
         r, g = out["relay"], out["gateway"]

@@ -13,11 +13,13 @@ _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 @dataclass(frozen=True, slots=True)
 class TreeSample:
-    """One reading of a process tree: CPU seconds used so far per pid, and the
-    peak and current resident set of the root and of the whole tree."""
+    """One reading of a process tree: CPU seconds used so far per pid, each pid's
+    command name, and the peak and current resident set of the root and of the
+    whole tree."""
 
     root: int
     cpu: dict[int, float]
+    names: dict[int, str]
     root_peak: int
     root_rss: int
     tree_peak: int
@@ -33,6 +35,15 @@ def _stat(pid: int) -> tuple[int, float] | None:
     # The command name (field 2) may hold spaces and parentheses: split after it.
     fields = text[text.rindex(")") + 2:].split()
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _name(pid: int) -> str:
+    """The process's command name (``comm``: the gateway's children set theirs,
+    e.g. ``lore-store``), empty once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _memory(pid: int) -> tuple[int, int]:
@@ -67,18 +78,20 @@ def descendants(root: int) -> list[int]:
 
 def sample(root: int) -> TreeSample:
     cpu: dict[int, float] = {}
+    names: dict[int, str] = {}
     tree_peak = tree_rss = root_peak = root_rss = 0
     for pid in descendants(root):
         stat = _stat(pid)
         if stat is None:
             continue
         cpu[pid] = stat[1]
+        names[pid] = _name(pid)
         peak, rss = _memory(pid)
         tree_peak += peak
         tree_rss += rss
         if pid == root:
             root_peak, root_rss = peak, rss
-    return TreeSample(root, cpu, root_peak, root_rss, tree_peak, tree_rss)
+    return TreeSample(root, cpu, names, root_peak, root_rss, tree_peak, tree_rss)
 
 
 def cpu_between(before: TreeSample, after: TreeSample) -> tuple[float, float]:
@@ -87,3 +100,13 @@ def cpu_between(before: TreeSample, after: TreeSample) -> tuple[float, float]:
     root = after.cpu.get(after.root, 0.0) - before.cpu.get(after.root, 0.0)
     total = sum(seconds - before.cpu.get(pid, 0.0) for pid, seconds in after.cpu.items())
     return root, total
+
+
+def cpu_by_process(before: TreeSample, after: TreeSample) -> dict[str, float]:
+    """CPU seconds used between two samples per process of the tree, the root as
+    ``main`` and each child by its command name (children of one name summed)."""
+    out: dict[str, float] = {}
+    for pid, seconds in after.cpu.items():
+        name = "main" if pid == after.root else after.names.get(pid) or str(pid)
+        out[name] = out.get(name, 0.0) + seconds - before.cpu.get(pid, 0.0)
+    return out

@@ -93,6 +93,23 @@ def _f(value: float | None, spec: str, unit: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{unit}"
 
 
+def _print_cpu_parts(result: dict[str, Any]) -> None:
+    """The gateway's CPU per request split by process: its own interpreter
+    (``main``) and each child (``lore-store``, ``lore-embed``), the background
+    work that landed during the run included."""
+    parts = [(phase, name, figures["gateway"].get("cpu_ms_per_request_by_process", {}))
+             for phase in ("c1", "c16") for name, figures in result.get(phase, {}).items()
+             if "gateway" in figures]
+    names = sorted({p for _, _, by in parts for p in by}, key=lambda p: (p != "main", p))
+    if not names:
+        return
+    output.print_table(
+        [output.Column(c, "right", False) for c in ("phase", "workload", *names)],
+        [(phase.replace("c", "c="), name, *(_f(by.get(p), ".2f") for p in names))
+         for phase, name, by in parts],
+        title="gateway CPU ms per request, by process")
+
+
 def _print(result: dict[str, Any], store: bool) -> None:
     rows: list[tuple[str, ...]] = []
     for phase in ("c1", "c16"):
@@ -127,6 +144,7 @@ def _print(result: dict[str, Any], store: bool) -> None:
          ("phase", "workload", "added p50 diff", "ratio", "added p99 diff", "req/s ratio",
           "CPU diff", "CPU ratio")],
         rows, title="gateway against the relay")
+    _print_cpu_parts(result)
     for name, m in result.get("memory", {}).items():
         output.line(f"{name}: peak RSS {m['peak_rss_mb']:.0f} MB (with its "
                     f"{m['processes'] - 1} child processes {m['tree_peak_rss_mb']:.0f} MB)")
