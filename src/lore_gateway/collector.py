@@ -199,10 +199,17 @@ def report_usage(protocol: str, usage: Usage | None) -> None:
 
 
 def raw_outputs(raw: RawOutputs) -> list[Message]:
-    """The output messages of bytes a client received, then ``raw.after``."""
-    collector = TurnCollector(Protocol(raw.protocol), max_json_bytes=len(raw.body) + 1)
-    collector.feed(raw.body)
-    return [*collector.outputs(), *raw.after]
+    """The output messages of bytes a client received, then ``raw.after``. A
+    plain text answer is read without the accumulators (``answer_scan``)."""
+    from lore_gateway.memory.answer_scan import plain_text
+
+    protocol = Protocol(raw.protocol)
+    outputs = plain_text(family_of(protocol), raw.body)
+    if outputs is None:
+        collector = TurnCollector(protocol, max_json_bytes=len(raw.body) + 1)
+        collector.feed(raw.body)
+        outputs = collector.outputs()
+    return [*outputs, *raw.after]
 
 
 def resolve_turn(raw: RawTurn) -> TurnRecord | None:

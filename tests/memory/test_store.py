@@ -402,6 +402,39 @@ def test_a_backlog_written_as_one_batch_stores_what_turn_by_turn_writes_store(
     assert sorted(after_etc) == [ids[1], ids[3]]
 
 
+def test_a_long_backlog_keeps_every_turn_in_order_and_indexed(settings: Settings) -> None:
+    """A backlog of 75 turns of two messages over two sessions (150 message rows,
+    more than one multi-row statement holds): every row in submission order,
+    each message found by its own word, each session's count and bounds."""
+    import threading
+
+    sessions = (ALICE, Identity(tenant="t-alice", project="/home/a/other", session="s-2"))
+    backlog = [turn(sessions[n % 2], ("user", f"question q{n}x"), ("assistant", f"answer a{n}x"),
+                    at=float(n)) for n in range(75)]
+    memory = Memory.open(settings, embedder=None)
+    try:
+        release = threading.Event()
+        assert memory._writer.submit_job(lambda conn: release.wait(10)) is not None
+        for record in backlog:
+            assert memory.submit_turn(record)
+        release.set()
+        memory.flush(10)
+    finally:
+        memory.close()
+
+    messages = rows(settings, "SELECT id, turn_id, seq, content FROM messages ORDER BY id")
+    turns = [r[0] for r in rows(settings, "SELECT id FROM turns ORDER BY created_at")]
+    assert [(turn_id, seq, content) for _, turn_id, seq, content in messages] == [
+        (turns[n], seq, text) for n in range(75)
+        for seq, text in enumerate((f"question q{n}x", f"answer a{n}x"))]
+    assert indexed_ids(settings.database, "q74x") == [messages[148][0]]
+    assert indexed_ids(settings.database, "a0x") == [messages[1][0]]
+    assert all(indexed_ids(settings.database, f"a{n}x") == [messages[2 * n + 1][0]]
+               for n in range(0, 75, 7))
+    assert rows(settings, "SELECT id, first_seen, last_seen, turns FROM sessions ORDER BY id"
+                ) == [("s-1", 0.0, 74.0, 38), ("s-2", 1.0, 73.0, 37)]
+
+
 def test_a_turn_failing_inside_a_batch_costs_only_itself(settings: Settings) -> None:
     """A batch is written without a savepoint per turn; a turn that fails halfway
     (its turn row and first message already inserted) makes the batch start over

@@ -462,13 +462,19 @@ class TurnWriter:
 
     def _write_sqlite(self, conn: Connection, turns: list[TurnRecord]
                       ) -> list[list[int] | object | None]:
-        """The batch's turns in order, first without a savepoint each: a savepoint
-        makes FTS5 write out its pending index rows as a segment of their own, one
-        per turn in both indexes, where one commit can write one. Should any turn
-        fail, the batch starts over with a savepoint per turn, so that only that
-        turn is lost (rare: a turn fails only on malformed data)."""
+        """The batch's turns in order (runs of them set-wise: ``writer_sqlite``),
+        first without a savepoint each: a savepoint makes FTS5 write out its
+        pending index rows as a segment of their own, one per turn in both
+        indexes, where one commit can write one. Should any turn fail, the batch
+        starts over with a savepoint per turn, so that only that turn is lost
+        (rare: a turn fails only on malformed data)."""
+        from lore_gateway.memory.writer_sqlite import write_turns
+
+        def plain(conn: Connection, turn: TurnRecord) -> list[int] | None:
+            return write_turn(conn, turn, self._max_message_bytes)
+
         try:
-            return [write_turn(conn, turn, self._max_message_bytes) for turn in turns]
+            return write_turns(conn, turns, self._max_message_bytes, plain)
         except StorageUnavailable:
             raise
         except Exception:

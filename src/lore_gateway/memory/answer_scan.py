@@ -1,0 +1,152 @@
+"""The text of a plain Chat or Anthropic answer, read straight from its bytes.
+
+``lore-store`` parses the raw answers of recall-watched Chat and Anthropic
+streams (``collector.raw_outputs``). The protocol accumulators rebuild the
+whole response (every choice, block, usage, logprobs and check) through the SSE
+decoder, one event object per frame, and at c=16 that was most of a Chat or
+Anthropic turn's CPU in the store (docs/benchmarks.md, "lore-store: CPU per
+stored turn"). Storage needs only the output messages, and nearly every answer
+is text: a Chat stream of ``data: <chunk>`` frames with one choice's
+``content`` deltas, an Anthropic stream of text blocks.
+
+``plain_text`` reads exactly such a stream: it splits the frames itself, parses
+each JSON payload once, and joins the text pieces. Anything else it might read
+differently from the accumulator (tool calls, a refusal, thinking, several
+choices or messages, an error event, a frame of another shape, an unfinished
+stream) returns None, and the caller parses the stream in full. Equal to the
+full parse on every stream shape the fake upstream makes, by test.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from lore_gateway.protocols.common import Message
+from lore_gateway.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_FRAMES
+
+_Unsure = ValueError  # raised inside a scan: the caller parses in full
+
+
+def plain_text(family: str, body: bytes) -> list[Message] | None:
+    """The output messages of a plain text answer, as the collector would read
+    them; None when the stream is not of that shape."""
+    if (b"\r" in body or len(body) > DEFAULT_MAX_EVENT_BYTES
+            or not body.endswith(b"\n\n")):
+        return None
+    frames = body[:-2].split(b"\n\n")
+    if len(frames) > DEFAULT_MAX_FRAMES:
+        return None
+    try:
+        if family == "chat":
+            texts = _chat(frames)
+        elif family == "anthropic":
+            texts = _anthropic(frames)
+        else:
+            return None
+    except ValueError:  # orjson's errors too
+        return None
+    return [Message("assistant", text) for text in texts if text]
+
+
+def _json(payload: bytes) -> dict[str, Any]:
+    found = orjson.loads(payload)
+    if not isinstance(found, dict):
+        raise _Unsure
+    return found
+
+
+def _is_index(value: object, expected: int) -> bool:
+    """An int equal to ``expected`` (a JSON ``true`` is not an index)."""
+    return type(value) is int and value == expected
+
+
+def _chat(frames: list[bytes]) -> list[str]:
+    """Frames of ``data: <chunk>`` up to ``data: [DONE]``; every choice index 0;
+    no refusal, no tool call."""
+    pieces: list[str] = []
+    last = len(frames) - 1
+    for n, frame in enumerate(frames):
+        if not frame.startswith(b"data: ") or b"\n" in frame:
+            raise _Unsure
+        if frame == b"data: [DONE]":
+            if n != last:
+                raise _Unsure
+            break
+        if n == last:
+            raise _Unsure  # no [DONE]
+        chunk = _json(frame[6:])
+        if "error" in chunk:
+            raise _Unsure
+        choices = chunk.get("choices")
+        if choices is None or choices == []:
+            continue
+        if not isinstance(choices, list) or len(choices) != 1:
+            raise _Unsure
+        choice = choices[0]
+        if not isinstance(choice, dict) or not _is_index(choice.get("index", 0), 0):
+            raise _Unsure
+        delta = choice.get("delta")
+        if delta is None:
+            continue
+        if not isinstance(delta, dict) or delta.get("tool_calls") \
+                or delta.get("refusal") is not None:
+            raise _Unsure
+        content = delta.get("content")
+        if isinstance(content, str):
+            pieces.append(content)
+    return ["".join(pieces)]
+
+
+def _anthropic(frames: list[bytes]) -> list[str]:
+    """One message of text blocks, opened and closed in index order, then
+    ``message_stop``; pings and ``message_delta`` anywhere before it."""
+    blocks: list[list[str]] = []
+    open_block: list[str] | None = None
+    started = stopped = False
+    for frame in frames:
+        if not frame.startswith(b"event: "):
+            raise _Unsure
+        nl = frame.find(b"\n")
+        if nl == -1 or not frame.startswith(b"data: ", nl + 1) or b"\n" in frame[nl + 1:]:
+            raise _Unsure
+        name = frame[7:nl].decode()
+        event = _json(frame[nl + 7:])
+        if event.get("type") != name:
+            raise _Unsure
+        if name == "ping":
+            continue
+        if stopped:
+            raise _Unsure
+        if name == "message_start":
+            if started or not isinstance(event.get("message"), dict):
+                raise _Unsure
+            started = True
+        elif not started:
+            raise _Unsure
+        elif name == "content_block_start":
+            block = event.get("content_block")
+            if (open_block is not None or not _is_index(event.get("index"), len(blocks))
+                    or not isinstance(block, dict)
+                    or block.get("type") != "text" or not isinstance(block.get("text"), str)):
+                raise _Unsure
+            open_block = [block["text"]]
+            blocks.append(open_block)
+        elif name == "content_block_delta":
+            delta = event.get("delta")
+            if (open_block is None or not _is_index(event.get("index"), len(blocks) - 1)
+                    or not isinstance(delta, dict) or delta.get("type") != "text_delta"):
+                raise _Unsure
+            open_block.append(str(delta.get("text") or ""))
+        elif name == "content_block_stop":
+            if open_block is None or not _is_index(event.get("index"), len(blocks) - 1):
+                raise _Unsure
+            open_block = None
+        elif name == "message_stop":
+            stopped = True
+        elif name != "message_delta":
+            raise _Unsure
+    if not stopped or open_block is not None:
+        raise _Unsure
+    return ["".join(parts) for parts in blocks]

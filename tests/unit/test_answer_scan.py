@@ -1,0 +1,118 @@
+"""Storage reads a plain Chat or Anthropic text answer without the accumulators
+(``memory.answer_scan``); what it stores must be exactly what the full parse
+stores, and any other stream must go to the full parse."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from lore_gateway.collector import TurnCollector, raw_outputs
+from lore_gateway.memory.answer_scan import plain_text
+from lore_gateway.memory.records import RawOutputs
+from lore_gateway.protocols.common import Message
+from lore_gateway.routing import Protocol
+from lore_gateway.testing import fake_streams as fs
+
+TRICKY = 'it said "content": "x" and\nevent: message_stop\ndata: [DONE] 🦎 \\n'
+
+
+def frame(name: str, payload: object) -> bytes:
+    return f"event: {name}\ndata: {orjson.dumps(payload).decode()}\n\n".encode()
+
+
+def chunk(delta: object, index: object = 0) -> bytes:
+    body = {"id": "c1", "object": "chat.completion.chunk", "model": "gpt-x",
+            "choices": [{"index": index, "delta": delta, "finish_reason": None}]}
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+def joined(answer: fs.Answer) -> bytes:
+    return b"".join(answer.frames)
+
+
+CHAT_TEXT = joined(fs.chat_text("four words of text", "gpt-x", True))
+ANTHROPIC_TEXT = joined(fs.anthropic_text("four words of text", "claude-x"))
+DONE = b"data: [DONE]\n\n"
+
+# Streams storage reads itself: text, in any number of pieces.
+CHAT_PLAIN = [
+    CHAT_TEXT,
+    joined(fs.chat_text("four words of text", "gpt-x", False)),
+    joined(fs.chat_text(TRICKY, "gpt-x", True, deltas=7)),
+    joined(fs.chat_text("", "gpt-x", True)),
+    chunk({"role": "assistant"}) + chunk({"content": None}) + chunk({"content": "hi"}) + DONE,
+]
+ANTHROPIC_PLAIN = [
+    ANTHROPIC_TEXT,
+    joined(fs.anthropic_text(TRICKY, "claude-x", deltas=9)),
+    joined(fs.anthropic_minimal("whole block, no deltas", "claude-x")),
+    joined(fs.anthropic_blocks((("text", "first", ""), ("text", "second", "")), "claude-x")),
+]
+# Streams it leaves to the full parse (whatever that makes of them).
+CHAT_OTHER = [
+    joined(fs.chat_call("recall", '{"query": "x"}', "gpt-x", True)),
+    joined(fs.chat_calls((("a", "{}"), ("b", '{"k": 1}')), "gpt-x", True)),
+    CHAT_TEXT[:-len(DONE)] + b"".join(fs.chat_error_frames()) + DONE,
+    CHAT_TEXT[:-len(DONE)],  # no [DONE]
+    CHAT_TEXT + chunk({"content": "after the end"}),
+    CHAT_TEXT.replace(b"\n", b"\r\n"),
+    CHAT_TEXT.replace(b"data: ", b"data:"),
+    chunk({"content": "a"}) + chunk({"refusal": "no"}) + DONE,
+    chunk({"content": "a"}) + chunk({"content": "b"}, index=1) + DONE,
+    chunk({"content": "a"}) + chunk({"content": "b"}, index=True) + DONE,
+    chunk({"content": "a"}) + b"data: {not json\n\n" + DONE,
+    chunk({"content": "a"}) + b"data: [1]\n\n" + DONE,
+    b": keep-alive\n\n" + CHAT_TEXT,
+    b'{"id": "c1", "choices": []}',
+]
+ANTHROPIC_OTHER = [
+    joined(fs.anthropic_call("recall", '{"query": "x"}', "claude-x")),
+    joined(fs.anthropic_blocks((("thinking", "hmm", ""), ("text", "answer", "")), "claude-x")),
+    ANTHROPIC_TEXT + ANTHROPIC_TEXT,  # the gateway's own recall stream: several messages
+    ANTHROPIC_TEXT + b"".join(fs.anthropic_error_frames()),
+    ANTHROPIC_TEXT.replace(b"event: message_stop", b"event: message_end"),
+    ANTHROPIC_TEXT.rsplit(b"event: message_stop", 1)[0],  # cut off
+    ANTHROPIC_TEXT.replace(b'"index":0', b'"index":true'),
+    ANTHROPIC_TEXT.replace(b"event: ping", b"event: pong"),
+    ANTHROPIC_TEXT.replace(b"\n", b"\r\n"),
+    ANTHROPIC_TEXT.replace(b'"text_delta"', b'"citations_delta"'),
+    frame("content_block_start", {"type": "content_block_start", "index": 0,
+                                  "content_block": {"type": "text", "text": "x"}})
+    + ANTHROPIC_TEXT,
+]
+
+
+def full_parse(protocol: Protocol, body: bytes) -> list[Message]:
+    collector = TurnCollector(protocol, max_json_bytes=len(body) + 1)
+    collector.feed(body)
+    return collector.outputs()
+
+
+@pytest.mark.parametrize("body", CHAT_PLAIN)
+def test_a_plain_chat_answer_is_stored_as_the_full_parse_stores_it(body: bytes) -> None:
+    assert plain_text("chat", body) == full_parse(Protocol.CHAT, body)
+
+
+@pytest.mark.parametrize("body", ANTHROPIC_PLAIN)
+def test_a_plain_anthropic_answer_is_stored_as_the_full_parse_stores_it(body: bytes) -> None:
+    assert plain_text("anthropic", body) == full_parse(Protocol.ANTHROPIC, body)
+
+
+@pytest.mark.parametrize("body", CHAT_OTHER)
+def test_any_other_chat_stream_goes_to_the_full_parse(body: bytes) -> None:
+    assert plain_text("chat", body) is None
+    assert raw_outputs(RawOutputs("chat", body)) == full_parse(Protocol.CHAT, body)
+
+
+@pytest.mark.parametrize("body", ANTHROPIC_OTHER)
+def test_any_other_anthropic_stream_goes_to_the_full_parse(body: bytes) -> None:
+    assert plain_text("anthropic", body) is None
+    assert raw_outputs(RawOutputs("anthropic", body)) == full_parse(Protocol.ANTHROPIC, body)
+
+
+def test_the_plain_fixtures_hold_text() -> None:
+    assert [m.text for m in plain_text("chat", CHAT_PLAIN[2]) or []] == [TRICKY]
+    assert [m.text for m in plain_text("anthropic", ANTHROPIC_PLAIN[3]) or []] == [
+        "first", "second"]
+    assert plain_text("chat", CHAT_PLAIN[3]) == []
