@@ -4,6 +4,8 @@ stores, and any other stream must go to the full parse."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import orjson
 import pytest
 
@@ -14,6 +16,8 @@ from lore_gateway.protocols.common import Message
 from lore_gateway.routing import Protocol
 from lore_gateway.testing import fake_streams as fs
 
+# CI clones the repository with ``shared/`` beside it.
+FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 TRICKY = 'it said "content": "x" and\nevent: message_stop\ndata: [DONE] 🦎 \\n'
 
 
@@ -116,3 +120,21 @@ def test_the_plain_fixtures_hold_text() -> None:
     assert [m.text for m in plain_text("anthropic", ANTHROPIC_PLAIN[3]) or []] == [
         "first", "second"]
     assert plain_text("chat", CHAT_PLAIN[3]) == []
+
+
+RECORDED = sorted([*FIXTURES.glob("chat-completions/*.sse"), *FIXTURES.glob("anthropic/*.sse")])
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_recorded_provider_stream_is_stored_as_the_full_parse_stores_it(path: Path) -> None:
+    """Real providers' streams (``shared/fixtures``; a file may lack the last
+    frame's blank line, which a live stream has): whichever way storage reads
+    them, it stores what the full parse does, and their plain text answers are
+    read without the full parse."""
+    family, protocol = (("chat", Protocol.CHAT) if path.parent.name == "chat-completions"
+                        else ("anthropic", Protocol.ANTHROPIC))
+    body = path.read_bytes().rstrip(b"\n") + b"\n\n"
+    assert raw_outputs(RawOutputs(family, body)) == full_parse(protocol, body)
+    fast = plain_text(family, body)
+    if path.name.startswith(("text_stream", "sdk__basic")):
+        assert fast is not None and fast == full_parse(protocol, body)
