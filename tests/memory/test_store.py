@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +54,22 @@ def turn(ident: Identity, *texts: tuple[str, str], complete: bool = True,
         messages=tuple(Message(role, text) for role, text in texts),  # type: ignore[arg-type]
         created_at=time.time() if at is None else at, complete=complete, dedup_key=dedup_key,
     )
+
+
+def store_as_one_batch(settings: Settings, backlog: list[TurnRecord]) -> Memory:
+    """Submit ``backlog`` while a job holds the writer, so the turns queue up and
+    are written as one batch; the memory comes back closed, for its counters."""
+    memory = Memory.open(settings, embedder=None)
+    try:
+        release = threading.Event()
+        assert memory._writer.submit_job(lambda conn: release.wait(10)) is not None
+        for record in backlog:
+            assert memory.submit_turn(record)
+        release.set()
+        memory.flush(10)
+    finally:
+        memory.close()
+    return memory
 
 
 ALICE = Identity(tenant="t-alice", project="/home/a/proj", session="s-1")
@@ -347,8 +364,6 @@ def test_a_backlog_written_as_one_batch_stores_what_turn_by_turn_writes_store(
     set-wise, with a retry, a dedup-keyed import and an empty turn among them): the
     rows, their order, the session counts and the search index are what writing
     them one at a time gives."""
-    import threading
-
     from lore_gateway.memory.query import phrase
     from lore_gateway.memory.textindex import text_index
 
@@ -365,16 +380,7 @@ def test_a_backlog_written_as_one_batch_stores_what_turn_by_turn_writes_store(
         turn(bob, ("user", "imported narwhal note"), dedup_key="imp-1", at=7.0),
         turn(ALICE, ("assistant", "answer about the zebra"), at=8.0),
     ]
-    memory = Memory.open(settings, embedder=None)
-    try:
-        release = threading.Event()
-        assert memory._writer.submit_job(lambda conn: release.wait(10)) is not None
-        for record in backlog:
-            assert memory.submit_turn(record)
-        release.set()
-        memory.flush(10)
-    finally:
-        memory.close()
+    store_as_one_batch(settings, backlog)
 
     assert rows(settings, "SELECT session, complete, created_at FROM turns ORDER BY id") == [
         ("s-1", 1, 1.0), ("s-2", 1, 3.0), ("s-1", 1, 4.0), ("s-2", 1, 6.0), ("s-1", 1, 8.0)]
@@ -406,21 +412,10 @@ def test_a_long_backlog_keeps_every_turn_in_order_and_indexed(settings: Settings
     """A backlog of 75 turns of two messages over two sessions (150 message rows,
     more than one multi-row statement holds): every row in submission order,
     each message found by its own word, each session's count and bounds."""
-    import threading
-
     sessions = (ALICE, Identity(tenant="t-alice", project="/home/a/other", session="s-2"))
     backlog = [turn(sessions[n % 2], ("user", f"question q{n}x"), ("assistant", f"answer a{n}x"),
                     at=float(n)) for n in range(75)]
-    memory = Memory.open(settings, embedder=None)
-    try:
-        release = threading.Event()
-        assert memory._writer.submit_job(lambda conn: release.wait(10)) is not None
-        for record in backlog:
-            assert memory.submit_turn(record)
-        release.set()
-        memory.flush(10)
-    finally:
-        memory.close()
+    store_as_one_batch(settings, backlog)
 
     messages = rows(settings, "SELECT id, turn_id, seq, content FROM messages ORDER BY id")
     turns = [r[0] for r in rows(settings, "SELECT id FROM turns ORDER BY created_at")]
@@ -440,26 +435,15 @@ def test_a_turn_failing_inside_a_batch_costs_only_itself(settings: Settings) -> 
     (its turn row and first message already inserted) makes the batch start over
     turn by turn: the others are stored, in order and indexed, the failed one
     leaves no row behind."""
-    import threading
-
     good = [turn(ALICE, ("user", f"question about the gecko {n}"), ("assistant", f"ok {n}"),
                  at=float(n)) for n in range(4)]
     bad = TurnRecord(identity=Identity("t-alice", "/home/a/proj", "s-bad"), protocol="chat",
                      model=None, created_at=9.0,
                      messages=(Message("user", "the iguana question"), Message("assistant", "x")),
                      metas=({}, {"not json": object()}))
-    memory = Memory.open(settings, embedder=None)
-    try:
-        release = threading.Event()
-        assert memory._writer.submit_job(lambda conn: release.wait(10)) is not None
-        for record in (good[0], good[1], bad, good[2], good[3]):
-            assert memory.submit_turn(record)
-        release.set()
-        memory.flush(10)
-        assert memory._writer.failed == 1
-        assert memory._writer.written == 4
-    finally:
-        memory.close()
+    memory = store_as_one_batch(settings, [good[0], good[1], bad, good[2], good[3]])
+    assert memory._writer.failed == 1
+    assert memory._writer.written == 4
 
     assert rows(settings, "SELECT session, created_at FROM turns ORDER BY id") == [
         ("s-1", 0.0), ("s-1", 1.0), ("s-1", 2.0), ("s-1", 3.0)]
