@@ -100,10 +100,12 @@ class SSEDecoder:
         self._total += len(data)
         if self._max_total_bytes is not None and self._total > self._max_total_bytes:
             raise SSELimitError("SSE stream exceeded aggregate byte limit")
-        if not self._buf and data.find(b"\r") == -1 and (
+        # Nothing pending, LF endings, no BOM (and ``bytes``, so that every raw
+        # frame is ``bytes`` whatever a caller passes): cut up where it lies.
+        if not self._buf and isinstance(data, bytes) and data.find(b"\r") == -1 and (
                 self._bom_checked or (len(data) >= len(_BOM) and not data.startswith(_BOM))):
             self._bom_checked = True
-            return self._parse_lf_bytes(data)  # nothing pending, LF endings, no BOM
+            return self._parse_lf_bytes(data)
         self._buf += data
         if not self._bom_checked:
             if len(self._buf) < len(_BOM) and _BOM.startswith(bytes(self._buf)):
