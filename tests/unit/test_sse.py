@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ from lore_gateway.sse import (
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 
 
-def decode_all(chunks: list[bytes], **kw: int) -> list:
+def decode_all(chunks: list[bytes], **kw: Any) -> list:
     dec = SSEDecoder(**kw)
     out = []
     for c in chunks:
@@ -160,3 +161,24 @@ def test_the_usual_frame_shapes_decode_as_the_general_parser_does() -> None:
             general = [(e.event, e.data, e.has_data) for e in decode_all([crlf])]
             assert fast == general, frame
             assert b"".join(e.raw for e in decode_all([lf])) == lf
+
+
+def test_usual_frames_among_others_decode_alike_however_the_chunks_fall() -> None:
+    # A chunk that starts on a frame boundary is cut up where it lies; the
+    # first frame of another shape, or an unfinished one, hands the rest to the
+    # buffered parser. Every split gives the frames the CRLF (line-by-line)
+    # parse gives, less the skipped ones.
+    frames = [b"event: a\ndata: 1", b"data: 2", b": comment", b"", b"event: b\nid: 7\ndata: 3",
+              b"event: c.delta\ndata: 4", b"data: 5\ndata: 6", b"event: d\ndata: \xc3\xa9"]
+    lf = b"".join(f + b"\n\n" for f in frames)
+    crlf = b"".join(f.replace(b"\n", b"\r\n") + b"\r\n\r\n" for f in frames)
+    for skip in (None, b".delta"):
+        expected = [(e.event, e.data, e.has_data) for e in decode_all([crlf])
+                    if skip is None or not e.name.endswith(".delta")]
+        for cut in range(len(lf) + 1):
+            for cut2 in (cut, min(len(lf), cut + 9)):
+                chunks = [lf[:cut], lf[cut:cut2], lf[cut2:]]
+                events = decode_all(chunks, skip_suffix=skip)
+                assert [(e.event, e.data, e.has_data) for e in events] == expected, (cut, cut2)
+                if skip is None:
+                    assert b"".join(e.raw for e in events) == lf

@@ -81,7 +81,8 @@ class ClientEmission:
     def _checked_delta(event: SSEEvent) -> int | Literal[False] | None:
         """The cheap check of a text delta forwarded untouched: its sequence number
         (``None`` without one), or ``False`` when it is malformed or its payload's
-        type is not its event's (``_delta_failure`` then says which)."""
+        type is not its event's (``_delta_failure`` then says which). Only events
+        named as a text delta come here, so ``event.event`` is their name."""
         try:
             payload = orjson.loads(event.data)
         except orjson.JSONDecodeError:
@@ -89,7 +90,7 @@ class ClientEmission:
         if not isinstance(payload, dict):
             return False
         kind = payload.get("type")
-        if kind is not None and kind != event.name:
+        if kind is not None and kind != event.event:
             return False
         seq = payload.get("sequence_number")
         return seq if isinstance(seq, int) else None
