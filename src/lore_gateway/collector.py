@@ -201,10 +201,12 @@ def report_usage(protocol: str, usage: Usage | None) -> None:
 def raw_outputs(raw: RawOutputs) -> list[Message]:
     """The output messages of bytes a client received, then ``raw.after``. A
     plain text answer is read without the accumulators (``answer_scan``)."""
-    from lore_gateway.memory.answer_scan import plain_text
+    from lore_gateway.memory.answer_scan import plain_text, responses_output
 
     protocol = Protocol(raw.protocol)
-    outputs = plain_text(family_of(protocol), raw.body)
+    family = family_of(protocol)
+    outputs = (responses_output(raw.body) if family is Family.RESPONSES
+               else plain_text(family.value, raw.body))
     if outputs is None:
         collector = TurnCollector(protocol, max_json_bytes=len(raw.body) + 1)
         collector.feed(raw.body)

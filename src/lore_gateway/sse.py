@@ -93,6 +93,19 @@ class SSEDecoder:
     def frames(self) -> int:
         return self._frames
 
+    def detach(self) -> bytes | None:
+        """Hand over what is pending, for a reader that goes on from here without
+        this decoder: the start of an unfinished frame (``b""`` if none). None,
+        and nothing changes, while that is not possible: the BOM not settled
+        yet, or a frame partly parsed (other line endings than LF)."""
+        if not self._bom_checked or self._lines or self._closed:
+            return None
+        pending = bytes(self._buf[self._frame_start :])
+        self._buf.clear()
+        self._pos = self._frame_start = self._skip = 0
+        self._closed = True
+        return pending
+
     def feed(self, data: bytes) -> list[SSEEvent]:
         """Add received bytes; return the frames they completed."""
         if self._closed:

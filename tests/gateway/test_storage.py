@@ -51,6 +51,27 @@ def test_responses_turn_stored_once(make_gateway: Any, fake_upstream: FakeUpstre
     assert gw.memory.count_turns(None, session=session) == 1
 
 
+@pytest.mark.parametrize("path", ["/v1", "/backend-api/codex"])
+def test_a_recall_watched_answer_is_stored_once(make_gateway: Any, fake_upstream: FakeUpstream,
+                                                path: str) -> None:
+    """The client offers a tool, so the gateway injects recall and watches the
+    stream; an answer that calls nothing is relayed untouched, and stored from
+    its terminal (recall/responses/gate.py)."""
+    gw = make_gateway()
+    session = f"watched-{path.count('/')}"
+    tool = {"type": "function", "name": "read_file",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}
+    with client(gw, session, path).responses.stream(
+            model="gpt-x", input="where is the config loader?", tools=[tool]) as s:
+        text = s.get_final_response().output_text
+    assert text
+    names = [t.get("name") for t in fake_upstream.model_requests[0].json["tools"]]
+    assert names == ["read_file", "recall"]
+    assert stored(gw, session) == [("user", "where is the config loader?", True),
+                                   ("assistant", text, True)]
+    assert gw.memory.count_turns(None, session=session) == 1
+
+
 def test_codex_stream_false_answered_as_json_and_stored(make_gateway: Any,
                                                         fake_upstream: FakeUpstream) -> None:
     gw = make_gateway()

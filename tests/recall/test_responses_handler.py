@@ -103,7 +103,7 @@ async def test_streaming_client_sees_one_seamless_answer(
     principal = await upstream.send("POST", fake.url + "/v1/responses", HEADERS, orjson.dumps(body))
     sink = Sink()
     delivered: list[StagedRecall] = []
-    icpt = await responses_handler.stream_responses_recall(
+    streamed = await responses_handler.stream_responses_recall(
         ctx_for(upstream, fake, memory, body, delivered),
         principal,
         ClientChannel(sink),
@@ -128,7 +128,7 @@ async def test_streaming_client_sees_one_seamless_answer(
     # The recall result and its private coverage never reach the client directly.
     assert result.encode() not in sink.body and b"coverage" not in sink.body
     assert len(delivered) == 1 and delivered[0].tool_result == follow.json["input"][-1]
-    kinds = [i["type"] for i in icpt.turn_items()]
+    kinds = [i["type"] for i in streamed.interceptor.turn_items()]
     assert kinds[:2] == ["function_call", "function_call_output"]
 
 

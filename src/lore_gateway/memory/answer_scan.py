@@ -1,4 +1,5 @@
-"""The text of a plain Chat or Anthropic answer, read straight from its bytes.
+"""The output of a plain Chat or Anthropic answer, or of an untouched Responses
+stream, read straight from its bytes.
 
 ``lore-store`` parses the raw answers of recall-watched Chat and Anthropic
 streams (``collector.raw_outputs``). The protocol accumulators rebuild the
@@ -150,3 +151,36 @@ def _anthropic(frames: list[bytes]) -> list[str]:
     if not stopped or open_block is not None:
         raise _Unsure
     return ["".join(parts) for parts in blocks]
+
+
+_TERMINALS = frozenset({"response.completed", "response.incomplete", "response.failed",
+                        "response.done"})
+
+
+def responses_output(body: bytes) -> list[Message] | None:
+    """The output messages of a Responses stream the gateway relayed untouched
+    (``recall/responses/gate.py``), read from its last frame: the terminal,
+    whose ``response.output`` the gate checked is there and which repeats
+    every item the stream built (the gateway sends that frame alone). None for
+    any other stream (parsed in full)."""
+    if b"\r" in body or not body.endswith(b"\n\n"):
+        return None
+    start = body.rfind(b"\n\n", 0, len(body) - 2)
+    frame = body[start + 2 if start != -1 else 0 : -2]
+    line, sep, data = frame.partition(b"\ndata: ")
+    if not sep or not line.startswith(b"event: response.") or b"\n" in data:
+        return None
+    try:
+        payload = _json(data)
+    except ValueError:
+        return None
+    response = payload.get("response")
+    if payload.get("type") not in _TERMINALS or not isinstance(response, dict):
+        return None
+    output = response.get("output")
+    if not isinstance(output, list) or not output or not all(
+            isinstance(item, dict) for item in output):
+        return None
+    from lore_gateway.recall.responses.stored import turn_messages
+
+    return turn_messages(output)

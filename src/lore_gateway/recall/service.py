@@ -25,7 +25,6 @@ from lore_gateway.memory.anchor_store import AnchorStore
 from lore_gateway.memory.records import Identity, RawOutputs
 from lore_gateway.memory.service import Memory
 from lore_gateway.obs import metrics
-from lore_gateway.protocols import responses
 from lore_gateway.protocols.common import Message, ProtocolError
 from lore_gateway.protocols.usage import Usage, usage_from_responses
 from lore_gateway.recall import pipeline
@@ -39,7 +38,6 @@ from lore_gateway.recall.core.chain import (
     read_json_principal,
 )
 from lore_gateway.recall.core.executor import RecallExecutor, SearchGate
-from lore_gateway.recall.core.markers import parse_anchor
 from lore_gateway.recall.replay import AnchorReplay
 
 if TYPE_CHECKING:
@@ -49,6 +47,7 @@ from lore_gateway.collector import TurnCollector, report_usage, stream_usage
 from lore_gateway.recall.responses.buffered import buffered_responses_recall
 from lore_gateway.recall.responses.handler import stream_responses_recall
 from lore_gateway.recall.responses.round import Limits
+from lore_gateway.recall.responses.stored import turn_messages
 from lore_gateway.routing import Family, Protocol, Route, family_of
 from lore_gateway.upstream import UpstreamClient, UpstreamResponse
 
@@ -171,16 +170,22 @@ class RecallService:
                                 resp: UpstreamResponse, client: ClientChannel) -> Delivery:
         headers = client_response_headers(resp.raw_headers)
         await client.start(resp.status, headers)
-        icpt = await stream_responses_recall(ctx, resp, client,
-                                             codex=exchange.protocol is Protocol.CODEX,
-                                             limits=self.limits)
+        streamed = await stream_responses_recall(ctx, resp, client,
+                                                 codex=exchange.protocol is Protocol.CODEX,
+                                                 limits=self.limits)
         await client.end()
+        icpt = streamed.interceptor
         delivered = icpt.delivered_response()
         usage = None
         if delivered is not None:
             _check_empty(exchange, delivered, icpt.depth)
             usage = _report_usage(exchange, delivered)
-        return Delivery(resp.status, headers, _item_messages(icpt.turn_items()),
+        if streamed.untouched is not None:
+            # Nothing was hidden and the items were never tracked: storage reads
+            # them from the terminal's output (``answer_scan.responses_output``).
+            raw = RawOutputs(exchange.protocol.value, streamed.untouched, ())
+            return Delivery(resp.status, headers, [], icpt.failure is None, usage=usage, raw=raw)
+        return Delivery(resp.status, headers, turn_messages(icpt.turn_items()),
                         icpt.failure is None, usage=usage if icpt.depth == 0 else None)
 
     async def _stream_messages(self, exchange: Exchange, ctx: RecallContext,
@@ -215,7 +220,7 @@ class RecallService:
         _check_empty(exchange, final, ctx.budget.executions)
         usage = _report_usage(exchange, final)
         calls = {s.anchor_id: s.assistant for s in ctx.staged if s.anchor_id}
-        return Delivery(status, headers, _item_messages(final.get("output") or [], calls),
+        return Delivery(status, headers, turn_messages(final.get("output") or [], calls),
                         True, body, _one_round(ctx, usage))
 
     async def _buffered_messages(self, exchange: Exchange, ctx: RecallContext,
@@ -324,35 +329,6 @@ async def _principal_json(exchange: Exchange, resp: UpstreamResponse,
             collector.feed(chunk)
         return collector.response_body()
     return await read_json_principal(resp)
-
-
-def _item_messages(items: list[dict[str, Any]],
-                   calls: dict[str, dict[str, Any]] | None = None) -> list[Message]:
-    """A Responses turn for storage: the model's items, recall calls included.
-
-    An anchor item (what the client got in place of a recall) is stored as the
-    recall call it stands for, from ``calls`` (anchor id → ``function_call``), never
-    as its text. Recall *results* are left out: they are copies of stored memory,
-    and storing them again would make every later search find its own echo.
-    """
-    kept: list[dict[str, Any]] = []
-    for item in items:
-        if item.get("type") == "function_call_output":
-            continue
-        anchor = _anchor_of(item)
-        if anchor is None:
-            kept.append(item)
-        elif calls and anchor in calls:
-            kept.append(calls[anchor])
-    return responses.items_messages(kept)
-
-
-def _anchor_of(item: dict[str, Any]) -> str | None:
-    """The anchor id of a message item that only carries a recall anchor."""
-    content = item.get("content") if item.get("type") == "message" else None
-    if isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict):
-        return parse_anchor(str(content[0].get("text") or ""))
-    return None
 
 
 def _check_empty(exchange: Exchange, response: dict[str, Any], depth: int) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from lore_gateway.obs import metrics
 from lore_gateway.recall.core.chain import (
@@ -43,7 +44,8 @@ from lore_gateway.recall.responses.live import (
     RunRecall,
     Send,
 )
-from lore_gateway.sse import SSEDecoder, SSEEvent, encode_comment
+from lore_gateway.recall.responses.principal import PrincipalReader
+from lore_gateway.sse import SSEEvent, encode_comment
 from lore_gateway.upstream import UpstreamResponse
 
 log = logging.getLogger("lore.recall")
@@ -53,21 +55,65 @@ KEEPALIVE = encode_comment("keepalive")
 __all__ = ["buffered_responses_recall", "follow_up_body", "stream_responses_recall"]
 
 
-async def _event_batches(resp: UpstreamResponse) -> AsyncIterator[list[SSEEvent]]:
-    """The events of each body chunk, together (so they reach the client in one write)."""
-    decoder = SSEDecoder()
-    async for chunk in resp.chunks():
-        events = decoder.feed(chunk)
-        if events:
-            yield events
-    tail = decoder.close()
-    if tail:
-        yield tail
+class _Principal:
+    """The principal's body for the pump: upstream reads through a
+    :class:`~.principal.PrincipalReader`."""
+
+    def __init__(self, icpt: LiveInterceptor, resp: UpstreamResponse) -> None:
+        self._icpt = icpt
+        self._reads = resp.chunks()
+        self.reader = PrincipalReader(icpt)
+        self._ended = False
+
+    async def step(self) -> tuple[list[Action], bool]:
+        """The actions for the next upstream read; True once the body ended."""
+        if self._ended:
+            return self._icpt.end_of_stream(), True
+        data = await anext(self._reads, None)
+        if data is not None:
+            return self.reader.feed(data), False
+        self._ended = True
+        actions = self.reader.end()
+        return (actions, False) if actions else (self._icpt.end_of_stream(), True)
+
+    def broken(self) -> list[Action]:
+        return self.reader.broken()
+
+    async def rest(self) -> AsyncIterator[bytes]:
+        """Whatever follows the terminal, relayed as it comes."""
+        async for data in self._reads:
+            out = self.reader.after_terminal(data)
+            if out:
+                yield out
+        last = self.reader.close_after_terminal()
+        if last:
+            yield last
 
 
-async def _one_by_one(events: AsyncIterator[SSEEvent]) -> AsyncIterator[list[SSEEvent]]:
-    async for event in events:
-        yield [event]
+class _FollowUp:
+    """A follow-up's events, fed one by one (its stream is spooled anyway)."""
+
+    def __init__(self, icpt: LiveInterceptor, events: AsyncIterator[SSEEvent]) -> None:
+        self._icpt = icpt
+        self._events = events
+
+    async def step(self) -> tuple[list[Action], bool]:
+        event = await anext(self._events, None)
+        if event is None:
+            return self._icpt.end_of_stream(), True
+        return self._icpt.feed_all([event]), False
+
+    def broken(self) -> list[Action]:
+        return []
+
+
+@dataclass(frozen=True, slots=True)
+class Streamed:
+    """A served stream: the interceptor (the turn's items, usage, failure) and,
+    when it never needed the items, the terminal frame that repeats them."""
+
+    interceptor: LiveInterceptor
+    untouched: bytes | None
 
 
 # --- streaming clients ----------------------------------------------------------------
@@ -81,12 +127,12 @@ async def stream_responses_recall(
     codex: bool,
     keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS,
     limits: Limits | None = None,
-) -> LiveInterceptor:
-    """Relay the principal stream with live recall interception. Returns the
-    interceptor, whose ``turn_items()`` and ``usage`` are the turn for storage."""
+) -> Streamed:
+    """Relay the principal stream with live recall interception. The turn for
+    storage is the interceptor's ``turn_items()``, or the untouched terminal."""
     icpt = LiveInterceptor(budget=ctx.budget, codex=codex, limits=limits)
-    batches = _event_batches(principal)
-    pending = await _pump(icpt, batches, client)
+    body = _Principal(icpt, principal)
+    pending = await _pump(icpt, body, client)
     while pending:
         sends, pending = _leading_sends(pending)
         if sends:
@@ -112,8 +158,8 @@ async def stream_responses_recall(
                 trailing, _ = _leading_sends(pending)
                 if trailing:
                     await client.write(trailing)
-                async for batch in batches:
-                    await client.write(b"".join(e.raw for e in batch))
+                async for data in body.rest():
+                    await client.write(data)
             if action.ok:
                 ctx.delivered()
             else:
@@ -126,7 +172,7 @@ async def stream_responses_recall(
                         *icpt.failure,
                     )
             break
-    return icpt
+    return Streamed(icpt, body.reader.untouched())
 
 
 def _leading_sends(actions: list[Action]) -> tuple[bytes, list[Action]]:
@@ -139,22 +185,20 @@ def _leading_sends(actions: list[Action]) -> tuple[bytes, list[Action]]:
     return data, actions[n:]
 
 
-async def _pump(
-    icpt: LiveInterceptor, batches: AsyncIterator[list[SSEEvent]], client: ClientWriter
-) -> list[Action]:
+async def _pump(icpt: LiveInterceptor, body: _Principal | _FollowUp,
+                client: ClientWriter) -> list[Action]:
     """Feed a stream, writing what the client may see as each upstream chunk
     arrives, until the interceptor needs something other than writes."""
     while True:
         try:
-            batch = await anext(batches, None)
+            actions, ended = await body.step()
         except Exception as exc:  # the body read failed (protocol errors are handled inside)
             category = "follow_up_transport" if icpt.in_continuation else "principal_transport"
-            return icpt.follow_up_failed(category, transport_reason(exc))
-        actions = icpt.end_of_stream() if batch is None else icpt.feed_all(batch)
+            return [*body.broken(), *icpt.follow_up_failed(category, transport_reason(exc))]
         data, rest = _leading_sends(actions)
         if data:
             await client.write(data)
-        if rest or batch is None:
+        if rest or ended:
             return rest
 
 
@@ -204,6 +248,6 @@ async def _stream_follow_up(
     assert isinstance(result, StreamedFollowUp)
     icpt.begin_continuation(recovery=action.recovery)
     try:
-        return await _pump(icpt, _one_by_one(result.events), client)
+        return await _pump(icpt, _FollowUp(icpt, result.events), client)
     finally:
         result.close()
