@@ -93,6 +93,24 @@ class SSEDecoder:
     def frames(self) -> int:
         return self._frames
 
+    @property
+    def idle(self) -> bool:
+        """Whether nothing received is pending: the next byte starts a frame."""
+        return not self._buf and not self._closed and (self._bom_checked or not self._total)
+
+    @property
+    def frame_room(self) -> int:
+        """How many more frames the stream may have."""
+        return self._max_frames - self._frames
+
+    def count(self, frames: int, size: int) -> None:
+        """Frames read past the decoder (at most ``frame_room``), counted as if
+        it had read them; only while :attr:`idle`."""
+        assert self.idle and frames <= self.frame_room
+        self._bom_checked = True
+        self._frames += frames
+        self._total += size
+
     def detach(self) -> bytes | None:
         """Hand over what is pending, for a reader that goes on from here without
         this decoder: the start of an unfinished frame (``b""`` if none). None,

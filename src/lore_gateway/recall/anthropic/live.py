@@ -25,10 +25,12 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+import msgspec
 import orjson
 
 from lore_gateway.protocols.common import ProtocolError, TextBuffer
 from lore_gateway.recall.core.chain import RecallCall, StateLimitExceeded, event_object
+from lore_gateway.recall.core.reads import leading_frames
 from lore_gateway.recall.core.tool import RECALL_TOOL_NAME
 from lore_gateway.sse import SSEEvent, encode_event
 
@@ -58,6 +60,24 @@ _TEXT_DELTA_FIELDS = {
 def _loads(event: SSEEvent) -> dict[str, Any]:
     return event_object(event, malformed=f"malformed JSON in Anthropic event {event.name}",
                         not_object=f"Anthropic payload type does not match {event.name}")
+
+
+class _TextDelta(msgspec.Struct):
+    type: str
+    text: str
+
+
+class _BlockDelta(msgspec.Struct):
+    """What ``AnthropicRound.take`` reads of a ``content_block_delta`` (the rest
+    is checked, not built; the read is UTF-8, so msgspec accepts exactly what
+    orjson does). Another kind of delta has no ``text``: the fast path stops."""
+
+    type: str
+    index: int
+    delta: _TextDelta
+
+
+_decode_delta = msgspec.json.Decoder(_BlockDelta).decode
 
 
 def _index(payload: dict[str, Any], name: str) -> int:
@@ -166,6 +186,54 @@ class AnthropicRound:
         if name == "ping":
             return event.raw
         return self._apply(event, name, _loads(event))
+
+    def can_take(self) -> bool:
+        """A block open and nothing hidden: where :meth:`take` may apply."""
+        return self.started and not self.stopped and not self._hidden and bool(self._open)
+
+    def take(self, data: bytes, max_frames: int) -> tuple[int, int]:
+        """The text deltas at the start of one upstream read, applied as
+        :meth:`feed` applies each on its fast path (a visible text block's
+        delta while nothing is hidden, and pings), with one look at the whole
+        read: how many bytes and frames that was (those bytes go to the client
+        as they came). Stops before any other frame; the caller decodes the rest."""
+        if not self.can_take():
+            return 0, 0
+        frames = leading_frames(data, 3)
+        if frames is None:
+            return 0, 0
+        lines = frames.lines
+        taken = count = 0
+        state = self._state_bytes
+        for at in range(0, min(len(lines), 2 * max_frames), 2):
+            event, line = lines[at], lines[at + 1]
+            if event == b"event: ping" and line.startswith(b"data:"):
+                taken += len(event) + len(line) + 3  # forwarded unread, as feed does
+                count += 1
+                continue
+            if event != b"event: content_block_delta" or not line.startswith(b"data: {"):
+                break
+            try:
+                delta = _decode_delta(line[6:])
+            except msgspec.DecodeError:
+                break
+            index = delta.index
+            if (delta.type != "content_block_delta" or delta.delta.type != "text_delta"
+                    or index not in self._open):
+                break
+            text = delta.delta.text
+            if state + len(text) > self._max_state_bytes:
+                break
+            state += len(text)
+            buffer = self._text.get(index)
+            if buffer is None:  # the block's first text, as _block_delta starts it
+                buffer = TextBuffer(str(self.blocks[index].get("text", "")))
+                self._parts.setdefault(index, {})["text"] = self._text[index] = buffer
+            buffer.append(text)
+            taken += len(event) + len(line) + 3
+            count += 1
+        self._state_bytes = state
+        return taken, count
 
     def _apply(self, event: SSEEvent, name: str, payload: dict[str, Any]) -> bytes:
         kind = payload.get("type")

@@ -25,15 +25,47 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import orjson
 
 from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.recall.anthropic.live import DEFAULT_MAX_STATE_BYTES
 from lore_gateway.recall.core.chain import RecallCall, StateLimitExceeded
+from lore_gateway.recall.core.reads import leading_frames
 from lore_gateway.recall.core.tool import RECALL_TOOL_NAME
 from lore_gateway.sse import SSEEvent
 
 _DONE = b"data: [DONE]\n\n"
+# Where the fast path of ``ChatRound.take`` ends at the latest: these keys (JSON
+# text cannot fake them) and ``[DONE]``. Its checks of each chunk do not rely on it.
+_NOT_CONTENT = (b'"tool_calls"', b'"usage"', b'"error"', b'"finish_reason":"', b"[DONE]")
+
+
+_ABSENT = msgspec.Raw(b"")
+
+
+class _Delta(msgspec.Struct):
+    content: str | None = None
+    tool_calls: msgspec.Raw = _ABSENT
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta
+    index: int = 0
+    finish_reason: None = None
+
+
+class _Chunk(msgspec.Struct):
+    """What ``ChatRound.take`` reads of a chunk (the rest is checked, not built;
+    the read is UTF-8, so msgspec accepts exactly what orjson does). A key the
+    fast path must not see is read as raw bytes, to tell it is there."""
+
+    choices: list[_Choice]
+    usage: msgspec.Raw = _ABSENT
+    error: msgspec.Raw = _ABSENT
+
+
+_decode_chunk = msgspec.json.Decoder(_Chunk).decode
 
 
 def _frame(payload: dict[str, Any]) -> bytes:
@@ -156,6 +188,49 @@ class ChatRound:
         if "error" in chunk:
             raise ProtocolError("upstream OpenAI stream reported an error")
         return self._apply(event, chunk)
+
+    def can_take(self) -> bool:
+        """A principal after its first chunk: where :meth:`take` may apply."""
+        return (not self.done and self._response_id is None and self.created is not None
+                and bool(self.model) and bool(self.id))
+
+    def take(self, data: bytes, max_frames: int) -> tuple[int, int]:
+        """The content chunks at the start of one upstream read, applied as
+        :meth:`feed` applies each on its fast path (a principal's content chunk
+        after the first), with one look at the whole read: how many bytes and
+        frames that was (those bytes go to the client as they came). Stops
+        before a frame the fast path would not take: a tool call, usage, an
+        error or a finish (found by their keys, which JSON text cannot fake),
+        ``[DONE]``, or a chunk of another shape; the caller decodes the rest."""
+        if not self.can_take():
+            return 0, 0
+        frames = leading_frames(data, 2, _NOT_CONTENT)
+        if frames is None:
+            return 0, 0
+        taken = count = 0
+        state = self._state_bytes
+        for line in frames.lines[:max_frames]:
+            if not line.startswith(b"data: {"):
+                break
+            try:
+                chunk = _decode_chunk(line[6:])
+            except msgspec.DecodeError:
+                break
+            choices = chunk.choices
+            if (len(choices) != 1 or choices[0].index != 0 or chunk.usage or chunk.error
+                    or choices[0].delta.tool_calls):
+                break
+            size = len(line) - 6 if frames.ascii else len(line[6:].decode())
+            if state + size > self._max_state_bytes:
+                break
+            state += size
+            content = choices[0].delta.content
+            if content is not None:
+                self.content.append(content)
+            taken += len(line) + 2
+            count += 1
+        self._state_bytes = state
+        return taken, count
 
     def close(self) -> None:
         if self.finish_reason is None:

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -41,7 +41,7 @@ from lore_gateway.recall.core.tool import (
     decode_arguments,
     parse_arguments,
 )
-from lore_gateway.sse import SSEDecoder, SSEEvent
+from lore_gateway.sse import SSEEvent
 from lore_gateway.upstream import UpstreamBroken, UpstreamClient, UpstreamResponse
 
 log = logging.getLogger("lore.recall")
@@ -310,20 +310,6 @@ def event_object(event: SSEEvent, *, malformed: str, not_object: str) -> dict[st
     if not isinstance(payload, dict):
         raise ProtocolError(not_object)
     return payload
-
-
-async def sse_batches(resp: UpstreamResponse) -> AsyncIterator[list[SSEEvent]]:
-    """The decoded events of an upstream SSE body, those of one body chunk together
-    (so a relay answers one upstream read with one client write, as a bare relay
-    does, instead of one write per event)."""
-    decoder = SSEDecoder()
-    async for chunk in resp.chunks():
-        events = decoder.feed(chunk)
-        if events:
-            yield events
-    tail = decoder.close()
-    if tail:
-        yield tail
 
 
 async def read_json_principal(resp: UpstreamResponse) -> dict[str, Any]:

@@ -36,7 +36,6 @@ from lore_gateway.recall.core.chain import (
     StagedRecall,
     execute_recall,
     send_counted,
-    sse_batches,
     stream_failure_message,
     with_keepalive,
 )
@@ -50,7 +49,7 @@ from lore_gateway.recall.core.machine import (
     Round,
     RunRecall,
 )
-from lore_gateway.sse import SSEEvent
+from lore_gateway.sse import SSEDecoder, SSEEvent
 from lore_gateway.upstream import UpstreamResponse
 
 log = logging.getLogger("lore.recall")
@@ -91,6 +90,14 @@ class StreamAdapter(Protocol):
 
     def feed(self, event: SSEEvent) -> bytes:
         """Apply one upstream event; the bytes the client gets now."""
+
+    def can_take(self) -> bool:
+        """Whether the round is where ``take`` may apply (the message started)."""
+
+    def take(self, data: bytes, max_frames: int) -> tuple[int, int]:
+        """Take the text deltas at the start of a principal's read in one go:
+        the bytes (to forward as they are) and frames taken, at most
+        ``max_frames`` (0, 0: decode the read)."""
 
     def round(self) -> Round:
         """The current round ended; summarise it (raises ``ProtocolError``)."""
@@ -199,18 +206,73 @@ async def relay(adapter: StreamAdapter, batches: AsyncIterator[list[SSEEvent]],
             await client.write(out[0] if len(out) == 1 else b"".join(out))
 
 
+async def relay_reads(adapter: StreamAdapter, resp: UpstreamResponse,
+                      client: ClientWriter) -> None:
+    """:func:`relay` for the principal, read by read: the text deltas the round
+    takes in one go (``take``) go out as they came, everything else is decoded
+    and fed event by event. Until the round can take deltas (its first frames:
+    the message's start), a read is fed a frame at a time, so that the deltas
+    after them in the same read can be taken."""
+    decoder = SSEDecoder()
+    async for data in resp.chunks():
+        out: list[bytes] = []
+        try:
+            rest = _take(adapter, decoder, data, out)
+            for event in decoder.feed(rest) if rest else ():
+                sent = adapter.feed(event)
+                if sent:
+                    out.append(sent)
+        except Exception:
+            if out:
+                await client.write(b"".join(out))
+            raise
+        if out:
+            await client.write(out[0] if len(out) == 1 else b"".join(out))
+    tail = decoder.close()
+    if tail:
+        await relay(adapter, _one_batch(tail), client)
+
+
+def _take(adapter: StreamAdapter, decoder: SSEDecoder, data: bytes, out: list[bytes]) -> bytes:
+    """Feed the frames at the start of ``data`` until the round can take deltas,
+    then let it take them; what is left of ``data`` (appending what the client
+    gets to ``out``)."""
+    pos = 0
+    while decoder.idle and not adapter.can_take():
+        end = data.find(b"\n\n", pos)
+        if end == -1:
+            break
+        for event in decoder.feed(data[pos : end + 2]):
+            sent = adapter.feed(event)
+            if sent:
+                out.append(sent)
+        pos = end + 2
+    if pos < len(data) and decoder.idle and adapter.can_take():
+        rest = data[pos:] if pos else data
+        taken, frames = adapter.take(rest, decoder.frame_room)
+        if taken:
+            decoder.count(frames, taken)
+            out.append(rest[:taken])
+            pos += taken
+    return data[pos:] if pos else data
+
+
+async def _one_batch(events: list[SSEEvent]) -> AsyncIterator[list[SSEEvent]]:
+    yield events
+
+
 async def _one_by_one(events: AsyncIterator[SSEEvent]) -> AsyncIterator[list[SSEEvent]]:
     async for event in events:
         yield [event]
 
 
 async def run_streamed(ctx: RecallContext, adapter: StreamAdapter,
-                       principal: AsyncIterator[list[SSEEvent]], client: ClientWriter) -> bytes:
+                       principal: UpstreamResponse, client: ClientWriter) -> bytes:
     """Relay the principal live, run its recalls and relay their continuations;
     return the closing bytes. Raises :class:`RecallFailed`, ``FollowUpError`` or
     ``ProtocolError`` (the caller ends the stream with the protocol's error)."""
     machine = ChainMachine(ctx.budget)
-    await relay(adapter, principal, client)
+    await relay_reads(adapter, principal, client)
     action: ChainAction = _count(adapter.label, machine.round(adapter.round()), machine)
     while True:
         if isinstance(action, RunRecall):
@@ -288,6 +350,10 @@ class LiveRound(Protocol):
 
     def close(self) -> None: ...
 
+    def can_take(self) -> bool: ...
+
+    def take(self, data: bytes, max_frames: int) -> tuple[int, int]: ...
+
 
 class LiveStream(Protocol):
     """A protocol's live recall stream (``AnthropicRecallStream``, ``ChatRecallStream``)."""
@@ -309,6 +375,12 @@ class MessagesStream(MessagesFollowUps):
 
     def feed(self, event: SSEEvent) -> bytes:
         return self.live.feed(event)
+
+    def can_take(self) -> bool:
+        return self.live.round.can_take()
+
+    def take(self, data: bytes, max_frames: int) -> tuple[int, int]:
+        return self.live.round.take(data, max_frames)
 
     def round(self) -> Round:
         rnd = self.live.round
@@ -351,7 +423,7 @@ async def serve_stream(ctx: RecallContext, adapter: ServedStream, principal: Ups
     closing bytes, or the protocol's error event (never a success terminal)."""
     await client.start(200, headers)
     try:
-        closing = await run_streamed(ctx, adapter, sse_batches(principal), client)
+        closing = await run_streamed(ctx, adapter, principal, client)
     except (RecallFailed, FollowUpError, ProtocolError) as exc:
         log.warning("%s recall stream failed: %s", adapter.label,
                     getattr(exc, "category", type(exc).__name__))

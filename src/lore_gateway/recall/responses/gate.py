@@ -183,6 +183,8 @@ class UntouchedGate:
             if kind == _KIND_DELTA:
                 continue
             if kind == _KIND_ITEM:
+                if frame.item is not None and frame.item.type == "function_call":
+                    return False
                 items.append((name, datas[at]))
                 done += name == "response.output_item.done"
                 continue
@@ -205,6 +207,10 @@ class UntouchedGate:
         return True
 
 
+class _Item(msgspec.Struct):
+    type: str = ""
+
+
 class _Frame(msgspec.Struct):
     """What the gate reads of a frame's JSON: the rest is checked, not built.
     Accepts and refuses what ``orjson.loads`` does, once the bytes are UTF-8
@@ -213,6 +219,7 @@ class _Frame(msgspec.Struct):
     type: str
     sequence_number: int | None = None
     response: msgspec.Raw = msgspec.Raw(b"")
+    item: _Item | None = None  # of output_item events: a call, even spelt with escapes
 
 
 _decode_frame = msgspec.json.Decoder(_Frame).decode

@@ -1,0 +1,200 @@
+"""Chat and Anthropic rounds taking a read's leading text deltas in one go
+(``ChatRound.take``, ``AnthropicRound.take``, ``driver.relay_reads``): whatever
+the stream and however it is cut into reads, the client gets the same bytes, the
+round ends in the same state and a bad frame fails the same way as when every
+event is decoded and fed."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from lore_gateway.recall.anthropic.live import AnthropicRecallStream
+from lore_gateway.recall.chat.live import ChatRecallStream
+from lore_gateway.recall.core import driver
+from lore_gateway.sse import SSEDecoder, SSEEvent
+from lore_gateway.testing import fake_streams as fs
+from lore_gateway.testing.fake_wire import jsonl_frames
+
+MODEL = "gpt-fake"
+FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+RECALL_ARGS = orjson.dumps({"query": "deploy target"}).decode()
+ANTH_BROKEN = b'event: content_block_delta\ndata: {"type":"content_block_delta",\n\n'
+TEXT = "The deploy target is the blue cluster, rotated weekly — by the platform team."
+
+
+class _Adapter:
+    """The two calls the relays make of a stream adapter."""
+
+    def __init__(self, live: Any) -> None:
+        self.live = live
+
+    def feed(self, event: SSEEvent) -> bytes:
+        return bytes(self.live.feed(event))
+
+    def can_take(self) -> bool:
+        return bool(self.live.round.can_take())
+
+    def take(self, data: bytes, max_frames: int) -> tuple[int, int]:
+        result: tuple[int, int] = self.live.round.take(data, max_frames)
+        return result
+
+
+class _Reads:
+    def __init__(self, reads: list[bytes]) -> None:
+        self._reads = reads
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        for data in self._reads:
+            yield data
+
+
+class _Client:
+    def __init__(self) -> None:
+        self.body = b""
+
+    async def write(self, data: bytes) -> None:
+        self.body += data
+
+
+async def _batches(reads: list[bytes]) -> AsyncIterator[list[SSEEvent]]:
+    decoder = SSEDecoder()
+    for data in reads:
+        events = decoder.feed(data)
+        if events:
+            yield events
+    tail = decoder.close()
+    if tail:
+        yield tail
+
+
+def _state(live: Any) -> Any:
+    rnd = live.round
+    if isinstance(live, ChatRecallStream):
+        return (rnd.message(), rnd.recalls, rnd.usage, rnd.finish_reason, rnd._state_bytes)
+    return (rnd.content(), rnd.recalls, rnd.usage, rnd.stop_reason, rnd._state_bytes)
+
+
+def _run(kind: str, reads: list[bytes], *, fast: bool) -> tuple[bytes, str | None, Any]:
+    live = ChatRecallStream() if kind == "chat" else AnthropicRecallStream()
+    client = _Client()
+    adapter: Any = _Adapter(live)
+    relay = (driver.relay_reads(adapter, _Reads(reads), client) if fast  # type: ignore[arg-type]
+             else driver.relay(adapter, _batches(reads), client))
+    try:
+        asyncio.run(relay)
+        error = None
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    return client.body, error, _state(live)
+
+
+def _split(data: bytes, cuts: list[int]) -> list[bytes]:
+    edges = [0, *sorted(set(c for c in cuts if 0 < c < len(data))), len(data)]
+    return [data[a:b] for a, b in itertools.pairwise(edges)]
+
+
+def _bent(frames: list[bytes], at: int, frame: bytes) -> list[bytes]:
+    return [*frames[:at], frame, *frames[at:]]
+
+
+def _sse_file(path: Path) -> list[bytes]:
+    data = path.read_bytes()
+    if path.name.endswith(".chunks.jsonl"):
+        return list(jsonl_frames(data))
+    return [f + b"\n\n" for f in data.replace(b"\r\n", b"\n").split(b"\n\n") if f.strip()]
+
+
+def _streams() -> dict[str, tuple[str, list[bytes]]]:
+    chat = list(fs.chat_text(TEXT, MODEL, True, deltas=12).frames)
+    anth = list(fs.anthropic_text(TEXT, MODEL, deltas=12).frames)
+    chat_delta = chat[4]
+    anth_delta = next(f for f in anth[4:] if f.startswith(b"event: content_block_delta"))
+    streams: dict[str, tuple[str, list[bytes]]] = {
+        "chat-text": ("chat", chat),
+        "chat-no-usage": ("chat", list(fs.chat_text(TEXT, MODEL, False, deltas=5).frames)),
+        "chat-recall": ("chat", list(fs.chat_call("recall", RECALL_ARGS, MODEL, True).frames)),
+        "chat-tools": ("chat", list(fs.chat_calls((("read_file", "{}"), ("recall", RECALL_ARGS)),
+                                                  MODEL, True).frames)),
+        "chat-malformed": ("chat", _bent(chat, 5, b'data: {"choices":[{"delta":\n\n')),
+        "chat-error": ("chat", _bent(chat, 5, b'data: {"error":{"message":"boom"}}\n\n')),
+        "chat-two-choices": ("chat", _bent(chat, 5, chat_delta.replace(
+            b'"choices":[', b'"choices":[{"index":1,"delta":{"content":"x"}},'))),
+        "chat-null-content": ("chat", _bent(chat, 5, chat_delta.replace(
+            b'"content":', b'"content":null,"x":'))),
+        "chat-comment": ("chat", _bent(chat, 5, b": keepalive\n\n")),
+        "chat-early-done": ("chat", _bent(chat, 5, b"data: [DONE]\n\n")),
+        "chat-crlf": ("chat", [f.replace(b"\n", b"\r\n") for f in chat]),
+        "anth-text": ("anthropic", anth),
+        "anth-recall": ("anthropic", list(fs.anthropic_call("recall", RECALL_ARGS, MODEL).frames)),
+        "anth-blocks": ("anthropic", list(fs.anthropic_blocks(
+            (("thinking", "a thought", ""), ("text", "words here", ""),
+             ("tool_use", "recall", RECALL_ARGS)), MODEL).frames)),
+        "anth-malformed": ("anthropic", _bent(anth, 6, ANTH_BROKEN)),
+        "anth-mistyped": ("anthropic", _bent(anth, 6, anth_delta.replace(
+            b'"type":"content_block_delta"', b'"type":"content_block_stop"'))),
+        "anth-unopened": ("anthropic", _bent(anth, 6, anth_delta.replace(b'"index":0',
+                                                                          b'"index":7'))),
+        "anth-bool-index": ("anthropic", _bent(anth, 6, anth_delta.replace(b'"index":0',
+                                                                            b'"index":false'))),
+        "anth-ping": ("anthropic", _bent(anth, 6, b'event: ping\ndata: {"type":"ping"}\n\n')),
+        "anth-no-stop": ("anthropic", anth[:-1]),
+    }
+    assert b'"content":"' in chat_delta and b'"index":0' in anth_delta
+    for path in sorted((FIXTURES / "chat-completions").glob("*.sse")):
+        streams[f"recorded-{path.name}"] = ("chat", _sse_file(path))
+    for path in sorted((FIXTURES / "anthropic").glob("*")):
+        if path.name.endswith((".sse", ".chunks.jsonl")):
+            streams[f"recorded-{path.name}"] = ("anthropic", _sse_file(path))
+    return streams
+
+
+STREAMS = _streams()
+
+
+@pytest.mark.parametrize("name", sorted(STREAMS))
+def test_taking_deltas_in_one_go_changes_nothing(name: str) -> None:
+    kind, frames = STREAMS[name]
+    data = b"".join(frames)
+    ends = list(itertools.accumulate(map(len, frames)))
+    rng = random.Random(len(name))
+    cuttings = {"whole": [data], "per-frame": _split(data, ends),
+                "halves": _split(data, [ends[len(ends) // 2]])}
+    for n in range(4):
+        cuttings[f"random-{n}"] = _split(data, [rng.randrange(1, len(data)) for _ in range(n + 2)])
+    for cut, reads in cuttings.items():
+        assert _run(kind, reads, fast=True) == _run(kind, reads, fast=False), f"{name}, {cut}"
+
+
+@pytest.mark.parametrize("kind", ["chat", "anthropic"])
+def test_a_text_answer_is_mostly_taken_in_one_go(kind: str) -> None:
+    """The point of it: after the first read, the deltas are not decoded one by one."""
+    frames = STREAMS[f"{'chat' if kind == 'chat' else 'anth'}-text"][1]
+    live = ChatRecallStream() if kind == "chat" else AnthropicRecallStream()
+    decoder = SSEDecoder()
+    for event in decoder.feed(b"".join(frames[:3])):
+        live.feed(event)
+    rest = b"".join(frames[3:-3])
+    taken, count = live.round.take(rest, 1000)
+    assert taken == len(rest) and count == len(frames) - 6
+
+
+def test_a_frame_that_is_not_utf8_fails_the_stream_as_before() -> None:
+    """The decoder refuses it as before. The client may now get some of the
+    frames of the same read before it first (those fed one by one while the
+    message starts, as before a frame with bad JSON), never the bad one."""
+    frames = STREAMS["chat-text"][1]
+    bad = frames[4].replace(b'"content":"', b'"content":"\xff')
+    data = b"".join([*frames[:5], bad, *frames[5:]])
+    body, error, _ = _run("chat", [data], fast=True)
+    assert error == _run("chat", [data], fast=False)[1]
+    assert error is not None and "UTF-8" in error
+    assert body and data.startswith(body) and body.endswith(b"\n\n")
+    assert len(body) <= len(b"".join(frames[:5]))
