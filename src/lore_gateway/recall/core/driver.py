@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Any, Protocol
 
 import orjson
@@ -192,18 +193,7 @@ async def relay(adapter: StreamAdapter, batches: AsyncIterator[list[SSEEvent]],
     see as it arrives: one write per batch of events (one upstream read). An
     event the adapter refuses still lets the client have what came before it."""
     async for batch in batches:
-        out: list[bytes] = []
-        try:
-            for event in batch:
-                data = adapter.feed(event)
-                if data:
-                    out.append(data)
-        except Exception:
-            if out:
-                await client.write(b"".join(out))
-            raise
-        if out:
-            await client.write(out[0] if len(out) == 1 else b"".join(out))
+        await _write_through(client, partial(_fed, adapter, batch))
 
 
 async def relay_reads(adapter: StreamAdapter, resp: UpstreamResponse,
@@ -214,23 +204,38 @@ async def relay_reads(adapter: StreamAdapter, resp: UpstreamResponse,
     the message's start), a read is fed a frame at a time, so that the deltas
     after them in the same read can be taken."""
     decoder = SSEDecoder()
+
+    def step(data: bytes, out: list[bytes]) -> None:
+        rest = _take(adapter, decoder, data, out)
+        if rest:
+            _fed(adapter, decoder.feed(rest), out)
+
     async for data in resp.chunks():
-        out: list[bytes] = []
-        try:
-            rest = _take(adapter, decoder, data, out)
-            for event in decoder.feed(rest) if rest else ():
-                sent = adapter.feed(event)
-                if sent:
-                    out.append(sent)
-        except Exception:
-            if out:
-                await client.write(b"".join(out))
-            raise
-        if out:
-            await client.write(out[0] if len(out) == 1 else b"".join(out))
+        await _write_through(client, partial(step, data))
     tail = decoder.close()
     if tail:
-        await relay(adapter, _one_batch(tail), client)
+        await _write_through(client, partial(_fed, adapter, tail))
+
+
+async def _write_through(client: ClientWriter, step: Callable[[list[bytes]], None]) -> None:
+    """Run ``step``, which appends what the client gets to a list, and write
+    that in one go; when it raises, write what it got to first, and re-raise."""
+    out: list[bytes] = []
+    try:
+        step(out)
+    except Exception:
+        if out:
+            await client.write(b"".join(out))
+        raise
+    if out:
+        await client.write(out[0] if len(out) == 1 else b"".join(out))
+
+
+def _fed(adapter: StreamAdapter, events: list[SSEEvent], out: list[bytes]) -> None:
+    for event in events:
+        data = adapter.feed(event)
+        if data:
+            out.append(data)
 
 
 def _take(adapter: StreamAdapter, decoder: SSEDecoder, data: bytes, out: list[bytes]) -> bytes:
@@ -242,10 +247,7 @@ def _take(adapter: StreamAdapter, decoder: SSEDecoder, data: bytes, out: list[by
         end = data.find(b"\n\n", pos)
         if end == -1:
             break
-        for event in decoder.feed(data[pos : end + 2]):
-            sent = adapter.feed(event)
-            if sent:
-                out.append(sent)
+        _fed(adapter, decoder.feed(data[pos : end + 2]), out)
         pos = end + 2
     if pos < len(data) and decoder.idle and adapter.can_take():
         rest = data[pos:] if pos else data
@@ -255,10 +257,6 @@ def _take(adapter: StreamAdapter, decoder: SSEDecoder, data: bytes, out: list[by
             out.append(rest[:taken])
             pos += taken
     return data[pos:] if pos else data
-
-
-async def _one_batch(events: list[SSEEvent]) -> AsyncIterator[list[SSEEvent]]:
-    yield events
 
 
 async def _one_by_one(events: AsyncIterator[SSEEvent]) -> AsyncIterator[list[SSEEvent]]:

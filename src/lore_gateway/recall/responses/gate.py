@@ -43,6 +43,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from lore_gateway.recall.core.reads import leading_frames
 from lore_gateway.recall.responses.round import TERMINALS
 from lore_gateway.sse import DEFAULT_MAX_FRAMES, SSEEvent
 
@@ -145,24 +146,24 @@ class UntouchedGate:
     def _check(self, body: bytes) -> bool:
         """Whether the interceptor would forward ``body`` (whole frames) as it is
         and stay transparent; records what it would have kept if so."""
-        if b"function_call" in body or b"\r" in body or not _utf8(body):
+        if b"function_call" in body:
             return False
-        lines = body.split(b"\n")
-        count = len(lines) // 3  # frames: event line, data line, blank line
-        if len(lines) != 3 * count + 1 or any(lines[2::3]) or lines[-1]:
+        frames = leading_frames(body, 3)  # all of ``body``: it ends a frame
+        if frames is None:
             return False
-        if self._frames + count > self._max_frames:
+        lines = frames.lines  # event line, data line, per frame
+        if self._frames + len(lines) // 2 > self._max_frames:
             return False
-        datas = [d[6:] for d in lines[1::3]]
-        if {d[:6] for d in lines[1::3]} != {b"data: "}:
+        if {d[:6] for d in lines[1::2]} != {b"data: "}:
             return False
+        datas = [d[6:] for d in lines[1::2]]
         decode = _decode_frame
         try:
-            kinds = [_EVENT_LINES[line] for line in lines[0:-1:3]]
-            frames = [decode(d) for d in datas]
+            kinds = [_EVENT_LINES[line] for line in lines[0::2]]
+            decoded = [decode(d) for d in datas]
         except (KeyError, msgspec.DecodeError):
             return False
-        return self._apply(kinds, frames, lines, datas)
+        return self._apply(kinds, decoded, lines, datas)
 
     def _apply(self, kinds: list[tuple[str, int]], frames: list[_Frame], lines: list[bytes],
                datas: list[bytes]) -> bool:
@@ -197,7 +198,7 @@ class UntouchedGate:
                 output = payload["response"].get("output")
                 if at != last or type(output) is not list or len(output) != done or not done:
                     return False
-                raw = lines[3 * at] + b"\n" + lines[3 * at + 1] + b"\n\n"
+                raw = lines[2 * at] + b"\n" + lines[2 * at + 1] + b"\n\n"
                 terminal = (SSEEvent(name, datas[at].decode(), True, raw), payload)
         self._frames += len(kinds)
         relayed.items_done = done
@@ -225,13 +226,3 @@ class _Frame(msgspec.Struct):
 _decode_frame = msgspec.json.Decoder(_Frame).decode
 # orjson reads a larger integer as a float, which the interceptor does not count.
 _MAX_SEQUENCE = 2**62
-
-
-def _utf8(data: bytes) -> bool:
-    if data.isascii():
-        return True
-    try:
-        data.decode()
-    except UnicodeDecodeError:
-        return False
-    return True
