@@ -198,3 +198,17 @@ def test_a_frame_that_is_not_utf8_fails_the_stream_as_before() -> None:
     assert error is not None and "UTF-8" in error
     assert body and data.startswith(body) and body.endswith(b"\n\n")
     assert len(body) <= len(b"".join(frames[:5]))
+
+
+@pytest.mark.parametrize("kind", ["chat", "anthropic"])
+def test_an_event_over_the_decoders_limit_fails_as_before(kind: str) -> None:
+    frames = STREAMS["chat-text" if kind == "chat" else "anth-text"][1]
+    field = b'"content":"' if kind == "chat" else b'"text":"'
+    at = next(i for i, f in enumerate(frames) if i > 3 and field in f)
+    huge = frames[at].replace(field, field + b"x" * (4 * 1024 * 1024), 1)
+    data = b"".join([*frames[:at], huge, *frames[at + 1:]])
+    for reads in ([data], _split(data, list(range(len(frames[0]), len(data), 1 << 20)))):
+        fast, slow = _run(kind, reads, fast=True), _run(kind, reads, fast=False)
+        assert fast[1] == slow[1] and fast[1] is not None and "limit" in fast[1]
+        # As for a frame that is not UTF-8: frames before it may go out first.
+        assert data.startswith(fast[0]) and len(fast[0]) <= sum(map(len, frames[:at]))

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from lore_gateway.memory.answer_scan import responses_output
-from lore_gateway.protocols.common import Message
+from lore_gateway.protocols.common import Message, ProtocolError
 from lore_gateway.recall.core.budget import RecallChainBudget
 from lore_gateway.recall.responses.gate import TERMINAL_MAX_BYTES
 from lore_gateway.recall.responses.live import Action, Limits, LiveInterceptor, Send
@@ -55,14 +55,18 @@ def _run(reads: list[bytes], *, gated: bool, limits: Limits | None = None) -> Ou
     reader = PrincipalReader(icpt)
     decoder = SSEDecoder()
     out: list[Action] = []
-    for data in reads:
-        out += reader.feed(data) if gated else icpt.feed_all(decoder.feed(data))
-        if any(not isinstance(a, Send) for a in out):
-            break
-    else:
-        out += reader.end() if gated else icpt.feed_all(decoder.close())
-        if all(isinstance(a, Send) for a in out):
-            out += icpt.end_of_stream()
+    try:
+        for data in reads:
+            out += reader.feed(data) if gated else icpt.feed_all(decoder.feed(data))
+            if any(not isinstance(a, Send) for a in out):
+                break
+        else:
+            out += reader.end() if gated else icpt.feed_all(decoder.close())
+            if all(isinstance(a, Send) for a in out):
+                out += icpt.end_of_stream()
+    except ProtocolError as exc:  # the shell reports it as a broken body
+        out += [*(reader.broken() if gated else []),
+                *icpt.follow_up_failed("principal_transport", str(exc))]
     rest = [a for a in out if not isinstance(a, Send)]
     client = b"".join(a.data for a in out if isinstance(a, Send))
     untouched = reader.untouched() if gated else None
@@ -203,3 +207,20 @@ def test_the_interceptors_limits_hold_through_the_gate() -> None:
     after = _run(reads, gated=True, limits=limits)
     assert b"response.failed" in before.client
     assert (after.client, after.action) == (before.client, before.action)
+
+
+def test_an_event_over_the_decoders_limit_fails_as_before() -> None:
+    """One delta over 4 MiB: the gate leaves it to the decoder, which fails the
+    stream with its limit, as it did before the gate. As for a frame that is not
+    UTF-8, frames of the same read before it may now go out first (here the
+    first read's ``response.created``, so the failure carries the response's id)."""
+    frames = STREAMS["text"]
+    huge = frames[5].replace(b'"delta":"', b'"delta":"' + b"x" * (4 * 1024 * 1024), 1)
+    data = b"".join([*frames[:5], huge, *frames[6:]])
+    for reads in ([data], _split(data, list(range(len(frames[0]), len(data), 1 << 20)))):
+        before, after = _run(reads, gated=False), _run(reads, gated=True)
+        assert after.action == before.action
+        sent, failed = after.client.rsplit(b"event: response.failed\n", 1)
+        assert data.startswith(sent) and b"SSE event exceeded 4194304 byte limit" in failed
+        assert b"SSE event exceeded 4194304 byte limit" in before.client
+        assert after.client.count(b"response.failed") == before.client.count(b"response.failed")

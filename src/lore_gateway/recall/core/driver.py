@@ -50,7 +50,7 @@ from lore_gateway.recall.core.machine import (
     Round,
     RunRecall,
 )
-from lore_gateway.sse import SSEDecoder, SSEEvent
+from lore_gateway.sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder, SSEEvent
 from lore_gateway.upstream import UpstreamResponse
 
 log = logging.getLogger("lore.recall")
@@ -249,7 +249,8 @@ def _take(adapter: StreamAdapter, decoder: SSEDecoder, data: bytes, out: list[by
             break
         _fed(adapter, decoder.feed(data[pos : end + 2]), out)
         pos = end + 2
-    if pos < len(data) and decoder.idle and adapter.can_take():
+    if (pos < len(data) and decoder.idle and adapter.can_take()
+            and len(data) - pos <= DEFAULT_MAX_EVENT_BYTES):  # else the decoder's limit applies
         rest = data[pos:] if pos else data
         taken, frames = adapter.take(rest, decoder.frame_room)
         if taken:

@@ -45,7 +45,7 @@ import orjson
 
 from lore_gateway.recall.core.reads import leading_frames
 from lore_gateway.recall.responses.round import TERMINALS
-from lore_gateway.sse import DEFAULT_MAX_FRAMES, SSEEvent
+from lore_gateway.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_FRAMES, SSEEvent
 
 _DELTAS = (
     "response.output_text.delta",
@@ -131,8 +131,8 @@ class UntouchedGate:
         buf = self._tail + data if self._tail else data
         cut = buf.rfind(b"\n\n") + 2
         spent = self.relayed.stream_bytes + len(buf)
-        if spent > self._budget or self.finished:
-            return None
+        if spent > self._budget or len(buf) > DEFAULT_MAX_EVENT_BYTES or self.finished:
+            return None  # (a frame over the decoder's limit on one event fails the stream)
         if cut < 2:
             self._tail = buf
             return b""

@@ -73,8 +73,10 @@ class PrincipalReader:
 
     def broken(self) -> list[Action]:
         """The body could not be read on: the interceptor takes over what a gate
-        let through (and then reports the failure)."""
-        return self._take_over(b"") if self._gate is not None else []
+        let through (and then reports the failure). An unfinished frame is
+        dropped, as the decoder drops one."""
+        gate, self._gate = self._gate, None
+        return self._icpt.catch_up(gate.relayed) if gate is not None else []
 
     def after_terminal(self, data: bytes) -> bytes:
         """A read after the terminal went out, to relay as it is (the unfinished
