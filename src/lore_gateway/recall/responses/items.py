@@ -30,14 +30,6 @@ class ItemTracking(ClientEmission):
             return []
         return self._emit_or_defer(event, name, payload)
 
-    def _replay_item(self, name: str, payload: dict[str, Any]) -> None:
-        """Apply an item event that already went out unchanged (``catch_up``):
-        its item state, and its output index as the client saw it."""
-        self._apply(name, payload)
-        index = payload.get("output_index")
-        if isinstance(index, int):
-            self._visible_key(self._round.number, index)
-
     def _apply(self, name: str, payload: dict[str, Any]) -> RoundItem | None:
         """Apply the event to the accumulator; the view of the item it concerned."""
         rnd = self._round
