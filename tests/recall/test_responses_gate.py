@@ -161,8 +161,11 @@ def test_the_gate_changes_nothing_anyone_sees(name: str) -> None:
         assert after.stored == before.stored, where
 
 
-@pytest.mark.parametrize("name", ["text", "text-one-delta", "rate-limits-first", "incomplete",
-                                  "failed-with-output"])
+@pytest.mark.parametrize("name", [
+    "text", "text-one-delta", "rate-limits-first", "incomplete", "failed-with-output",
+    "recorded-text_with_codex_rate_limits_first_accepted.sse", "recorded-text_full_accepted.sse",
+    "recorded-text_two_messages_with_phase.chunks.jsonl",
+    "recorded-copilot_reasoning_item_id_rotation.chunks.jsonl"])
 def test_an_answer_without_calls_is_relayed_untouched_and_stored_from_its_bytes(
         name: str) -> None:
     """The point of the gate: a plain answer, in any reads after the first frame,
@@ -170,9 +173,10 @@ def test_an_answer_without_calls_is_relayed_untouched_and_stored_from_its_bytes(
     frames = (STREAMS[name] if name != "failed-with-output"
               else _frames(fs.responses_incomplete(TEXT, MODEL)))
     data = b"".join(frames)
-    for cut in ("whole", "per-frame", "two-reads", "random-1"):
-        reads = _cuttings(data, frames, seed=1)[cut]
-        assert _run(reads, gated=True).untouched, f"{name}, {cut}"
+    cuttings = _cuttings(data, frames, seed=1)
+    cuttings["first-frame-alone"] = _split(data, [len(frames[0])])
+    for cut in ("whole", "per-frame", "two-reads", "random-1", "first-frame-alone"):
+        assert _run(cuttings[cut], gated=True).untouched, f"{name}, {cut}"
 
 
 @pytest.mark.parametrize("name", ["recall", "recall-after-text", "other-tool", "minimal",

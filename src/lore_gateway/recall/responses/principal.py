@@ -3,8 +3,9 @@ read (sans-IO): relayed as it came while an :class:`~.gate.UntouchedGate`
 vouches for the reads, decoded and fed to the interceptor otherwise.
 
 The interceptor always sees the start of the stream (``response.created``, and
-whatever comes before it); a gate opens once it is :attr:`transparent
-<.live.LiveInterceptor.transparent>`, taking over any unfinished frame the decoder holds.
+whatever comes before it, cut out of the read that holds it); a gate opens once
+it is :attr:`transparent <.live.LiveInterceptor.transparent>`, taking over any
+unfinished frame the decoder holds.
 From the first read the gate refuses, or the end of the body, the interceptor
 catches up (``LiveInterceptor.catch_up``) and reads the rest itself. When the
 gate lets the terminal through, the interceptor never tracked the items, and
@@ -21,8 +22,8 @@ _CREATED = b"event: response.created\n"
 
 
 def _after_created(data: bytes) -> int:
-    """Where the ``response.created`` frame of a stream's first read ends (0: it
-    has none, or an unfinished one). Codex sends rate limits before it."""
+    """Where a ``response.created`` frame in ``data`` ends (0: it has none, or an
+    unfinished one)."""
     if data.startswith(_CREATED):
         start = 0
     else:
@@ -41,7 +42,7 @@ class PrincipalReader:
         self._icpt = icpt
         self._decoder = SSEDecoder()
         self._gate: UntouchedGate | None = None
-        self._first = True
+        self._created = False  # a read was cut after response.created
         self._terminal: bytes | None = None  # the terminal frame, when a gate let it through
 
     def feed(self, data: bytes) -> list[Action]:
@@ -49,11 +50,12 @@ class PrincipalReader:
         icpt = self._icpt
         if self._gate is not None:
             return self._through_gate(data)
-        if self._first:
-            self._first = False
-            # The first read: the interceptor takes it up to response.created, a gate the rest.
+        if not self._created and not icpt.transparent:
+            # The interceptor takes the read up to response.created, a gate the rest
+            # (on the Codex backend, rate limits come first, maybe in a read of their own).
             cut = _after_created(data)
             if 0 < cut < len(data):
+                self._created = True
                 head = icpt.feed_all(self._decoder.feed(data[:cut]))
                 if self._open_gate():
                     return head + self._through_gate(data[cut:])
