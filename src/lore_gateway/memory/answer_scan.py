@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from lore_gateway.protocols.common import Message
+from lore_gateway.protocols.responses_model import TERMINAL_EVENTS
 from lore_gateway.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_FRAMES
 
 _Unsure = ValueError  # raised inside a scan: the caller parses in full
@@ -153,10 +154,6 @@ def _anthropic(frames: list[bytes]) -> list[str]:
     return ["".join(parts) for parts in blocks]
 
 
-_TERMINALS = frozenset({"response.completed", "response.incomplete", "response.failed",
-                        "response.done"})
-
-
 def responses_output(body: bytes) -> list[Message] | None:
     """The output messages of a Responses stream the gateway relayed untouched
     (``recall/responses/gate.py``), read from its last frame: the terminal,
@@ -175,7 +172,7 @@ def responses_output(body: bytes) -> list[Message] | None:
     except ValueError:
         return None
     response = payload.get("response")
-    if payload.get("type") not in _TERMINALS or not isinstance(response, dict):
+    if payload.get("type") not in TERMINAL_EVENTS or not isinstance(response, dict):
         return None
     output = response.get("output")
     if not isinstance(output, list) or not output or not all(

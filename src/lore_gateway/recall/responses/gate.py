@@ -117,7 +117,8 @@ class UntouchedGate:
 
     @property
     def finished(self) -> bool:
-        """A terminal went out: the rest of the body is relayed as it comes."""
+        """A terminal went out: the gate is done, the rest of the body is relayed
+        as it comes."""
         return self.relayed.terminal is not None
 
     def pending(self, data: bytes) -> bytes:
@@ -131,7 +132,7 @@ class UntouchedGate:
         buf = self._tail + data if self._tail else data
         cut = buf.rfind(b"\n\n") + 2
         spent = self.relayed.stream_bytes + len(buf)
-        if spent > self._budget or len(buf) > DEFAULT_MAX_EVENT_BYTES or self.finished:
+        if spent > self._budget or len(buf) > DEFAULT_MAX_EVENT_BYTES:
             return None  # (a frame over the decoder's limit on one event fails the stream)
         if cut < 2:
             self._tail = buf

@@ -44,6 +44,7 @@ class PrincipalReader:
         self._gate: UntouchedGate | None = None
         self._created = False  # a read was cut after response.created
         self._terminal: bytes | None = None  # the terminal frame, when a gate let it through
+        self._after = b""  # the unfinished frame that gate carried past the terminal
 
     def feed(self, data: bytes) -> list[Action]:
         """One upstream read."""
@@ -83,11 +84,9 @@ class PrincipalReader:
     def after_terminal(self, data: bytes) -> bytes:
         """A read after the terminal went out, to relay as it is (the unfinished
         frame a gate carried comes first)."""
-        if self._gate is not None:
-            tail, self._gate = self._gate.pending(b""), None
-            return tail + data
         if self._terminal is not None:
-            return data
+            tail, self._after = self._after, b""
+            return tail + data
         return b"".join(e.raw for e in self._decoder.feed(data)) if data else b""
 
     def close_after_terminal(self) -> bytes:
@@ -117,8 +116,10 @@ class PrincipalReader:
         if passed is None:
             return self._take_over(data)
         actions: list[Action] = [Send(passed)] if passed else []
-        if gate.relayed.terminal is not None:
+        if gate.finished:
+            assert gate.relayed.terminal is not None
             self._terminal = gate.relayed.terminal[0].raw
+            self._after, self._gate = gate.pending(b""), None
             actions += self._icpt.catch_up(gate.relayed)
         return actions
 
