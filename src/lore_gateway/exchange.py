@@ -32,6 +32,11 @@ class Exchange:
     client_stream: bool
     upstream_stream: bool
     identity: Identity | None = None  # None when memory is off
+    # A coding agent's turn, not a side channel such as a title or a classifier
+    # (``knowledge.sidechannel.is_coding_turn``): decided once, as it reads every
+    # system item (a quarter of a millisecond on a long session), for the turn's
+    # storage, knowledge, context and the background worker. False without memory.
+    coding: bool = False
     # The upstream request as a dict when the gateway changed it (else None), and
     # whether the change includes the hidden recall tool.
     upstream_payload: dict[str, Any] | None = None

@@ -29,12 +29,13 @@ from lore_gateway.context.service import ContextService
 from lore_gateway.errors import GatewayError, error_body, invalid_request
 from lore_gateway.exchange import Exchange
 from lore_gateway.headers import client_response_headers, header_map, upstream_request_headers
+from lore_gateway.knowledge.sidechannel import is_coding_turn
 from lore_gateway.memory.sanitize import redact_credentials, storable
 from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.protocols.usage import Usage
 from lore_gateway.recall.service import Prepared, RecallService
 from lore_gateway.request_shape import check_request
-from lore_gateway.routing import Protocol, Route
+from lore_gateway.routing import Protocol, Route, family_of
 from lore_gateway.sse import encode_event
 from lore_gateway.turns import TurnCollector, TurnSink
 from lore_gateway.upstream import (
@@ -204,12 +205,14 @@ class Proxy:
         assert route.protocol is not None
         payload = await _parse_json(body, route.protocol)
         identity = self.turns.identify(route, hmap, payload)
+        coding = identity is not None and is_coding_turn(family_of(route.protocol), payload, hmap)
         compaction = None
         if self.compaction is not None:
             compaction = await self.compaction.answer(route.protocol, payload, hmap, identity)
         prepared: Prepared | None = None
         if self.recall is not None and identity is not None and compaction is None:
-            prepared = await self.recall.prepare(route, hmap, payload, identity, body)
+            prepared = await self.recall.prepare(route, hmap, payload, identity, body,
+                                                 coding=coding)
         changed = prepared.upstream_payload if prepared is not None else None
         upstream_payload, upstream_stream = _upstream_rules(route, payload, changed)
         return Exchange(
@@ -224,6 +227,7 @@ class Proxy:
             client_stream=payload.get("stream") is True,
             upstream_stream=upstream_stream,
             identity=identity,
+            coding=coding,
             upstream_payload=upstream_payload,
             recall=prepared is not None and prepared.inject,
         ), compaction
@@ -295,7 +299,7 @@ class Proxy:
                     overflow.ratio)
         context.overflow(exchange.identity, overflow.ratio, overflow.limit)
         prepared = await recall.prepare(exchange.route, exchange.header_map, exchange.payload,
-                                        exchange.identity, exchange.body)
+                                        exchange.identity, exchange.body, coding=exchange.coding)
         payload, _stream = _upstream_rules(exchange.route, exchange.payload,
                                            prepared.upstream_payload)
         exchange.upstream_payload = payload

@@ -19,7 +19,6 @@ from typing import Any
 from lore_gateway.collector import TurnCollector, model_of
 from lore_gateway.errors import GatewayError
 from lore_gateway.exchange import Exchange
-from lore_gateway.knowledge.sidechannel import is_coding_turn
 from lore_gateway.memory.records import Identity, RawOutputs
 from lore_gateway.memory.service import Memory, PendingTurn
 from lore_gateway.obs.logging import bind_session
@@ -94,12 +93,9 @@ class TurnSink:
         except Exception:
             log.exception("could not read the turn's input messages")
             inputs = []
-        family = {"anthropic": "anthropic", "chat": "chat"}.get(exchange.protocol.value,
-                                                                "responses")
         return self.memory.begin_turn(
             exchange.identity, protocol=exchange.protocol.value, model=exchange.model,
-            inputs=inputs,
-            side_channel=not is_coding_turn(family, exchange.payload, exchange.header_map),
+            inputs=inputs, side_channel=not exchange.coding,
         )
 
     @staticmethod

@@ -156,9 +156,10 @@ async def _measure(tokens: int, runs: int, data_dir: Path,
     from lore_gateway.config import Settings
     from lore_gateway.headers import header_map
     from lore_gateway.knowledge import store as knowledge_store
+    from lore_gateway.knowledge.sidechannel import is_coding_turn
     from lore_gateway.memory.anchor_store import StoredRecall
     from lore_gateway.recall.core.anchor_context import history_items, prefix_context_id
-    from lore_gateway.routing import match
+    from lore_gateway.routing import Family, match
     from lore_gateway.server import Gateway
 
     items, anchor_at = session_items(tokens)
@@ -238,7 +239,8 @@ async def _measure(tokens: int, runs: int, data_dir: Path,
         # The steps one by one (synchronous, for where the time goes).
         hmap = header_map(headers)
         steps: dict[str, list[float]] = {k: [] for k in (
-            "decode zstd", "parse and check JSON", "identify", "pending turn (inputs)",
+            "decode zstd", "parse and check JSON", "identify (and coding turn?)",
+            "pending turn (inputs)",
             "pipeline (anchors, context, knowledge, tool)", "upstream rules and bytes")}
         for _ in range(runs):
             t0 = time.perf_counter()
@@ -247,13 +249,15 @@ async def _measure(tokens: int, runs: int, data_dir: Path,
             payload = proxy_module._parse_checked(decoded, route.protocol)  # type: ignore[arg-type]
             t2 = time.perf_counter()
             ident = proxy.turns.identify(route, hmap, payload)
+            coding = is_coding_turn(Family.RESPONSES, payload, hmap)
             t3 = time.perf_counter()
             assert ident is not None
             from lore_gateway.protocols import responses as responses_protocol
 
             responses_protocol.new_input_messages(payload)
             t4 = time.perf_counter()
-            prepared = await gateway.recall.prepare(route, hmap, payload, ident, decoded)
+            prepared = await gateway.recall.prepare(route, hmap, payload, ident, decoded,
+                                                    coding=coding)
             t5 = time.perf_counter()
             upstream, _ = proxy_module._upstream_rules(route, payload, prepared.upstream_payload)
             orjson.dumps(upstream if upstream is not None else payload)

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from lore_gateway.config import Settings
@@ -24,7 +24,6 @@ from lore_gateway.context import planner
 from lore_gateway.context import store as cstore
 from lore_gateway.context.planner import Limits, SessionState
 from lore_gateway.context.windows import window_for
-from lore_gateway.knowledge.sidechannel import is_coding_turn
 from lore_gateway.memory.records import Identity
 from lore_gateway.obs import metrics
 from lore_gateway.routing import Family
@@ -55,10 +54,11 @@ class ContextService:
         return Limits(window, self.settings.context_budget_share)
 
     async def prepare(self, family: Family, payload: dict[str, Any], body_len: int,
-                      identity: Identity, headers: Mapping[str, str]) -> SessionState | None:
+                      identity: Identity, *, coding: bool) -> SessionState | None:
         """The state the ``context`` slot renders this request with; None to
-        pass the client's history through (layer 0, a side channel, disabled)."""
-        if not self.settings.context or not is_coding_turn(family, payload, headers):
+        pass the client's history through (layer 0, a side channel, disabled).
+        ``coding``: the request is a coding agent's turn (decided once per request)."""
+        if not self.settings.context or not coding:
             return None
         key = (identity.tenant, identity.session)
         state = await self._state(key)

@@ -1,7 +1,8 @@
 """Knowledge for each session: frozen at its start, updates appended after.
 
-``prepare`` is what the request pipeline calls (the ``knowledge`` slot, after
-anchor expansion and before the recall tool). The first request of a session
+``view`` is what the request pipeline asks before it runs (for the ``knowledge``
+slot, after anchor expansion and before the recall tool; ``inject_knowledge``
+renders it). The first request of a session
 imports edits from ``.lore.md``, renders the block from the project's entries,
 exports the file again and persists the block, so a restart gives the same
 bytes. Later requests reuse it. When the curator changes the project's entries
@@ -23,7 +24,6 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,12 +35,9 @@ from lore_gateway.knowledge import export as ex
 from lore_gateway.knowledge import store, sync
 from lore_gateway.knowledge.inject import (
     Delta,
-    KnowledgeContext,
     KnowledgeView,
-    inject_knowledge,
     update_slot,
 )
-from lore_gateway.knowledge.sidechannel import is_coding_turn
 from lore_gateway.memory.identity import UNKNOWN_PROJECT
 from lore_gateway.memory.records import Identity
 from lore_gateway.obs import metrics
@@ -92,22 +89,16 @@ class KnowledgeService:
         if len(self._versions) > MAX_SESSIONS:
             self._versions.pop(next(iter(self._versions)))
 
-    async def prepare(self, family: Family, payload: dict[str, Any], identity: Identity,
-                      headers: Mapping[str, str]) -> dict[str, Any]:
-        """``payload`` with this session's knowledge (itself when there is none):
-        ``view`` (the IO half), then the pure ``inject_knowledge``."""
-        view = await self.view(family, payload, identity, headers)
-        return inject_knowledge(payload, KnowledgeContext(family, view))
-
-    async def view(self, family: Family, payload: dict[str, Any], identity: Identity,
-                   headers: Mapping[str, str]) -> KnowledgeView | None:
+    async def view(self, family: Family, payload: dict[str, Any], identity: Identity, *,
+                   coding: bool) -> KnowledgeView | None:
         """What this request of the session carries; None for no knowledge.
+        ``coding``: the request is a coding agent's turn
+        (``knowledge.sidechannel.is_coding_turn``, decided once per request).
 
         A request pipeline of pure transforms computes this before running them
         and hands it to ``inject_knowledge`` through its context.
         """
-        if (not self.settings.knowledge or identity.project == UNKNOWN_PROJECT
-                or not is_coding_turn(family, payload, headers)):
+        if not self.settings.knowledge or identity.project == UNKNOWN_PROJECT or not coding:
             # Without a known project, knowledge would mix unrelated work.
             return None
         try:

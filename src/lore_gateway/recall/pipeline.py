@@ -95,12 +95,13 @@ def is_codex_client(headers: Mapping[str, str]) -> bool:
 
 
 def request_context(protocol: Protocol, headers: Mapping[str, str], identity: Identity,
-                    anchors: SessionRecalls | None = None, *,
-                    body_bytes: int = 0) -> RequestContext:
+                    anchors: SessionRecalls | None = None, *, body_bytes: int = 0,
+                    knowledge: KnowledgeView | None = None,
+                    context: SessionState | None = None) -> RequestContext:
     view = headers if isinstance(headers, MappingProxyType) else MappingProxyType(dict(headers))
     return RequestContext(protocol=protocol, identity=identity, headers=view,
                           codex_client=is_codex_client(headers), anchors=anchors,
-                          body_bytes=body_bytes)
+                          knowledge=knowledge, context=context, body_bytes=body_bytes)
 
 
 # --- the transforms -------------------------------------------------------------

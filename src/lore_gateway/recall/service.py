@@ -10,7 +10,6 @@ protocol-specific lives in the handlers; this module only picks one.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -104,27 +103,28 @@ class RecallService:
         self.context: ContextService | None = None
 
     async def prepare(self, route: Route, headers: Mapping[str, str], payload: dict[str, Any],
-                      identity: Identity, body: bytes) -> Prepared:
+                      identity: Identity, body: bytes, *, coding: bool) -> Prepared:
         """What goes upstream: the client's payload through the request pipeline
         (``pipeline.REQUEST_PIPELINE``: anchors expanded, the slots for later
-        transforms, the recall tool injected when the request qualifies)."""
+        transforms, the recall tool injected when the request qualifies).
+        ``coding``: a coding agent's turn (knowledge and context serve only those)."""
         assert route.protocol is not None
+        family = family_of(route.protocol)
         anchors = await self.replay.session_for(identity, body)
-        ctx = pipeline.request_context(route.protocol, headers, identity, anchors,
-                                       body_bytes=len(body))
         # The async steps run on the history as the upstream sees it (anchors
         # expanded once, here), before the pure transforms run.
         expanded = payload
         if anchors is not None:
-            expanded = pipeline.expand_anchors(payload, ctx)
-            ctx = dataclasses.replace(ctx, anchors=None)
+            expanded = pipeline.expand_anchors(payload, pipeline.request_context(
+                route.protocol, headers, identity, anchors))
+        view = layout = None
         if self.knowledge is not None:
-            view = await self.knowledge.view(ctx.family, expanded, identity, headers)
-            ctx = dataclasses.replace(ctx, knowledge=view)
+            view = await self.knowledge.view(family, expanded, identity, coding=coding)
         if self.context is not None:
-            layout = await self.context.prepare(ctx.family, expanded, len(body), identity,
-                                                headers)
-            ctx = dataclasses.replace(ctx, context=layout)
+            layout = await self.context.prepare(family, expanded, len(body), identity,
+                                                coding=coding)
+        ctx = pipeline.request_context(route.protocol, headers, identity, body_bytes=len(body),
+                                       knowledge=view, context=layout)
         upstream = pipeline.run(expanded, ctx)
         return Prepared(None if upstream is payload else upstream,
                         pipeline.carries_recall(ctx.family, payload, upstream))

@@ -38,7 +38,6 @@ from lore_gateway.distill.extractive import SourceMessage
 from lore_gateway.knowledge import curator
 from lore_gateway.knowledge import store as kstore
 from lore_gateway.knowledge.service import agents_file
-from lore_gateway.knowledge.sidechannel import is_coding_turn
 from lore_gateway.memory.identity import UNKNOWN_PROJECT
 from lore_gateway.obs import metrics
 from lore_gateway.routing import Protocol
@@ -113,7 +112,7 @@ class BackgroundWorker:
         protocol = exchange.protocol
         if identity is None or protocol not in _FAMILY:
             return
-        if not is_coding_turn(_tool_family(protocol), exchange.payload, exchange.header_map):
+        if not exchange.coding:
             return
         key = (identity.tenant, identity.session)
         if self.settings.worker:
@@ -447,10 +446,6 @@ class BackgroundWorker:
 
 # What a distill job's save returns when the lease was lost (a row id is >= 1).
 _LEASE_LOST = -1
-
-
-def _tool_family(protocol: Protocol) -> str:
-    return {"anthropic": "anthropic", "chat": "chat"}.get(protocol.value, "responses")
 
 
 T = TypeVar("T")
