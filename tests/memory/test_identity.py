@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -131,3 +132,24 @@ def test_project_from_system_prompt_line_and_unknown_otherwise() -> None:
     assert identify("chat", {}, chat, tenancy=PERSONAL_MODE).project == "/work/repo"
     assert identify("chat", {}, {"messages": [{"role": "user", "content": "hi"}]},
                     tenancy=PERSONAL_MODE).project == "unknown"
+
+
+def test_project_marker_precedence_over_every_text() -> None:
+    """A <cwd> anywhere wins over a "Primary working directory" line, which wins
+    over any other working-directory line, whatever the order of the texts they
+    are in (the system prompt, instructions, developer and user items)."""
+    cwd = "<environment_context><cwd>/from/cwd</cwd></environment_context>"
+    primary = "Notes\n - Primary working directory: /from/primary\n"
+    other = "Working directory: /from/other\n"
+    plain = "nothing to see"
+    markers = {"cwd": cwd, "primary": primary, "other": other}
+    rank = ("cwd", "primary", "other")
+    for texts in itertools.product([cwd, primary, other, plain], repeat=4):
+        body = {"instructions": texts[0],
+                "input": [{"role": "developer", "content": texts[1]},
+                          {"role": "user", "content": [{"type": "input_text", "text": texts[2]}]},
+                          {"role": "assistant", "content": other},  # not read
+                          {"role": "user", "content": texts[3]}]}
+        present = [name for name in rank if markers[name] in texts]
+        expected = f"/from/{present[0]}" if present else "unknown"
+        assert identify("responses", {}, body, tenancy=PERSONAL_MODE).project == expected, texts

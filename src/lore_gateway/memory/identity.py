@@ -191,16 +191,19 @@ def project_for(headers: Mapping[str, str], body: Mapping[str, Any]) -> str:
     explicit = headers.get("x-lore-project", "").strip()
     if explicit:
         return _normalise_path(explicit)
+    # In one pass over the texts: a <cwd> anywhere wins, then the first "Primary
+    # working directory", then the first other working-directory line.
+    primary = other = None
     for text in _context_texts(body):
         match = _CWD_RE.search(text)
         if match:
             return _normalise_path(match.group(1))
-    for pattern in (_PRIMARY_WD_RE, _WD_RE):
-        for text in _context_texts(body):
-            match = pattern.search(text)
-            if match:
-                return _normalise_path(match.group(1))
-    return UNKNOWN_PROJECT
+        if primary is None:
+            primary = _PRIMARY_WD_RE.search(text)
+            if primary is None and other is None:
+                other = _WD_RE.search(text)
+    found = primary or other
+    return _normalise_path(found.group(1)) if found else UNKNOWN_PROJECT
 
 
 def _context_texts(body: Mapping[str, Any]) -> Iterator[str]:

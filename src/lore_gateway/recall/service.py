@@ -179,7 +179,10 @@ class RecallService:
         usage = None
         if delivered is not None:
             _check_empty(exchange, delivered, icpt.depth)
-            usage = _report_usage(exchange, delivered)
+            # The rounds' usage as read from their terminals (the delivered
+            # response carries the same, re-encoded).
+            usage = icpt.usage
+            report_usage(exchange.protocol.value, usage)
         if streamed.untouched is not None:
             # Nothing was hidden and the items were never tracked: storage reads
             # them from the terminal's output (``answer_scan.responses_output``).
