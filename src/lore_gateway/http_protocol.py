@@ -17,9 +17,10 @@ subclass adds what is missing, each checked before any costly work:
 uvicorn's own ``limit_concurrency`` answers a plain-text 503 and counts only
 after the headers were parsed, so it is not used.
 
-It also sends a response's head together with the first body bytes when both
-are written in the same loop iteration (``_HeadWithBody``): uvicorn writes each
-ASGI message at once, one system call and one wake-up of the client each.
+It also sends what a response writes in one loop iteration in one write
+(``_Coalesced``): uvicorn writes each ASGI message at once, one system call and
+one wake-up of the client each, so a streamed answer took three (the head, the
+events of the upstream's read, the end of the body) where one does.
 """
 
 from __future__ import annotations
@@ -92,6 +93,10 @@ class _LimitedProtocol(HttpToolsProtocol):
             return
         self._arm_head_timer()
 
+    def shutdown(self) -> None:
+        self._flush_cycle()  # uvicorn closes a connection whose response is complete
+        super().shutdown()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
         super().connection_lost(exc)
@@ -118,7 +123,7 @@ class _LimitedProtocol(HttpToolsProtocol):
             self._head_timer = None
         super().on_headers_complete()
         if self.cycle is not None:
-            self.cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
+            self.cycle.transport = _Coalesced(self.transport, self.loop)  # type: ignore[assignment]
         self._last_body = time.monotonic()
         self._body_timer = self.loop.call_later(self._limits.body_timeout, self._on_body_timer)
 
@@ -174,6 +179,7 @@ class _LimitedProtocol(HttpToolsProtocol):
             return
         started = self.cycle is not None and self.cycle.response_started
         if started:
+            self._flush_cycle()
             self.transport.close()
             return
         self._refuse(408, "Request Timeout", "timeout_error",
@@ -190,6 +196,12 @@ class _LimitedProtocol(HttpToolsProtocol):
             self.transport.write(_raw_response(status, reason, error_type, message))
             self.transport.close()
 
+    def _flush_cycle(self) -> None:
+        """What the response wrote in this iteration, out now: the connection is
+        about to be closed here, not through the cycle's transport."""
+        if self.cycle is not None and isinstance(self.cycle.transport, _Coalesced):
+            self.cycle.transport.flush()
+
     def _cancel_timers(self) -> None:
         for timer in (self._head_timer, self._body_timer):
             if timer is not None:
@@ -197,14 +209,16 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._head_timer = self._body_timer = None
 
 
-class _HeadWithBody:
-    """The transport as one response's cycle sees it: the response head is held
-    until the end of the loop iteration, so that body bytes written in the same
-    iteration go out with it in one write (a streamed answer's first events
-    usually arrive in the same read as the upstream's head).
+class _Coalesced:
+    """The transport as one response's cycle sees it: what the cycle writes in
+    one loop iteration goes out in one write, at the end of the iteration. A
+    streamed answer's head, the events of an upstream read and, when the
+    upstream's body ended in that read, the end of the chunked body are then
+    one system call, and one wake-up of the client, instead of three.
 
-    Held for one iteration at most (``call_soon``): the client never waits for a
-    head longer than it did. A ``100 Continue`` goes out at once.
+    Nothing waits longer than the iteration it was written in (``call_soon``),
+    so the client gets every byte when it did before. A ``100 Continue`` goes
+    out at once; closing writes what is held first.
     """
 
     __slots__ = ("_held", "_loop", "_transport")
@@ -212,29 +226,30 @@ class _HeadWithBody:
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._loop = loop
-        self._held: bytes | None = b""  # b"": nothing written yet; None: no longer holding
+        self._held: list[bytes] = []
 
     def write(self, data: bytes) -> None:
+        if data.startswith(b"HTTP/1.1 100 "):
+            self.flush()
+            self._transport.write(data)
+            return
         held = self._held
-        if held is None:
-            self._transport.write(data)
-        elif held:
-            self._held = None
-            self._transport.write(held + data)
-        elif data.startswith(b"HTTP/1.1 100 "):
-            self._transport.write(data)
-        else:
-            self._held = data
-            self._loop.call_soon(self._flush)
+        held.append(data)
+        if len(held) == 1:
+            self._loop.call_soon(self.flush)
 
-    def _flush(self) -> None:
-        held, self._held = self._held, None
-        if held and not self._transport.is_closing():
-            self._transport.write(held)
+    def flush(self) -> None:
+        held = self._held
+        if not held:
+            return
+        data = held[0] if len(held) == 1 else b"".join(held)
+        held.clear()
+        if not self._transport.is_closing():
+            self._transport.write(data)
 
     def is_closing(self) -> bool:
         return self._transport.is_closing()
 
     def close(self) -> None:
-        self._flush()
+        self.flush()
         self._transport.close()
