@@ -19,13 +19,21 @@ import logging
 from types import ModuleType
 from typing import Any
 
+import msgspec
 import orjson
 
+from lore_gateway.memory.answer_scan import frames_named
 from lore_gateway.memory.records import RawOutputs, RawTurn, TurnRecord
 from lore_gateway.obs import metrics
 from lore_gateway.protocols import anthropic, chat, responses
-from lore_gateway.protocols.common import Message
-from lore_gateway.protocols.usage import Usage, usage_from_anthropic, usage_from_chat
+from lore_gateway.protocols.common import Message, ProtocolError
+from lore_gateway.protocols.responses_model import TERMINAL_EVENTS
+from lore_gateway.protocols.usage import (
+    Usage,
+    usage_from_anthropic,
+    usage_from_chat,
+    usage_from_responses,
+)
 from lore_gateway.routing import Family, Protocol, family_of
 from lore_gateway.sse import SSEDecoder, looks_like_sse
 
@@ -208,7 +216,10 @@ def raw_outputs(raw: RawOutputs) -> list[Message]:
     outputs = (responses_output(raw.body) if family is Family.RESPONSES
                else plain_text(family.value, raw.body))
     if outputs is None:
-        collector = TurnCollector(protocol, max_json_bytes=len(raw.body) + 1)
+        # Text bounded by the body's length: never cut, and a Responses stream's
+        # deltas are skipped (its done events repeat them), as on the relay.
+        collector = TurnCollector(protocol, max_json_bytes=len(raw.body) + 1,
+                                  max_text_chars=len(raw.body))
         collector.feed(raw.body)
         outputs = collector.outputs()
     return [*outputs, *raw.after]
@@ -227,17 +238,23 @@ def resolve_turn(raw: RawTurn) -> TurnRecord | None:
 
 
 def stream_usage(protocol: Protocol, body: bytes) -> Usage | None:
-    """The usage a ``TurnCollector`` would report for this Anthropic or Chat
-    event stream, read from its usage events alone (the rest of the stream is
-    not decoded). A stream that is not of the usual shape (CR line endings, an
-    error event, a data field over several lines) is parsed whole instead."""
+    """The usage a ``TurnCollector`` would report for this event stream, read
+    from its usage events alone (the rest of the stream is not decoded): an
+    Anthropic stream's message events, a Chat stream's last usage, a Responses
+    stream's terminal. A stream that is not of the usual shape (CR line endings,
+    an error event, a data field over several lines) is parsed whole instead."""
     try:
-        if b"\r" not in body and b'"error"' not in body:
-            found = (_anthropic_usage(body) if protocol is Protocol.ANTHROPIC
+        family = family_of(protocol)
+        if family is Family.RESPONSES:
+            found = _responses_usage(body) if b"\r" not in body else _UNSURE
+        elif b"\r" not in body and b'"error"' not in body:
+            found = (_anthropic_usage(body) if family is Family.ANTHROPIC
                      else _chat_usage(body))
-            if found is not _UNSURE:
-                return found  # type: ignore[return-value]
-    except (ValueError, TypeError, AttributeError):
+        else:
+            found = _UNSURE
+        if found is not _UNSURE:
+            return found  # type: ignore[return-value]
+    except (ValueError, TypeError, AttributeError, msgspec.DecodeError):
         pass
     collector = TurnCollector(protocol, max_json_bytes=len(body) + 1)
     collector.feed(body)
@@ -299,3 +316,43 @@ def _chat_usage(body: bytes) -> object:
         if isinstance(chunk, dict) and chunk.get("usage") is not None:
             return usage_from_chat(chunk["usage"])
         end = start
+
+
+class _TerminalResponse(msgspec.Struct):
+    usage: dict[str, Any] | None = None
+
+
+class _Terminal(msgspec.Struct):
+    """What the usage needs of a Responses terminal; the output, often most of
+    the frame, is checked but not built."""
+
+    type: str
+    response: _TerminalResponse
+
+
+_decode_terminal = msgspec.json.Decoder(_Terminal).decode
+
+
+def _responses_usage(body: bytes) -> object:
+    """The usage of a Responses stream of one response: its terminal's, the
+    stream's last frame (the accumulator reads it nowhere else)."""
+    if (not body.endswith(b"\n\n") or frames_named(body, b"event: error\n")
+            or frames_named(body, b"event: response.created\n") > 1):
+        return _UNSURE
+    if not body.isascii():
+        body.decode()  # the decoder refuses a stream that is not UTF-8 (ValueError)
+    start = body.rfind(b"\n\n", 0, len(body) - 2) + 2
+    line, sep, data = body[start:-2].partition(b"\ndata: ")
+    name = line[7:].decode() if line.startswith(b"event: ") else ""
+    if not sep or b"\n" in data or name not in TERMINAL_EVENTS or sum(
+            frames_named(body, b"event: " + t.encode() + b"\n") for t in TERMINAL_EVENTS) != 1:
+        return _UNSURE
+    terminal = _decode_terminal(data)
+    if terminal.type != name:
+        return _UNSURE
+    if terminal.response.usage is None:
+        return None
+    try:
+        return usage_from_responses(terminal.response.usage)
+    except ProtocolError:
+        return None  # the accumulator fails the stream on a malformed usage

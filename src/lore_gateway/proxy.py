@@ -329,23 +329,32 @@ class Proxy:
                               raw=outcome.raw)
             self._observe(exchange, outcome.usage)
         elif exchange.client_stream or not exchange.upstream_stream:
-            if await self._relay(exchange, resp, client, collector, timing):
+            whole, stream = await self._relay(exchange, resp, client, collector, timing)
+            if not whole:
+                self.turns.abandoned(pending, collector)
+            elif stream is not None:
+                self._observe(exchange, self.turns.completed_stream(
+                    pending, exchange.protocol, stream))
+            else:
                 self.turns.completed(pending, collector)
                 self._observe(exchange, collector.usage() if collector else None)
-            else:
-                self.turns.abandoned(pending, collector)
         elif await self._answer_json_from_stream(resp, client, collector, timing):
             self.turns.completed(pending, collector)
             self._observe(exchange, collector.usage() if collector else None)
 
     async def _relay(self, exchange: Exchange, resp: UpstreamResponse, client: ClientChannel,
-                     collector: TurnCollector | None, timing: RequestTiming) -> bool:
-        """Forward the body as it arrives, byte for byte, feeding the collector.
+                     collector: TurnCollector | None, timing: RequestTiming
+                     ) -> tuple[bool, bytes | None]:
+        """Forward the body as it arrives, byte for byte, for the collector.
 
-        Returns False when the upstream broke mid-body. An event stream broken
-        between two events ends with one protocol error event, so SDKs raise a
-        clear error; one broken mid-event (or a JSON body) is aborted, so the
-        client sees a truncated response rather than a complete-looking one.
+        Returns whether the body came whole (not when the upstream broke
+        mid-body), and the event stream as the client got it when storage takes
+        it so, to parse where the turn is written (an event stream up to
+        ``_UNFED_LIMIT``); otherwise the collector was fed here. An event stream
+        broken between two events ends with one protocol error event, so SDKs
+        raise a clear error; one broken mid-event (or a JSON body) is aborted,
+        so the client sees a truncated response rather than a complete-looking
+        one.
         """
         await client.start(resp.status, client_response_headers(resp.raw_headers))
         chunks = resp.chunks()
@@ -354,6 +363,8 @@ class Proxy:
         # this much piled up): parsing for storage never delays a byte.
         unfed: list[bytes] = []
         unfed_bytes = 0
+        keep = (collector is not None and exchange.client_stream and exchange.upstream_stream
+                and "event-stream" in resp.content_type)
         while True:
             waited = perf_counter()
             try:
@@ -370,7 +381,7 @@ class Proxy:
                 if frame is None:
                     raise
                 await client.end(frame)
-                return False
+                return False, None
             timing.upstream_wait += perf_counter() - waited
             await client.write(chunk)
             tail = chunk[-4:]
@@ -380,9 +391,12 @@ class Proxy:
                 if unfed_bytes > _UNFED_LIMIT:
                     _feed(collector, unfed)
                     unfed_bytes = 0
+                    keep = False
         await client.end()
+        if keep:
+            return True, b"".join(unfed)
         _feed(collector, unfed)
-        return True
+        return True, None
 
     async def _answer_json_from_stream(self, resp: UpstreamResponse, client: ClientChannel,
                                        collector: TurnCollector | None,

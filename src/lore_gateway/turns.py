@@ -1,11 +1,12 @@
 """From relayed bytes to stored turns: the proxy's side of storage.
 
-The proxy relays bytes untouched; a ``TurnCollector`` (collector.py) watches the
-same bytes and accumulates them into the protocol's complete response, so the
-finished turn (new user input + the assistant's full output) can be handed to
-memory. A collector never raises into the relay: if the stream cannot be
-understood, the client still gets every byte and the turn is stored as
-incomplete.
+The proxy relays bytes untouched and hands the finished turn (new user input +
+the assistant's full output) to memory: a streamed answer as the bytes the
+client got, parsed where the turn is written (``completed_stream``), any other
+through a ``TurnCollector`` (collector.py) that accumulates the same bytes into
+the protocol's complete response. A collector never raises into the relay: if
+the stream cannot be understood, the client still gets every byte and the turn
+is stored as incomplete.
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from lore_gateway.collector import TurnCollector, model_of
+from lore_gateway.collector import TurnCollector, model_of, report_usage, stream_usage
 from lore_gateway.errors import GatewayError
 from lore_gateway.exchange import Exchange
 from lore_gateway.memory.records import Identity, RawOutputs
 from lore_gateway.memory.service import Memory, PendingTurn
 from lore_gateway.obs.logging import bind_session
 from lore_gateway.protocols.common import Message
-from lore_gateway.routing import Route
+from lore_gateway.protocols.usage import Usage
+from lore_gateway.routing import Protocol, Route
 
 __all__ = ["TurnCollector", "TurnSink"]
 
@@ -108,6 +110,18 @@ class TurnSink:
                 pending.complete(outputs, raw)
             else:
                 pending.abandon(outputs)
+
+    @staticmethod
+    def completed_stream(pending: PendingTurn | None, protocol: Protocol,
+                         stream: bytes) -> Usage | None:
+        """End the turn with the event stream the client got, as it is: its
+        output is parsed where the turn is written, not on the event loop. Only
+        its usage is read here (``stream_usage``), and returned."""
+        usage = stream_usage(protocol, stream)
+        if pending is not None:
+            pending.complete((), RawOutputs(protocol.value, stream, ()))
+            report_usage(protocol.value, usage)
+        return usage
 
     @staticmethod
     def completed(pending: PendingTurn | None, collector: TurnCollector | None) -> None:

@@ -155,11 +155,16 @@ def _anthropic(frames: list[bytes]) -> list[str]:
 
 
 def responses_output(body: bytes) -> list[Message] | None:
-    """The output messages of a Responses stream the gateway relayed untouched
-    (``recall/responses/gate.py``), read from its last frame: the terminal,
-    whose ``response.output`` the gate checked is there and which repeats
-    every item the stream built (the gateway sends that frame alone). None for
-    any other stream (parsed in full)."""
+    """The output messages of a Responses stream, read from its last frame: the
+    terminal, whose ``response.output`` repeats every item the stream built.
+
+    Either that frame alone, from a stream the gateway relayed untouched
+    (``recall/responses/gate.py``, which checked the output is whole), or a
+    whole stream a plain relay kept (``proxy``): then it must hold one
+    ``response.created``, one terminal, no ``error`` event and as many
+    ``output_item.done`` events as the output has items (a stream of several
+    responses, or one whose terminal leaves items out, is parsed in full). None
+    for any other stream (parsed in full)."""
     if b"\r" in body or not body.endswith(b"\n\n"):
         return None
     start = body.rfind(b"\n\n", 0, len(body) - 2)
@@ -178,6 +183,27 @@ def responses_output(body: bytes) -> list[Message] | None:
     if not isinstance(output, list) or not output or not all(
             isinstance(item, dict) for item in output):
         return None
+    if start != -1 and not _one_whole_response(body, len(output)):
+        return None
     from lore_gateway.recall.responses.stored import turn_messages
 
     return turn_messages(output)
+
+
+_CREATED = b"event: response.created\n"
+_ITEM_DONE = b"event: response.output_item.done\n"
+_ERROR = b"event: error\n"
+_TERMINAL_LINES = tuple(b"event: " + name.encode() + b"\n" for name in sorted(TERMINAL_EVENTS))
+
+
+def frames_named(body: bytes, event_line: bytes) -> int:
+    """How many frames of an LF-framed stream start with ``event_line``."""
+    return body.count(b"\n\n" + event_line) + body.startswith(event_line)
+
+
+def _one_whole_response(body: bytes, items: int) -> bool:
+    """Whether a whole Responses stream is one response whose terminal repeats
+    each of its ``items`` finished items."""
+    return (frames_named(body, _CREATED) == 1 and frames_named(body, _ERROR) == 0
+            and sum(frames_named(body, line) for line in _TERMINAL_LINES) == 1
+            and frames_named(body, _ITEM_DONE) == items)
