@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from lore_gateway.memory.answer_scan import frames_named
+from lore_gateway.memory.answer_scan import frame_counts
 from lore_gateway.memory.records import RawOutputs, RawTurn, TurnRecord
 from lore_gateway.obs import metrics
 from lore_gateway.protocols import anthropic, chat, responses
@@ -336,16 +336,17 @@ _decode_terminal = msgspec.json.Decoder(_Terminal).decode
 def _responses_usage(body: bytes) -> object:
     """The usage of a Responses stream of one response: its terminal's, the
     stream's last frame (the accumulator reads it nowhere else)."""
-    if (not body.endswith(b"\n\n") or frames_named(body, b"event: error\n")
-            or frames_named(body, b"event: response.created\n") > 1):
+    if not body.endswith(b"\n\n"):
+        return _UNSURE
+    counts = frame_counts(body)
+    if counts.errors or counts.created > 1 or counts.terminals != 1:
         return _UNSURE
     if not body.isascii():
         body.decode()  # the decoder refuses a stream that is not UTF-8 (ValueError)
     start = body.rfind(b"\n\n", 0, len(body) - 2) + 2
     line, sep, data = body[start:-2].partition(b"\ndata: ")
     name = line[7:].decode() if line.startswith(b"event: ") else ""
-    if not sep or b"\n" in data or name not in TERMINAL_EVENTS or sum(
-            frames_named(body, b"event: " + t.encode() + b"\n") for t in TERMINAL_EVENTS) != 1:
+    if not sep or b"\n" in data or name not in TERMINAL_EVENTS:
         return _UNSURE
     terminal = _decode_terminal(data)
     if terminal.type != name:

@@ -58,6 +58,8 @@ def _responses() -> dict[str, bytes]:
         "minimal": list(fs.responses_minimal(TEXT, MODEL).frames),
         "missing-terminal": text[:-1],
         "terminal-only": text[-1:],
+        "terminal-named-done": [*text[:-1], text[-1].replace(b"response.completed",
+                                                             b"response.done", 2)],
         "duplicate-created": [*text[:4], text[0], *text[4:]],
         "two-responses": two,
         "terminal-output-short": [*calls[:-1], _first_item_only(calls[-1])],
@@ -117,6 +119,6 @@ def test_the_cases_cover_what_storage_reads_both_ways() -> None:
     from lore_gateway.memory.answer_scan import responses_output
 
     read = {name for name, body in _responses().items() if responses_output(body) is not None}
-    assert {"text", "call", "calls-after-text", "terminal-only"} <= read
+    assert {"text", "call", "calls-after-text", "terminal-only", "terminal-named-done"} <= read
     assert not read & {"minimal", "duplicate-created", "two-responses", "terminal-output-short",
                        "failed", "missing-terminal"}

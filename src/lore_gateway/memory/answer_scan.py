@@ -20,6 +20,8 @@ full parse on every stream shape the fake upstream makes, by test.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -190,20 +192,39 @@ def responses_output(body: bytes) -> list[Message] | None:
     return turn_messages(output)
 
 
-_CREATED = b"event: response.created\n"
-_ITEM_DONE = b"event: response.output_item.done\n"
-_ERROR = b"event: error\n"
-_TERMINAL_LINES = tuple(b"event: " + name.encode() + b"\n" for name in sorted(TERMINAL_EVENTS))
+# The events whose frames decide whether a whole Responses stream is one
+# response: its start, its end, an error, and its finished items. One regular
+# expression finds them all in one pass (each ``bytes.count`` is a pass).
+_COUNTED = b"(" + b"|".join(re.escape(name.encode()) for name in sorted(
+    {"error", "response.created", "response.output_item.done", *TERMINAL_EVENTS})) + b")\n"
+_COUNTED_AFTER_FIRST = re.compile(rb"\n\nevent: " + _COUNTED)
+_COUNTED_FIRST = re.compile(rb"event: " + _COUNTED)
 
 
-def frames_named(body: bytes, event_line: bytes) -> int:
-    """How many frames of an LF-framed stream start with ``event_line``."""
-    return body.count(b"\n\n" + event_line) + body.startswith(event_line)
+@dataclass(frozen=True, slots=True)
+class FrameCounts:
+    """How many frames of an LF-framed Responses stream are of each kind."""
+
+    created: int
+    terminals: int
+    errors: int
+    items_done: int
+
+
+def frame_counts(body: bytes) -> FrameCounts:
+    names = _COUNTED_AFTER_FIRST.findall(body)
+    first = _COUNTED_FIRST.match(body)
+    if first is not None:
+        names.append(first.group(1))
+    done = names.count(b"response.output_item.done")
+    created = names.count(b"response.created")
+    errors = names.count(b"error")
+    return FrameCounts(created, len(names) - done - created - errors, errors, done)
 
 
 def _one_whole_response(body: bytes, items: int) -> bool:
     """Whether a whole Responses stream is one response whose terminal repeats
     each of its ``items`` finished items."""
-    return (frames_named(body, _CREATED) == 1 and frames_named(body, _ERROR) == 0
-            and sum(frames_named(body, line) for line in _TERMINAL_LINES) == 1
-            and frames_named(body, _ITEM_DONE) == items)
+    counts = frame_counts(body)
+    return (counts.created == 1 and counts.terminals == 1 and not counts.errors
+            and counts.items_done == items)
