@@ -78,11 +78,13 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._last_body = 0.0
+        self._out: _Coalesced | None = None  # the responses' writes (connection_made)
 
     # --- connection ----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._out = _Coalesced(transport, self.loop)
         limits = self._limits
         if len(self.connections) > limits.max_connections:
             log.warning("connection refused: %d connections open (LORE_MAX_CONNECTIONS=%d)",
@@ -93,8 +95,14 @@ class _LimitedProtocol(HttpToolsProtocol):
             return
         self._arm_head_timer()
 
+    def on_response_complete(self) -> None:
+        # The response's last bytes leave now, before the handler's bookkeeping
+        # after its last write (storing the turn, metrics) runs.
+        self._flush()
+        super().on_response_complete()
+
     def shutdown(self) -> None:
-        self._flush_cycle()  # uvicorn closes a connection whose response is complete
+        self._flush()  # uvicorn closes a connection whose response is complete
         super().shutdown()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -123,7 +131,7 @@ class _LimitedProtocol(HttpToolsProtocol):
             self._head_timer = None
         super().on_headers_complete()
         if self.cycle is not None:
-            self.cycle.transport = _Coalesced(self.transport, self.loop)  # type: ignore[assignment]
+            self.cycle.transport = self._out  # type: ignore[assignment]
         self._last_body = time.monotonic()
         self._body_timer = self.loop.call_later(self._limits.body_timeout, self._on_body_timer)
 
@@ -179,7 +187,7 @@ class _LimitedProtocol(HttpToolsProtocol):
             return
         started = self.cycle is not None and self.cycle.response_started
         if started:
-            self._flush_cycle()
+            self._flush()
             self.transport.close()
             return
         self._refuse(408, "Request Timeout", "timeout_error",
@@ -196,11 +204,10 @@ class _LimitedProtocol(HttpToolsProtocol):
             self.transport.write(_raw_response(status, reason, error_type, message))
             self.transport.close()
 
-    def _flush_cycle(self) -> None:
-        """What the response wrote in this iteration, out now: the connection is
-        about to be closed here, not through the cycle's transport."""
-        if self.cycle is not None and isinstance(self.cycle.transport, _Coalesced):
-            self.cycle.transport.flush()
+    def _flush(self) -> None:
+        """What the responses wrote in this iteration, out now."""
+        if self._out is not None:
+            self._out.flush()
 
     def _cancel_timers(self) -> None:
         for timer in (self._head_timer, self._body_timer):
@@ -210,15 +217,15 @@ class _LimitedProtocol(HttpToolsProtocol):
 
 
 class _Coalesced:
-    """The transport as one response's cycle sees it: what the cycle writes in
-    one loop iteration goes out in one write, at the end of the iteration. A
+    """The transport as a connection's responses see it: what they write in one
+    loop iteration goes out in one write, at the end of the iteration or when a
+    response completes (``on_response_complete``), whichever is first. A
     streamed answer's head, the events of an upstream read and, when the
     upstream's body ended in that read, the end of the chunked body are then
     one system call, and one wake-up of the client, instead of three.
 
-    Nothing waits longer than the iteration it was written in (``call_soon``),
-    so the client gets every byte when it did before. A ``100 Continue`` goes
-    out at once; closing writes what is held first.
+    Nothing waits longer than the iteration it was written in (``call_soon``).
+    A ``100 Continue`` goes out at once; closing writes what is held first.
     """
 
     __slots__ = ("_held", "_loop", "_transport")

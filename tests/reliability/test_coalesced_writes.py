@@ -5,8 +5,15 @@ real loopback connection."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
+import time
+from typing import Any
 
-from lore_gateway.http_protocol import _Coalesced
+import uvicorn
+
+from lore_gateway.http_protocol import ConnectionLimits, _Coalesced, protocol_class
+from lore_gateway.server import listen_socket
 
 
 async def _pair() -> tuple[asyncio.Transport, asyncio.StreamReader, asyncio.Server]:
@@ -73,7 +80,7 @@ class _Counting:
 async def test_one_iteration_is_one_write_and_the_next_waits_for_nothing() -> None:
     transport, reader, server = await _pair()
     counting = _Counting(transport)
-    out = _Coalesced(counting, asyncio.get_running_loop())  # type: ignore[arg-type]
+    out = _Coalesced(counting, asyncio.get_running_loop())
     head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
     events, end = b"9\r\ndata: x\n\n\r\n", b"0\r\n\r\n"
     for part in (head, events, end):  # an upstream read that held the whole answer
@@ -97,3 +104,41 @@ async def test_closing_sends_what_is_held_first() -> None:
     assert await asyncio.wait_for(reader.read(), 10) == (
         b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
     server.close()
+
+
+async def test_a_response_leaves_when_it_completes_not_after_the_handlers_bookkeeping() -> None:
+    """The handler's work after its last write (storing the turn, metrics) runs
+    in the same loop iteration; the client must not wait for it."""
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})
+        await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        time.sleep(0.5)  # noqa: ASYNC251 - bookkeeping that holds the loop, on purpose
+
+    sock = listen_socket("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(
+        app, lifespan="off", ws="none", http=protocol_class(ConnectionLimits(30, 30, 65536, 100)),
+        log_config=None, access_log=False))
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:  # noqa: ASYNC110 - uvicorn offers no event for it
+        await asyncio.sleep(0.01)
+    took: list[float] = []
+
+    def client() -> None:
+        with socket.create_connection(("127.0.0.1", port)) as conn:
+            start = time.monotonic()
+            conn.sendall(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            got = b""
+            while not got.endswith(b"0\r\n\r\n"):
+                got += conn.recv(65536)
+            took.append(time.monotonic() - start)
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    await asyncio.to_thread(thread.join)
+    server.should_exit = True
+    await serving
+    assert took and took[0] < 0.4, took
