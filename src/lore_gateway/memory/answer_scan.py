@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import orjson
 
 from lore_gateway.protocols.common import Message
@@ -43,13 +44,15 @@ def plain_text(family: str, body: bytes) -> list[Message] | None:
     if len(frames) > DEFAULT_MAX_FRAMES:
         return None
     try:
+        if not body.isascii():
+            body.decode()  # msgspec does not check the text of what it skips
         if family == "chat":
             texts = _chat(frames)
         elif family == "anthropic":
             texts = _anthropic(frames)
         else:
             return None
-    except ValueError:  # orjson's errors too
+    except (ValueError, msgspec.DecodeError):  # orjson's errors are ValueErrors
         return None
     return [Message("assistant", text) for text in texts if text]
 
@@ -66,41 +69,72 @@ def _is_index(value: object, expected: int) -> bool:
     return type(value) is int and value == expected
 
 
+class _ChatDelta(msgspec.Struct):
+    content: str | None = None
+    tool_calls: list[Any] | None = None
+    refusal: None = None
+
+
+class _ChatChoice(msgspec.Struct):
+    delta: _ChatDelta | None = None
+    index: int = 0
+
+
+class _ChatChunk(msgspec.Struct):
+    """What the scan reads of a chunk; the rest is checked, not built. Typed
+    strictly: a value of another type (a text that is not a string, a refusal)
+    fails the decoding, and the stream goes to the full parse."""
+
+    choices: list[_ChatChoice] | None = None
+    error: msgspec.Raw = msgspec.Raw(b"")  # any value at all: not a plain answer
+
+
+_decode_chat = msgspec.json.Decoder(_ChatChunk).decode
+
+
 def _chat(frames: list[bytes]) -> list[str]:
     """Frames of ``data: <chunk>`` up to ``data: [DONE]``; every choice index 0;
     no refusal, no tool call."""
     pieces: list[str] = []
     last = len(frames) - 1
-    for n, frame in enumerate(frames):
+    if frames[last] != b"data: [DONE]":
+        raise _Unsure
+    for frame in frames[:last]:
         if not frame.startswith(b"data: ") or b"\n" in frame:
             raise _Unsure
-        if frame == b"data: [DONE]":
-            if n != last:
-                raise _Unsure
-            break
-        if n == last:
-            raise _Unsure  # no [DONE]
-        chunk = _json(frame[6:])
-        if "error" in chunk:
+        chunk = _decode_chat(frame[6:])
+        if chunk.error:
             raise _Unsure
-        choices = chunk.get("choices")
-        if choices is None or choices == []:
+        choices = chunk.choices
+        if not choices:
             continue
-        if not isinstance(choices, list) or len(choices) != 1:
+        if len(choices) != 1 or choices[0].index != 0:
             raise _Unsure
-        choice = choices[0]
-        if not isinstance(choice, dict) or not _is_index(choice.get("index", 0), 0):
-            raise _Unsure
-        delta = choice.get("delta")
+        delta = choices[0].delta
         if delta is None:
             continue
-        if not isinstance(delta, dict) or delta.get("tool_calls") \
-                or delta.get("refusal") is not None:
+        if delta.tool_calls:
             raise _Unsure
-        content = delta.get("content")
-        if isinstance(content, str):
-            pieces.append(content)
+        if delta.content is not None:
+            pieces.append(delta.content)
     return ["".join(pieces)]
+
+
+class _TextDelta(msgspec.Struct):
+    type: str
+    text: str | None = None
+
+
+class _DeltaEvent(msgspec.Struct):
+    """A ``content_block_delta`` as the scan reads it, typed strictly (a delta
+    of another shape fails the decoding: the full parse reads it)."""
+
+    type: str
+    index: int
+    delta: _TextDelta
+
+
+_decode_anthropic_delta = msgspec.json.Decoder(_DeltaEvent).decode
 
 
 def _anthropic(frames: list[bytes]) -> list[str]:
@@ -116,6 +150,14 @@ def _anthropic(frames: list[bytes]) -> list[str]:
         if nl == -1 or not frame.startswith(b"data: ", nl + 1) or b"\n" in frame[nl + 1:]:
             raise _Unsure
         name = frame[7:nl].decode()
+        if name == "content_block_delta" and started and not stopped:  # most frames
+            delta_event = _decode_anthropic_delta(frame[nl + 7:])
+            if (delta_event.type != name or open_block is None
+                    or delta_event.index != len(blocks) - 1
+                    or delta_event.delta.type != "text_delta"):
+                raise _Unsure
+            open_block.append(delta_event.delta.text or "")
+            continue
         event = _json(frame[nl + 7:])
         if event.get("type") != name:
             raise _Unsure
