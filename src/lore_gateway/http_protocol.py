@@ -17,10 +17,9 @@ subclass adds what is missing, each checked before any costly work:
 uvicorn's own ``limit_concurrency`` answers a plain-text 503 and counts only
 after the headers were parsed, so it is not used.
 
-It also sends what a response writes in one loop iteration in one write
-(``_Coalesced``): uvicorn writes each ASGI message at once, one system call and
-one wake-up of the client each, so a streamed answer took three (the head, the
-events of the upstream's read, the end of the body) where one does.
+It also sends a response's head together with the first body bytes when both
+are written in the same loop iteration (``_HeadWithBody``): uvicorn writes each
+ASGI message at once, one system call and one wake-up of the client each.
 """
 
 from __future__ import annotations
@@ -78,13 +77,11 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._last_body = 0.0
-        self._out: _Coalesced | None = None  # the responses' writes (connection_made)
 
     # --- connection ----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._out = _Coalesced(transport, self.loop)
         limits = self._limits
         if len(self.connections) > limits.max_connections:
             log.warning("connection refused: %d connections open (LORE_MAX_CONNECTIONS=%d)",
@@ -94,16 +91,6 @@ class _LimitedProtocol(HttpToolsProtocol):
                          "limit; retry shortly, or raise LORE_MAX_CONNECTIONS.")
             return
         self._arm_head_timer()
-
-    def on_response_complete(self) -> None:
-        # The response's last bytes leave now, before the handler's bookkeeping
-        # after its last write (storing the turn, metrics) runs.
-        self._flush()
-        super().on_response_complete()
-
-    def shutdown(self) -> None:
-        self._flush()  # uvicorn closes a connection whose response is complete
-        super().shutdown()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
@@ -131,7 +118,7 @@ class _LimitedProtocol(HttpToolsProtocol):
             self._head_timer = None
         super().on_headers_complete()
         if self.cycle is not None:
-            self.cycle.transport = self._out  # type: ignore[assignment]
+            self.cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
         self._last_body = time.monotonic()
         self._body_timer = self.loop.call_later(self._limits.body_timeout, self._on_body_timer)
 
@@ -187,7 +174,6 @@ class _LimitedProtocol(HttpToolsProtocol):
             return
         started = self.cycle is not None and self.cycle.response_started
         if started:
-            self._flush()
             self.transport.close()
             return
         self._refuse(408, "Request Timeout", "timeout_error",
@@ -204,11 +190,6 @@ class _LimitedProtocol(HttpToolsProtocol):
             self.transport.write(_raw_response(status, reason, error_type, message))
             self.transport.close()
 
-    def _flush(self) -> None:
-        """What the responses wrote in this iteration, out now."""
-        if self._out is not None:
-            self._out.flush()
-
     def _cancel_timers(self) -> None:
         for timer in (self._head_timer, self._body_timer):
             if timer is not None:
@@ -216,16 +197,14 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._head_timer = self._body_timer = None
 
 
-class _Coalesced:
-    """The transport as a connection's responses see it: what they write in one
-    loop iteration goes out in one write, at the end of the iteration or when a
-    response completes (``on_response_complete``), whichever is first. A
-    streamed answer's head, the events of an upstream read and, when the
-    upstream's body ended in that read, the end of the chunked body are then
-    one system call, and one wake-up of the client, instead of three.
+class _HeadWithBody:
+    """The transport as one response's cycle sees it: the response head is held
+    until the end of the loop iteration, so that body bytes written in the same
+    iteration go out with it in one write (a streamed answer's first events
+    usually arrive in the same read as the upstream's head).
 
-    Nothing waits longer than the iteration it was written in (``call_soon``).
-    A ``100 Continue`` goes out at once; closing writes what is held first.
+    Held for one iteration at most (``call_soon``): the client never waits for a
+    head longer than it did. A ``100 Continue`` goes out at once.
     """
 
     __slots__ = ("_held", "_loop", "_transport")
@@ -233,30 +212,29 @@ class _Coalesced:
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._loop = loop
-        self._held: list[bytes] = []
+        self._held: bytes | None = b""  # b"": nothing written yet; None: no longer holding
 
     def write(self, data: bytes) -> None:
-        if data.startswith(b"HTTP/1.1 100 "):
-            self.flush()
-            self._transport.write(data)
-            return
         held = self._held
-        held.append(data)
-        if len(held) == 1:
-            self._loop.call_soon(self.flush)
+        if held is None:
+            self._transport.write(data)
+        elif held:
+            self._held = None
+            self._transport.write(held + data)
+        elif data.startswith(b"HTTP/1.1 100 "):
+            self._transport.write(data)
+        else:
+            self._held = data
+            self._loop.call_soon(self._flush)
 
-    def flush(self) -> None:
-        held = self._held
-        if not held:
-            return
-        data = held[0] if len(held) == 1 else b"".join(held)
-        held.clear()
-        if not self._transport.is_closing():
-            self._transport.write(data)
+    def _flush(self) -> None:
+        held, self._held = self._held, None
+        if held and not self._transport.is_closing():
+            self._transport.write(held)
 
     def is_closing(self) -> bool:
         return self._transport.is_closing()
 
     def close(self) -> None:
-        self.flush()
+        self._flush()
         self._transport.close()
