@@ -139,6 +139,21 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -
     raise RuntimeError(f"{url} did not answer within {timeout} s")
 
 
+def _wait_children_started(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    """Until each process the gateway started has named itself (``lore-store``,
+    ``lore-embed``, ``lore-search``): one still starting would spend its start
+    (an interpreter, the embedding model) inside the measured rounds, and its
+    CPU would be counted under its interpreter's name."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        tree = procstat.sample(proc.pid)
+        if all(name.startswith("lore-") or not name  # (empty: already gone)
+               for pid, name in tree.names.items() if pid != proc.pid):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"the gateway's processes did not start within {timeout} s")
+
+
 @dataclass(frozen=True, slots=True)
 class Servers:
     """Base URLs of the three targets, and the pids of the two that are measured."""
@@ -180,6 +195,7 @@ def running_servers(*, events: int, store: bool, data_dir: Path,
         if relay:
             _wait_http(urls["relay"] + "/v1/models", procs["relay"])
         _wait_http(urls["gateway"] + "/health", procs["gateway"])
+        _wait_children_started(procs["gateway"])
         yield Servers({k: v for k, v in urls.items() if k in procs},
                       {k: p.pid for k, p in procs.items() if k != "direct"})
     finally:
