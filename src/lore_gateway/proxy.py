@@ -30,6 +30,7 @@ from lore_gateway.errors import GatewayError, error_body, invalid_request
 from lore_gateway.exchange import Exchange
 from lore_gateway.headers import client_response_headers, header_map, upstream_request_headers
 from lore_gateway.knowledge.sidechannel import is_coding_turn
+from lore_gateway.memory.records import RAW_OUTPUT_MAX_BYTES
 from lore_gateway.memory.sanitize import redact_credentials, storable
 from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.protocols.usage import Usage
@@ -48,8 +49,9 @@ from lore_gateway.upstream import (
 
 log = logging.getLogger("lore.proxy")
 
-# Relayed bytes held back from the storage collector until the response is done.
-_UNFED_LIMIT = 256 * 1024
+# Relayed bytes held back until the response is done: handed to storage as they
+# are, or, past this, fed to the storage collector here as they pile up.
+_UNFED_LIMIT = RAW_OUTPUT_MAX_BYTES
 # Bodies above this size are parsed in a worker thread so one huge agent request
 # (a long session is several MB of JSON) does not stall every other stream.
 _PARSE_OFF_LOOP_BYTES = 256 * 1024

@@ -52,6 +52,12 @@ class TurnRecord:
             )
 
 
+# The largest answer handed to storage as its bytes (``RawOutputs``); a larger
+# one is parsed by the gateway (and its messages handed over): a pipe message
+# stays small, and the storage process never holds much of one turn.
+RAW_OUTPUT_MAX_BYTES = 256 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class RawOutputs:
     """A turn's output as the client received it: ``body``, the bytes of one

@@ -21,7 +21,7 @@ from lore_gateway.errors import error_body
 from lore_gateway.exchange import Exchange
 from lore_gateway.headers import client_response_headers
 from lore_gateway.memory.anchor_store import AnchorStore
-from lore_gateway.memory.records import Identity, RawOutputs
+from lore_gateway.memory.records import RAW_OUTPUT_MAX_BYTES, Identity, RawOutputs
 from lore_gateway.memory.service import Memory
 from lore_gateway.obs import metrics
 from lore_gateway.protocols.common import Message, ProtocolError
@@ -201,7 +201,7 @@ class RecallService:
         tee = _Tee(client)
         handler = anthropic_handler if exchange.protocol is Protocol.ANTHROPIC else chat_handler
         await handler.stream_recall(ctx, resp, tee, headers)
-        if sum(map(len, tee.chunks)) > PARSE_OFF_LOOP_BYTES:
+        if sum(map(len, tee.chunks)) > RAW_OUTPUT_MAX_BYTES:
             outputs, usage = await _outputs(exchange.protocol, tee.chunks)
             return Delivery(200, headers, outputs + _staged_messages(ctx), True,
                             usage=_one_round(ctx, usage))

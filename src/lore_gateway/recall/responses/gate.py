@@ -43,6 +43,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from lore_gateway.memory.records import RAW_OUTPUT_MAX_BYTES
 from lore_gateway.recall.core.reads import leading_frames
 from lore_gateway.recall.responses.round import TERMINALS
 from lore_gateway.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_FRAMES, SSEEvent
@@ -71,7 +72,7 @@ _ITEMS = (
 _KIND_DELTA, _KIND_LIFECYCLE, _KIND_ITEM, _KIND_TERMINAL = range(4)
 # A terminal this size at most goes to storage as its bytes (read where the turn
 # is written); the interceptor tracks the items of an answer with a larger one.
-TERMINAL_MAX_BYTES = 256 * 1024
+TERMINAL_MAX_BYTES = RAW_OUTPUT_MAX_BYTES
 # The exact event line of each name the gate knows, and what kind of event it is.
 _EVENT_LINES: dict[bytes, tuple[str, int]] = {
     b"event: " + name.encode(): (name, kind)
