@@ -22,12 +22,11 @@ from typing import Any
 import msgspec
 import orjson
 
-from lore_gateway.memory.answer_scan import frame_counts
+from lore_gateway.memory.answer_scan import frame_counts, last_terminal
 from lore_gateway.memory.records import RawOutputs, RawTurn, TurnRecord
 from lore_gateway.obs import metrics
 from lore_gateway.protocols import anthropic, chat, responses
 from lore_gateway.protocols.common import Message, ProtocolError
-from lore_gateway.protocols.responses_model import TERMINAL_EVENTS
 from lore_gateway.protocols.usage import (
     Usage,
     usage_from_anthropic,
@@ -246,7 +245,7 @@ def stream_usage(protocol: Protocol, body: bytes) -> Usage | None:
     try:
         family = family_of(protocol)
         if family is Family.RESPONSES:
-            found = _responses_usage(body) if b"\r" not in body else _UNSURE
+            found = _responses_usage(body)
         elif b"\r" not in body and b'"error"' not in body:
             found = (_anthropic_usage(body) if family is Family.ANTHROPIC
                      else _chat_usage(body))
@@ -336,18 +335,15 @@ _decode_terminal = msgspec.json.Decoder(_Terminal).decode
 def _responses_usage(body: bytes) -> object:
     """The usage of a Responses stream of one response: its terminal's, the
     stream's last frame (the accumulator reads it nowhere else)."""
-    if not body.endswith(b"\n\n"):
+    last = last_terminal(body)
+    if last is None:
         return _UNSURE
     counts = frame_counts(body)
     if counts.errors or counts.created > 1 or counts.terminals != 1:
         return _UNSURE
     if not body.isascii():
         body.decode()  # the decoder refuses a stream that is not UTF-8 (ValueError)
-    start = body.rfind(b"\n\n", 0, len(body) - 2) + 2
-    line, sep, data = body[start:-2].partition(b"\ndata: ")
-    name = line[7:].decode() if line.startswith(b"event: ") else ""
-    if not sep or b"\n" in data or name not in TERMINAL_EVENTS:
-        return _UNSURE
+    name, data, _alone = last
     terminal = _decode_terminal(data)
     if terminal.type != name:
         return _UNSURE

@@ -209,29 +209,43 @@ def responses_output(body: bytes) -> list[Message] | None:
     ``output_item.done`` events as the output has items (a stream of several
     responses, or one whose terminal leaves items out, is parsed in full). None
     for any other stream (parsed in full)."""
-    if b"\r" in body or not body.endswith(b"\n\n"):
+    terminal = last_terminal(body)
+    if terminal is None:
         return None
-    start = body.rfind(b"\n\n", 0, len(body) - 2)
-    frame = body[start + 2 if start != -1 else 0 : -2]
-    line, sep, data = frame.partition(b"\ndata: ")
-    if not sep or not line.startswith(b"event: response.") or b"\n" in data:
-        return None
+    name, data, alone = terminal
     try:
         payload = _json(data)
     except ValueError:
         return None
     response = payload.get("response")
-    if payload.get("type") not in TERMINAL_EVENTS or not isinstance(response, dict):
+    if payload.get("type") != name or not isinstance(response, dict):
         return None
     output = response.get("output")
     if not isinstance(output, list) or not output or not all(
             isinstance(item, dict) for item in output):
         return None
-    if start != -1 and not _one_whole_response(body, len(output)):
+    if not alone and not _one_whole_response(body, len(output)):
         return None
     from lore_gateway.recall.responses.stored import turn_messages
 
     return turn_messages(output)
+
+
+_TERMINAL_NAMES = {name.encode(): name for name in TERMINAL_EVENTS}
+
+
+def last_terminal(body: bytes) -> tuple[str, bytes, bool] | None:
+    """The event name and JSON of a Responses stream's last frame when it is a
+    terminal event of the usual shape (``event:`` + one ``data:`` line, LF
+    endings), and whether it is the stream's only frame; None otherwise."""
+    if b"\r" in body or not body.endswith(b"\n\n"):
+        return None
+    start = body.rfind(b"\n\n", 0, len(body) - 2)
+    line, sep, data = body[start + 2 if start != -1 else 0 : -2].partition(b"\ndata: ")
+    name = _TERMINAL_NAMES.get(line[7:]) if line.startswith(b"event: ") else None
+    if name is None or not sep or b"\n" in data:
+        return None
+    return name, data, start == -1
 
 
 # The events whose frames decide whether a whole Responses stream is one
