@@ -132,6 +132,21 @@ def _streams() -> dict[str, tuple[str, list[bytes]]]:
         "chat-comment": ("chat", _bent(chat, 5, b": keepalive\n\n")),
         "chat-early-done": ("chat", _bent(chat, 5, b"data: [DONE]\n\n")),
         "chat-crlf": ("chat", [f.replace(b"\n", b"\r\n") for f in chat]),
+        # Frames a run decoded as one JSON array must not let through.
+        "chat-two-values": ("chat", _bent(chat, 5, chat_delta[:-2] + b"," + chat_delta[6:])),
+        "chat-two-lines": ("chat", _bent(chat, 5, chat_delta.replace(b'"choices":',
+                                                                     b'"choices":\n'))),
+        "chat-null-usage": ("chat", _bent(chat, 5, chat_delta.replace(b'"choices":',
+                                                                      b'"usage":null,"choices":'))),
+        "chat-null-error": ("chat", _bent(chat, 5, chat_delta.replace(b'"choices":',
+                                                                      b'"error":null,"choices":'))),
+        "chat-null-calls": ("chat", _bent(chat, 5, chat_delta.replace(b'"content":',
+                                                                      b'"tool_calls":null,"content":'))),
+        "chat-false-index": ("chat", _bent(chat, 5, chat_delta.replace(b'"index":0',
+                                                                       b'"index":false'))),
+        "chat-two-spaces": ("chat", _bent(chat, 5, b"data:  " + chat_delta[6:])),
+        "chat-extra-blank": ("chat", _bent(chat, 5, b"\n")),
+        "chat-field": ("chat", _bent(chat, 5, b"id: 7\n" + chat_delta)),
         "anth-text": ("anthropic", anth),
         "anth-recall": ("anthropic", list(fs.anthropic_call("recall", RECALL_ARGS, MODEL).frames)),
         "anth-blocks": ("anthropic", list(fs.anthropic_blocks(
@@ -146,8 +161,19 @@ def _streams() -> dict[str, tuple[str, list[bytes]]]:
                                                                             b'"index":false'))),
         "anth-ping": ("anthropic", _bent(anth, 6, b'event: ping\ndata: {"type":"ping"}\n\n')),
         "anth-no-stop": ("anthropic", anth[:-1]),
+        "anth-two-values": ("anthropic", _bent(anth, 6, anth_delta[:-2] + b"," + anth_delta[33:])),
+        "anth-two-lines": ("anthropic", _bent(anth, 6, anth_delta.replace(b'"delta":',
+                                                                          b'"delta":\n'))),
+        "anth-ping-renamed": ("anthropic", _bent(anth, 6, b"event: ping\ndata: {}\n"
+                                                          b"event: content_block_stop\n\n")),
+        "anth-other-delta": ("anthropic", _bent(anth, 6, anth_delta.replace(
+            b'"type":"text_delta"', b'"type":"citations_delta"'))),
+        "anth-pings": ("anthropic", _bent(_bent(anth, 3, anth[2]), 3,
+                                          b"event: ping\ndata: x\r\n\n")),
     }
     assert b'"content":"' in chat_delta and b'"index":0' in anth_delta
+    assert anth_delta.startswith(b"event: content_block_delta\ndata: ") and anth[2].startswith(
+        b"event: ping\n")
     for path in sorted((FIXTURES / "chat-completions").glob("*.sse")):
         streams[f"recorded-{path.name}"] = ("chat", _sse_file(path))
     for path in sorted((FIXTURES / "anthropic").glob("*")):

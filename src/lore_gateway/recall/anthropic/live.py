@@ -23,14 +23,14 @@ Two layers:
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import orjson
 
 from lore_gateway.protocols.common import ProtocolError, TextBuffer
 from lore_gateway.recall.core.chain import RecallCall, StateLimitExceeded, event_object
-from lore_gateway.recall.core.reads import leading_frames
+from lore_gateway.recall.core.reads import frame_block, leading_frames
 from lore_gateway.recall.core.tool import RECALL_TOOL_NAME
 from lore_gateway.sse import SSEEvent, encode_event
 
@@ -78,6 +78,28 @@ class _BlockDelta(msgspec.Struct):
 
 
 _decode_delta = msgspec.json.Decoder(_BlockDelta).decode
+
+
+class _OnlyText(msgspec.Struct):
+    type: Literal["text_delta"]
+    text: str
+
+
+class _TextBlockDelta(msgspec.Struct):
+    """A ``content_block_delta`` exactly as ``AnthropicRound.take`` takes it, as
+    a type (a text delta), so a run of them decodes only when the frame-by-frame
+    checks would take every one; the block must also be open."""
+
+    type: Literal["content_block_delta"]
+    index: int
+    delta: _OnlyText
+
+
+_decode_text_deltas = msgspec.json.Decoder(list[_TextBlockDelta]).decode
+# The frames a run of text deltas is made of, and where such a run ends at the latest.
+_TEXT_FRAME = b"event: content_block_delta\ndata: "
+_BLOCK_STOP = b"event: content_block_stop"
+_PING = b"event: ping\ndata:"
 
 
 def _index(payload: dict[str, Any], name: str) -> int:
@@ -199,6 +221,9 @@ class AnthropicRound:
         as they came). Stops before any other frame; the caller decodes the rest."""
         if not self.can_take():
             return 0, 0
+        whole = self._take_block(data, max_frames)
+        if whole is not None:
+            return whole
         frames = leading_frames(data, 3)
         if frames is None:
             return 0, 0
@@ -225,15 +250,55 @@ class AnthropicRound:
             if state + len(text) > self._max_state_bytes:
                 break
             state += len(text)
-            buffer = self._text.get(index)
-            if buffer is None:  # the block's first text, as _block_delta starts it
-                buffer = TextBuffer(str(self.blocks[index].get("text", "")))
-                self._parts.setdefault(index, {})["text"] = self._text[index] = buffer
-            buffer.append(text)
+            self._buffer(index).append(text)
             taken += len(event) + len(line) + 3
             count += 1
         self._state_bytes = state
         return taken, count
+
+    def _buffer(self, index: int) -> TextBuffer:
+        """Block ``index``'s text; its first text starts it, as ``_block_delta`` does."""
+        buffer = self._text.get(index)
+        if buffer is None:
+            buffer = TextBuffer(str(self.blocks[index].get("text", "")))
+            self._parts.setdefault(index, {})["text"] = self._text[index] = buffer
+        return buffer
+
+    def _take_block(self, data: bytes, max_frames: int) -> tuple[int, int] | None:
+        """:meth:`take` of the text deltas before the first block's end in one
+        decode; None when not every frame there is one it takes (or the state
+        limit falls among them). Pings before them are taken too. A read whose
+        first other frame is not a text delta (a tool's JSON, thinking) is left
+        at a glance to the frame-by-frame path."""
+        pings = start = 0
+        while data.startswith(_PING, start):  # forwarded unread, as feed does
+            end = data.find(b"\n\n", start)
+            if end == -1 or data.count(b"\n", start, end) != 1:
+                return None
+            start = end + 2
+            pings += 1
+        first = data.find(b"\n\n", start)
+        if first == -1 or data.find(b'"text_delta"', start, first) == -1:
+            return None
+        rest = data[start:] if start else data
+        end = rest.find(_BLOCK_STOP)
+        block = frame_block(rest, len(rest) if end == -1 else end, _TEXT_FRAME,
+                            max_frames - pings)
+        if block is None:
+            return None
+        try:
+            deltas = _decode_text_deltas(block.array)
+        except msgspec.DecodeError:
+            return None
+        index = deltas[0].index if len(deltas) == block.frames else -1
+        if index not in self._open or any(d.index != index for d in deltas):
+            return None
+        text = "".join([d.delta.text for d in deltas])
+        if self._state_bytes + len(text) > self._max_state_bytes:
+            return None
+        self._state_bytes += len(text)
+        self._buffer(index).append(text)
+        return start + block.size, pings + block.frames
 
     def _apply(self, event: SSEEvent, name: str, payload: dict[str, Any]) -> bytes:
         kind = payload.get("type")

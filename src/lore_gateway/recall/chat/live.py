@@ -23,7 +23,7 @@ client gets a ``stream:false`` follow-up whose JSON goes through
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import orjson
@@ -31,7 +31,7 @@ import orjson
 from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.recall.anthropic.live import DEFAULT_MAX_STATE_BYTES
 from lore_gateway.recall.core.chain import RecallCall, StateLimitExceeded
-from lore_gateway.recall.core.reads import leading_frames
+from lore_gateway.recall.core.reads import frame_block, leading_frames
 from lore_gateway.recall.core.tool import RECALL_TOOL_NAME
 from lore_gateway.sse import SSEEvent
 
@@ -66,6 +66,31 @@ class _Chunk(msgspec.Struct):
 
 
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
+
+
+class _TextDelta(msgspec.Struct):
+    content: str | None = None
+    tool_calls: msgspec.UnsetType = msgspec.UNSET
+
+
+class _TextChoice(msgspec.Struct):
+    delta: _TextDelta
+    index: Literal[0] = 0
+    finish_reason: None = None
+
+
+class _TextChunk(msgspec.Struct):
+    """A chunk exactly as ``ChatRound.take`` takes it, as a type: one choice at
+    index 0, no finish, and no tool calls, usage or error, not even ``null``
+    (``UnsetType`` admits no value), so a run of chunks decodes only when the
+    frame-by-frame checks would take every one."""
+
+    choices: tuple[_TextChoice]
+    usage: msgspec.UnsetType = msgspec.UNSET
+    error: msgspec.UnsetType = msgspec.UNSET
+
+
+_decode_text_chunks = msgspec.json.Decoder(list[_TextChunk]).decode
 
 
 def _frame(payload: dict[str, Any]) -> bytes:
@@ -204,7 +229,17 @@ class ChatRound:
         ``[DONE]``, or a chunk of another shape; the caller decodes the rest."""
         if not self.can_take():
             return 0, 0
-        frames = leading_frames(data, 2, _NOT_CONTENT)
+        # The text run ends at the first tool call or at the (last) finish, found
+        # from the end: two short scans where the five triggers took five long ones.
+        call = data.find(b'"tool_calls"')
+        end = len(data) if call == -1 else call
+        finish = data.rfind(b'"finish_reason":"', 0, end)
+        if finish != -1:
+            end = finish
+        whole = self._take_block(data, end, max_frames)
+        if whole is not None:
+            return whole
+        frames = leading_frames(data, 2, _NOT_CONTENT, end)
         if frames is None:
             return 0, 0
         taken = count = 0
@@ -231,6 +266,22 @@ class ChatRound:
             count += 1
         self._state_bytes = state
         return taken, count
+
+    def _take_block(self, data: bytes, end: int, max_frames: int) -> tuple[int, int] | None:
+        """:meth:`take` of every frame before ``end`` in one decode; None when
+        not every one is a chunk it takes (or the state limit falls among them)."""
+        block = frame_block(data, end, b"data: ", max_frames)
+        if block is None or self._state_bytes + block.chars > self._max_state_bytes:
+            return None
+        try:
+            chunks = _decode_text_chunks(block.array)
+        except msgspec.DecodeError:
+            return None
+        if len(chunks) != block.frames:
+            return None
+        self.content.append("".join([c.choices[0].delta.content or "" for c in chunks]))
+        self._state_bytes += block.chars
+        return block.size, block.frames
 
     def close(self) -> None:
         if self.finish_reason is None:
