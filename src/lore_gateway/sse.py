@@ -14,6 +14,7 @@ size of one event and the total size, each failing with an exact message.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from lore_gateway.protocols.common import ProtocolError
@@ -397,3 +398,46 @@ def looks_like_sse(prefix: bytes) -> bool:
     """
     head = prefix.removeprefix(_BOM).lstrip()
     return head.startswith((b"data:", b"event:", b"id:", b"retry:", b":"))
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A run of whole frames, each a prefix and one JSON payload line
+    (:func:`frame_block`)."""
+
+    array: bytes  # the payloads as one JSON array, in order
+    size: int  # bytes of the frames, from the start of the data
+    frames: int
+    chars: int  # characters of the payloads (a round's retained-state measure)
+
+
+def frame_block(data: bytes, end: int, prefix: bytes, max_frames: int) -> Block | None:
+    """For decoding a run of frames in one call rather than one call a frame
+    (a live round's text deltas, a stored answer's chunks): the whole frames at
+    the start of ``data`` that end before ``end``, when every one of them is
+    ``prefix``, a payload on one line and a blank line (LF endings, UTF-8), at
+    most ``max_frames`` of them; None otherwise. A payload that is not one JSON
+    value leaves the array unreadable or of another length than ``frames``: the
+    caller checks both."""
+    cut = data.rfind(b"\n\n", 0, end) + 2
+    if cut < 2 or not data.startswith(prefix):
+        return None
+    body = data[len(prefix) : cut - 2]
+    separator = b"\n\n" + prefix
+    joined = body.replace(separator, b",")
+    # Every line break was a frame's end: a payload spread over lines, another
+    # field, a comment or a CR leaves one behind.
+    if b"\n" in joined or b"\r" in joined:
+        return None
+    frames = (len(body) - len(joined)) // (len(separator) - 1) + 1
+    if frames > max_frames:
+        return None
+    if body.isascii():
+        chars = len(body)
+    else:
+        try:
+            chars = len(body.decode())
+        except UnicodeDecodeError:
+            return None
+    chars -= (frames - 1) * len(separator)
+    return Block(b"[" + joined + b"]", cut, frames, chars)

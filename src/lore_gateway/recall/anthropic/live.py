@@ -30,9 +30,9 @@ import orjson
 
 from lore_gateway.protocols.common import ProtocolError, TextBuffer
 from lore_gateway.recall.core.chain import RecallCall, StateLimitExceeded, event_object
-from lore_gateway.recall.core.reads import frame_block, leading_frames
+from lore_gateway.recall.core.reads import leading_frames
 from lore_gateway.recall.core.tool import RECALL_TOOL_NAME
-from lore_gateway.sse import SSEEvent, encode_event
+from lore_gateway.sse import SSEEvent, encode_event, frame_block
 
 # The accumulated message is bounded like the Responses path's retained state
 # (lore-spec E.1, 16 MiB): a long extended-thinking answer is a few hundred KB.

@@ -31,9 +31,9 @@ import orjson
 from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.recall.anthropic.live import DEFAULT_MAX_STATE_BYTES
 from lore_gateway.recall.core.chain import RecallCall, StateLimitExceeded
-from lore_gateway.recall.core.reads import frame_block, leading_frames
+from lore_gateway.recall.core.reads import leading_frames
 from lore_gateway.recall.core.tool import RECALL_TOOL_NAME
-from lore_gateway.sse import SSEEvent
+from lore_gateway.sse import SSEEvent, frame_block
 
 _DONE = b"data: [DONE]\n\n"
 # Where the fast path of ``ChatRound.take`` ends at the latest: these keys (JSON

@@ -13,10 +13,10 @@ frame how far its fast path goes; the rest of the read is decoded as before.
 
 Deciding frame by frame is itself a Python loop over every delta, with one
 decoder call each: most of what ``take`` costs. So a round first tries the run
-of frames as a whole (:func:`frame_block`): when every frame is the one line
-the fast path takes, their payloads are one JSON array, and one decode with
-types that admit only what the fast path takes checks them all. Any doubt
-(another shape, another frame, a type the decode refuses) leaves the round's
+of frames as a whole (``sse.frame_block``): when every frame is the one line the
+fast path takes, their payloads are one JSON array, and one decode with types
+that admit only what the fast path takes checks them all. Any doubt (another
+shape, another frame, a type the decode refuses) leaves the round's
 frame-by-frame path to decide, as before.
 """
 
@@ -61,46 +61,6 @@ def leading_frames(data: bytes, lines_per_frame: int,
         return None
     del lines[last::lines_per_frame]
     return Frames(lines, ascii)
-
-
-@dataclass(frozen=True, slots=True)
-class Block:
-    """A run of whole frames, each ``prefix`` and one JSON payload line."""
-
-    array: bytes  # the payloads as one JSON array, in order
-    size: int  # bytes of the frames, from the start of the read
-    frames: int
-    chars: int  # characters of the payloads (a round's retained-state measure)
-
-
-def frame_block(data: bytes, end: int, prefix: bytes, max_frames: int) -> Block | None:
-    """The whole frames at the start of ``data`` that end before ``end``, when
-    every one of them is ``prefix``, a payload on one line and a blank line (LF
-    endings, UTF-8), at most ``max_frames`` of them; None otherwise. A payload
-    that is not one JSON value leaves the array unreadable or of another length
-    than ``frames``: the caller checks both."""
-    cut = data.rfind(b"\n\n", 0, end) + 2
-    if cut < 2 or not data.startswith(prefix):
-        return None
-    body = data[len(prefix) : cut - 2]
-    separator = b"\n\n" + prefix
-    joined = body.replace(separator, b",")
-    # Every line break was a frame's end: a payload spread over lines, another
-    # field, a comment or a CR leaves one behind.
-    if b"\n" in joined or b"\r" in joined:
-        return None
-    frames = (len(body) - len(joined)) // (len(separator) - 1) + 1
-    if frames > max_frames:
-        return None
-    if body.isascii():
-        chars = len(body)
-    else:
-        try:
-            chars = len(body.decode())
-        except UnicodeDecodeError:
-            return None
-    chars -= (frames - 1) * len(separator)
-    return Block(b"[" + joined + b"]", cut, frames, chars)
 
 
 def _utf8(data: bytes) -> bool:
