@@ -46,6 +46,8 @@ CHAT_PLAIN = [
     joined(fs.chat_text(TRICKY, "gpt-x", True, deltas=7)),
     joined(fs.chat_text("", "gpt-x", True)),
     chunk({"role": "assistant"}) + chunk({"content": None}) + chunk({"content": "hi"}) + DONE,
+    chunk({"content": "a", "tool_calls": []}) + chunk({"content": "b", "tool_calls": None}) + DONE,
+    DONE,
 ]
 ANTHROPIC_PLAIN = [
     ANTHROPIC_TEXT,
@@ -68,8 +70,17 @@ CHAT_OTHER = [
     chunk({"content": "a"}) + b"data: {not json\n\n" + DONE,
     chunk({"content": "a"}) + b"data: [1]\n\n" + DONE,
     b": keep-alive\n\n" + CHAT_TEXT,
+    # Read in one decode, these must still not pass for plain text.
+    chunk({"content": "a"})[:-2] + b"," + chunk({"content": "b"})[6:] + DONE,
+    chunk({"content": "a"})[:-3] + b"\n}\n\n" + DONE,
+    chunk({"content": "a"}) + b"id: 7\n" + chunk({"content": "b"}) + DONE,
+    chunk({"content": "a"}).replace(b'"choices"', b'"error":null,"choices"') + DONE,
+    chunk({"content": "a"}).replace(b'"choices":[', b'"choices":[{"index":0,"delta":{}},')
+    + DONE,
+    chunk({"content": "a"}) + b"\n" + DONE,
     b'{"id": "c1", "choices": []}',
 ]
+ANOTHER_DELTA = b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}}'
 ANTHROPIC_OTHER = [
     joined(fs.anthropic_call("recall", '{"query": "x"}', "claude-x")),
     joined(fs.anthropic_blocks((("thinking", "hmm", ""), ("text", "answer", "")), "claude-x")),
@@ -84,6 +95,11 @@ ANTHROPIC_OTHER = [
     frame("content_block_start", {"type": "content_block_start", "index": 0,
                                   "content_block": {"type": "text", "text": "x"}})
     + ANTHROPIC_TEXT,
+    # Read in one decode, these must still not pass for plain text.
+    ANTHROPIC_TEXT.replace(b'"index":0,"delta"', b'"index":1,"delta"', 1),
+    ANTHROPIC_TEXT.replace(b'"text_delta","text":"', b'"text_delta","text":\n"', 1),
+    ANTHROPIC_TEXT.replace(b'"four "}}', b'"four "}},' + ANOTHER_DELTA, 1),
+    ANTHROPIC_TEXT.replace(b'"words "}}\n', b'"words "}}\nid: 1\n', 1),
 ]
 
 
