@@ -14,6 +14,7 @@ from lore_gateway.sse import (
     SSELimitError,
     encode_comment,
     encode_event,
+    frame_block,
     looks_like_sse,
 )
 
@@ -182,3 +183,33 @@ def test_usual_frames_among_others_decode_alike_however_the_chunks_fall() -> Non
                 assert [(e.event, e.data, e.has_data) for e in events] == expected, (cut, cut2)
                 if skip is None:
                     assert b"".join(e.raw for e in events) == lf
+
+
+def test_a_run_of_one_line_frames_becomes_one_json_array() -> None:
+    data = 'data: {"a":1}\n\ndata: {"b":"é"}\n\ndata: {"c":3}\n\ndata: {"d"'.encode()
+    block = frame_block(data, len(data), b"data: ", 10)
+    assert block is not None
+    assert (block.array, block.frames, block.chars) == (b'[{"a":1},{"b":"\xc3\xa9"},{"c":3}]', 3,
+                                                         len('{"a":1}{"b":"é"}{"c":3}'))
+    assert data[:block.size].endswith(b"\n\n") and data[block.size:] == b'data: {"d"'
+    end = data.find(b'{"c"')
+    assert frame_block(data, end, b"data: ", 10).frames == 2  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("data", [
+    b'data: {"a":1}\n\nevent: x\ndata: {"b":2}\n\n',  # another field
+    b'data: {"a":1}\n\n: comment\n\n',
+    b'data: {"a":\n1}\n\n',  # a payload over two lines
+    b'data: {"a":1}\r\n\r\n',
+    b'data: {"a":1}\n\n\ndata: {"b":2}\n\n',  # an extra blank line
+    b'data:{"a":1}\n\n',
+    b'data: {"a":"\xff"}\n\n',  # not UTF-8
+    b'data: {"a":1}',  # no whole frame
+])
+def test_a_run_with_anything_else_is_not_one_array(data: bytes) -> None:
+    assert frame_block(data, len(data), b"data: ", 10) is None
+
+
+def test_a_run_over_the_frame_limit_is_not_one_array() -> None:
+    data = b'data: {"a":1}\n\n' * 3
+    assert frame_block(data, len(data), b"data: ", 2) is None
