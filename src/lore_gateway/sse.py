@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import msgspec
+
 from lore_gateway.protocols.common import ProtocolError
 
 MiB = 1024 * 1024
@@ -402,7 +404,7 @@ def looks_like_sse(prefix: bytes) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Block:
-    """A run of whole frames, each a prefix and one JSON payload line
+    """A run of whole frames, each a prefix and one JSON value on one line
     (:func:`frame_block`)."""
 
     array: bytes  # the payloads as one JSON array, in order
@@ -411,33 +413,52 @@ class Block:
     chars: int  # characters of the payloads (a round's retained-state measure)
 
 
+_raw_values = msgspec.json.Decoder(list[msgspec.Raw]).decode
+
+
+def json_array(payloads: list[bytes]) -> bytes | None:
+    """The payloads as one JSON array, when each is exactly one JSON value on
+    one line; None otherwise.
+
+    Checked element by element, not only by the count: a payload cut in two
+    and another holding two values would make up the count. (The bytes' UTF-8
+    is the caller's to check; msgspec does not check the text of what it
+    skips.)"""
+    joined = b",".join(payloads)
+    # A line break or CR in a payload: a value over lines, another field, a comment.
+    if b"\n" in joined or b"\r" in joined:
+        return None
+    array = b"[" + joined + b"]"
+    try:
+        values = _raw_values(array)
+    except msgspec.DecodeError:
+        return None
+    if list(map(len, values)) != list(map(len, payloads)):
+        return None  # not one value a payload (or space around one)
+    return array
+
+
 def frame_block(data: bytes, end: int, prefix: bytes, max_frames: int) -> Block | None:
     """For decoding a run of frames in one call rather than one call a frame
     (a live round's text deltas, a stored answer's chunks): the whole frames at
     the start of ``data`` that end before ``end``, when every one of them is
-    ``prefix``, a payload on one line and a blank line (LF endings, UTF-8), at
-    most ``max_frames`` of them; None otherwise. A payload that is not one JSON
-    value leaves the array unreadable or of another length than ``frames``: the
-    caller checks both."""
+    ``prefix``, one JSON value on one line and a blank line (LF endings, UTF-8),
+    at most ``max_frames`` of them; None otherwise."""
     cut = data.rfind(b"\n\n", 0, end) + 2
     if cut < 2 or not data.startswith(prefix):
         return None
-    body = data[len(prefix) : cut - 2]
-    separator = b"\n\n" + prefix
-    joined = body.replace(separator, b",")
-    # Every line break was a frame's end: a payload spread over lines, another
-    # field, a comment or a CR leaves one behind.
-    if b"\n" in joined or b"\r" in joined:
+    payloads = data[len(prefix) : cut - 2].split(b"\n\n" + prefix)
+    if len(payloads) > max_frames:
         return None
-    frames = (len(body) - len(joined)) // (len(separator) - 1) + 1
-    if frames > max_frames:
+    array = json_array(payloads)
+    if array is None:
         return None
-    if body.isascii():
-        chars = len(body)
+    inner = memoryview(array)[1:-1]
+    if array.isascii():
+        chars = len(inner)
     else:
         try:
-            chars = len(body.decode())
+            chars = len(str(inner, "utf-8"))
         except UnicodeDecodeError:
             return None
-    chars -= (frames - 1) * len(separator)
-    return Block(b"[" + joined + b"]", cut, frames, chars)
+    return Block(array, cut, len(payloads), chars - len(payloads) + 1)

@@ -105,6 +105,18 @@ def _bent(frames: list[bytes], at: int, frame: bytes) -> list[bytes]:
     return [*frames[:at], frame, *frames[at:]]
 
 
+def _merged(frames: list[bytes], at: int, cut: bytes) -> list[bytes]:
+    """Frames ``at`` and ``at + 1`` rewritten as two frames whose payloads are
+    not one JSON value each, though joined with a comma they are two: the
+    first cut off inside a string (after ``cut``), the second its rest and the
+    next frame's whole value. The count of values matches the count of frames."""
+    start = frames[at].index(b"data: ") + 6
+    prefix, one, two = frames[at][:start], frames[at][start:-2], frames[at + 1][start:-2]
+    head, _, tail = one.partition(cut)
+    return [*frames[:at], prefix + head + cut + b"\n\n",
+            prefix + tail + b"," + two + b"\n\n", *frames[at + 2:]]
+
+
 def _sse_file(path: Path) -> list[bytes]:
     data = path.read_bytes()
     if path.name.endswith(".chunks.jsonl"):
@@ -144,6 +156,7 @@ def _streams() -> dict[str, tuple[str, list[bytes]]]:
                                                                       b'"tool_calls":null,"content":'))),
         "chat-false-index": ("chat", _bent(chat, 5, chat_delta.replace(b'"index":0',
                                                                        b'"index":false'))),
+        "chat-merged-frames": ("chat", _merged(chat, 5, b'"chat.')),
         "chat-two-spaces": ("chat", _bent(chat, 5, b"data:  " + chat_delta[6:])),
         "chat-extra-blank": ("chat", _bent(chat, 5, b"\n")),
         "chat-field": ("chat", _bent(chat, 5, b"id: 7\n" + chat_delta)),
@@ -168,6 +181,7 @@ def _streams() -> dict[str, tuple[str, list[bytes]]]:
                                                           b"event: content_block_stop\n\n")),
         "anth-other-delta": ("anthropic", _bent(anth, 6, anth_delta.replace(
             b'"type":"text_delta"', b'"type":"citations_delta"'))),
+        "anth-merged-frames": ("anthropic", _merged(anth, 4, b'"text":"')),
         "anth-pings": ("anthropic", _bent(_bent(anth, 3, anth[2]), 3,
                                           b"event: ping\ndata: x\r\n\n")),
     }

@@ -78,6 +78,10 @@ CHAT_OTHER = [
     chunk({"content": "a"}).replace(b'"choices":[', b'"choices":[{"index":0,"delta":{}},')
     + DONE,
     chunk({"content": "a"}) + b"\n" + DONE,
+    # A chunk cut off inside a string and another holding its rest and a whole
+    # chunk: as many JSON values as frames once joined, but not one a frame.
+    chunk({"content": "a"}).replace(b'"c1"', b'"c\n\ndata: 1"') + b"data: "
+    + chunk({"content": "b"})[6:-2] + b"," + chunk({"content": "c"})[6:] + DONE,
     b'{"id": "c1", "choices": []}',
 ]
 ANOTHER_DELTA = b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}}'
@@ -100,6 +104,8 @@ ANTHROPIC_OTHER = [
     ANTHROPIC_TEXT.replace(b'"text_delta","text":"', b'"text_delta","text":\n"', 1),
     ANTHROPIC_TEXT.replace(b'"four "}}', b'"four "}},' + ANOTHER_DELTA, 1),
     ANTHROPIC_TEXT.replace(b'"words "}}\n', b'"words "}}\nid: 1\n', 1),
+    ANTHROPIC_TEXT.replace(b'"four "}}', b'"fo\n\nevent: content_block_delta\ndata: ur "}},'
+                           + ANOTHER_DELTA, 1),
 ]
 
 

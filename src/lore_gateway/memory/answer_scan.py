@@ -30,7 +30,7 @@ import orjson
 
 from lore_gateway.protocols.common import Message
 from lore_gateway.protocols.responses_model import TERMINAL_EVENTS
-from lore_gateway.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_FRAMES, frame_block
+from lore_gateway.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_FRAMES, frame_block, json_array
 
 _Unsure = ValueError  # raised inside a scan: the caller parses in full
 
@@ -191,11 +191,11 @@ def _anthropic(frames: list[bytes]) -> list[str]:
 def _text_deltas(run: list[bytes], open_block: list[str] | None, index: int) -> list[str]:
     """A run of ``content_block_delta`` frames, decoded in one call: each a
     text delta of the open block ``index``; the block with their text added."""
-    payloads = b",".join([frame[len(_DELTA_FRAME):] for frame in run])
-    if open_block is None or b"\n" in payloads:  # a payload of one line each
+    array = json_array([frame[len(_DELTA_FRAME):] for frame in run])
+    if open_block is None or array is None:
         raise _Unsure
-    deltas = _decode_anthropic_deltas(b"[" + payloads + b"]")
-    if len(deltas) != len(run) or any(d.index != index for d in deltas):
+    deltas = _decode_anthropic_deltas(array)
+    if any(d.index != index for d in deltas):
         raise _Unsure
     open_block.append("".join([d.delta.text or "" for d in deltas]))
     return open_block
