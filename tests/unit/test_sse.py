@@ -15,6 +15,7 @@ from lore_gateway.sse import (
     encode_comment,
     encode_event,
     frame_block,
+    json_array,
     looks_like_sse,
 )
 
@@ -213,3 +214,12 @@ def test_a_run_with_anything_else_is_not_one_array(data: bytes) -> None:
 def test_a_run_over_the_frame_limit_is_not_one_array() -> None:
     data = b'data: {"a":1}\n\n' * 3
     assert frame_block(data, len(data), b"data: ", 2) is None
+
+
+def test_payloads_make_an_array_only_when_each_is_one_value() -> None:
+    assert json_array([b'{"a":"x"}', b"[1]", b"2"]) == b'[{"a":"x"},[1],2]'
+    # Joined, these are two values for two payloads, but neither payload is one.
+    assert json_array([b'{"a":"x', b'y"},{"b":1}']) is None
+    assert json_array([b'{"a":[1', b"2]}", b"3,4"]) is None
+    assert json_array([b" 1", b"2"]) is None  # space around a value: not taken
+    assert json_array([b"1", b""]) is None
