@@ -407,7 +407,7 @@ class Block:
     """A run of whole frames, each a prefix and one JSON value on one line
     (:func:`frame_block`)."""
 
-    array: bytes  # the payloads as one JSON array, in order
+    array: bytes  # the payloads as one JSON array, one element a frame, in order
     size: int  # bytes of the frames, from the start of the data
     frames: int
     chars: int  # characters of the payloads (a round's retained-state measure)

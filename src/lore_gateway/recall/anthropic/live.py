@@ -290,7 +290,7 @@ class AnthropicRound:
             deltas = _decode_text_deltas(block.array)
         except msgspec.DecodeError:
             return None
-        index = deltas[0].index if len(deltas) == block.frames else -1
+        index = deltas[0].index
         if index not in self._open or any(d.index != index for d in deltas):
             return None
         text = "".join([d.delta.text for d in deltas])

@@ -277,8 +277,6 @@ class ChatRound:
             chunks = _decode_text_chunks(block.array)
         except msgspec.DecodeError:
             return None
-        if len(chunks) != block.frames:
-            return None
         self.content.append("".join([c.choices[0].delta.content or "" for c in chunks]))
         self._state_bytes += block.chars
         return block.size, block.frames
