@@ -154,6 +154,8 @@ def _streams() -> dict[str, tuple[str, list[bytes]]]:
                                                                       b'"error":null,"choices":'))),
         "chat-null-calls": ("chat", _bent(chat, 5, chat_delta.replace(b'"content":',
                                                                       b'"tool_calls":null,"content":'))),
+        "chat-index-one": ("chat", _bent(chat, 5, chat_delta.replace(b'"index":0',
+                                                                     b'"index":1'))),
         "chat-false-index": ("chat", _bent(chat, 5, chat_delta.replace(b'"index":0',
                                                                        b'"index":false'))),
         "chat-merged-frames": ("chat", _merged(chat, 5, b'"chat.')),

@@ -2,13 +2,13 @@
 
 ``view`` is what the request pipeline asks before it runs (for the ``knowledge``
 slot, after anchor expansion and before the recall tool; ``inject_knowledge``
-renders it). The first request of a session
-imports edits from ``.lore.md``, renders the block from the project's entries,
-exports the file again and persists the block, so a restart gives the same
-bytes. Later requests reuse it. When the curator changes the project's entries
-during the session, the next request whose newest item is a user message gets
-one update inserted before that message, persisted with its position, and every
-later request carries it at the same place.
+renders it). The first request of a session imports edits from ``.lore.md``,
+renders the block from the project's entries, exports the file again and
+persists the block, so a restart gives the same bytes. Later requests reuse
+it. When the curator changes the project's entries during the session, the next
+request whose newest item is a user message gets one update inserted before
+that message, persisted with its position, and every later request carries it
+at the same place.
 
 Gateways sharing one database (``LORE_DATABASE_URL``; docs/storage.md, "Several
 instances") may each serve any turn of a session, so there the database is the

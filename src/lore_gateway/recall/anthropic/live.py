@@ -63,38 +63,23 @@ def _loads(event: SSEEvent) -> dict[str, Any]:
 
 
 class _TextDelta(msgspec.Struct):
-    type: str
-    text: str
-
-
-class _BlockDelta(msgspec.Struct):
-    """What ``AnthropicRound.take`` reads of a ``content_block_delta`` (the rest
-    is checked, not built; the read is UTF-8, so msgspec accepts exactly what
-    orjson does). Another kind of delta has no ``text``: the fast path stops."""
-
-    type: str
-    index: int
-    delta: _TextDelta
-
-
-_decode_delta = msgspec.json.Decoder(_BlockDelta).decode
-
-
-class _OnlyText(msgspec.Struct):
     type: Literal["text_delta"]
     text: str
 
 
 class _TextBlockDelta(msgspec.Struct):
     """A ``content_block_delta`` exactly as ``AnthropicRound.take`` takes it, as
-    a type (a text delta), so a run of them decodes only when the frame-by-frame
-    checks would take every one; the block must also be open."""
+    a type: a text delta (its block must also be open). Another kind of delta
+    fails the decoding, and the fast path stops before it. (The rest is
+    checked, not built; the read is UTF-8, so msgspec accepts exactly what
+    orjson does.)"""
 
     type: Literal["content_block_delta"]
     index: int
-    delta: _OnlyText
+    delta: _TextDelta
 
 
+_decode_delta = msgspec.json.Decoder(_TextBlockDelta).decode
 _decode_text_deltas = msgspec.json.Decoder(list[_TextBlockDelta]).decode
 # The frames a run of text deltas is made of, and where such a run ends at the latest.
 _TEXT_FRAME = b"event: content_block_delta\ndata: "
@@ -243,8 +228,7 @@ class AnthropicRound:
             except msgspec.DecodeError:
                 break
             index = delta.index
-            if (delta.type != "content_block_delta" or delta.delta.type != "text_delta"
-                    or index not in self._open):
+            if index not in self._open:
                 break
             text = delta.delta.text
             if state + len(text) > self._max_state_bytes:

@@ -41,33 +41,6 @@ _DONE = b"data: [DONE]\n\n"
 _NOT_CONTENT = (b'"tool_calls"', b'"usage"', b'"error"', b'"finish_reason":"', b"[DONE]")
 
 
-_ABSENT = msgspec.Raw(b"")
-
-
-class _Delta(msgspec.Struct):
-    content: str | None = None
-    tool_calls: msgspec.Raw = _ABSENT
-
-
-class _Choice(msgspec.Struct):
-    delta: _Delta
-    index: int = 0
-    finish_reason: None = None
-
-
-class _Chunk(msgspec.Struct):
-    """What ``ChatRound.take`` reads of a chunk (the rest is checked, not built;
-    the read is UTF-8, so msgspec accepts exactly what orjson does). A key the
-    fast path must not see is read as raw bytes, to tell it is there."""
-
-    choices: list[_Choice]
-    usage: msgspec.Raw = _ABSENT
-    error: msgspec.Raw = _ABSENT
-
-
-_decode_chunk = msgspec.json.Decoder(_Chunk).decode
-
-
 class _TextDelta(msgspec.Struct):
     content: str | None = None
     tool_calls: msgspec.UnsetType = msgspec.UNSET
@@ -82,14 +55,16 @@ class _TextChoice(msgspec.Struct):
 class _TextChunk(msgspec.Struct):
     """A chunk exactly as ``ChatRound.take`` takes it, as a type: one choice at
     index 0, no finish, and no tool calls, usage or error, not even ``null``
-    (``UnsetType`` admits no value), so a run of chunks decodes only when the
-    frame-by-frame checks would take every one."""
+    (``UnsetType`` admits no value). Anything else fails the decoding, and the
+    fast path stops before it. (The rest is checked, not built; the read is
+    UTF-8, so msgspec accepts exactly what orjson does.)"""
 
     choices: tuple[_TextChoice]
     usage: msgspec.UnsetType = msgspec.UNSET
     error: msgspec.UnsetType = msgspec.UNSET
 
 
+_decode_text_chunk = msgspec.json.Decoder(_TextChunk).decode
 _decode_text_chunks = msgspec.json.Decoder(list[_TextChunk]).decode
 
 
@@ -248,18 +223,14 @@ class ChatRound:
             if not line.startswith(b"data: {"):
                 break
             try:
-                chunk = _decode_chunk(line[6:])
+                chunk = _decode_text_chunk(line[6:])
             except msgspec.DecodeError:
-                break
-            choices = chunk.choices
-            if (len(choices) != 1 or choices[0].index != 0 or chunk.usage or chunk.error
-                    or choices[0].delta.tool_calls):
                 break
             size = len(line) - 6 if frames.ascii else len(line[6:].decode())
             if state + size > self._max_state_bytes:
                 break
             state += size
-            content = choices[0].delta.content
+            content = chunk.choices[0].delta.content
             if content is not None:
                 self.content.append(content)
             taken += len(line) + 2
