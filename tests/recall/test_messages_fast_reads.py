@@ -129,6 +129,11 @@ def _streams() -> dict[str, tuple[str, list[bytes]]]:
     anth = list(fs.anthropic_text(TEXT, MODEL, deltas=12).frames)
     chat_delta = chat[4]
     anth_delta = next(f for f in anth[4:] if f.startswith(b"event: content_block_delta"))
+
+    def chat_with(old: bytes, new: bytes) -> list[bytes]:
+        """The Chat text stream with one content chunk, edited, inserted."""
+        return _bent(chat, 5, chat_delta.replace(old, new))
+
     streams: dict[str, tuple[str, list[bytes]]] = {
         "chat-text": ("chat", chat),
         "chat-no-usage": ("chat", list(fs.chat_text(TEXT, MODEL, False, deltas=5).frames)),
@@ -137,27 +142,20 @@ def _streams() -> dict[str, tuple[str, list[bytes]]]:
                                                   MODEL, True).frames)),
         "chat-malformed": ("chat", _bent(chat, 5, b'data: {"choices":[{"delta":\n\n')),
         "chat-error": ("chat", _bent(chat, 5, b'data: {"error":{"message":"boom"}}\n\n')),
-        "chat-two-choices": ("chat", _bent(chat, 5, chat_delta.replace(
-            b'"choices":[', b'"choices":[{"index":1,"delta":{"content":"x"}},'))),
-        "chat-null-content": ("chat", _bent(chat, 5, chat_delta.replace(
-            b'"content":', b'"content":null,"x":'))),
+        "chat-two-choices": ("chat", chat_with(
+            b'"choices":[', b'"choices":[{"index":1,"delta":{"content":"x"}},')),
+        "chat-null-content": ("chat", chat_with(b'"content":', b'"content":null,"x":')),
         "chat-comment": ("chat", _bent(chat, 5, b": keepalive\n\n")),
         "chat-early-done": ("chat", _bent(chat, 5, b"data: [DONE]\n\n")),
         "chat-crlf": ("chat", [f.replace(b"\n", b"\r\n") for f in chat]),
         # Frames a run decoded as one JSON array must not let through.
         "chat-two-values": ("chat", _bent(chat, 5, chat_delta[:-2] + b"," + chat_delta[6:])),
-        "chat-two-lines": ("chat", _bent(chat, 5, chat_delta.replace(b'"choices":',
-                                                                     b'"choices":\n'))),
-        "chat-null-usage": ("chat", _bent(chat, 5, chat_delta.replace(b'"choices":',
-                                                                      b'"usage":null,"choices":'))),
-        "chat-null-error": ("chat", _bent(chat, 5, chat_delta.replace(b'"choices":',
-                                                                      b'"error":null,"choices":'))),
-        "chat-null-calls": ("chat", _bent(chat, 5, chat_delta.replace(b'"content":',
-                                                                      b'"tool_calls":null,"content":'))),
-        "chat-index-one": ("chat", _bent(chat, 5, chat_delta.replace(b'"index":0',
-                                                                     b'"index":1'))),
-        "chat-false-index": ("chat", _bent(chat, 5, chat_delta.replace(b'"index":0',
-                                                                       b'"index":false'))),
+        "chat-two-lines": ("chat", chat_with(b'"choices":', b'"choices":\n')),
+        "chat-null-usage": ("chat", chat_with(b'"choices":', b'"usage":null,"choices":')),
+        "chat-null-error": ("chat", chat_with(b'"choices":', b'"error":null,"choices":')),
+        "chat-null-calls": ("chat", chat_with(b'"content":', b'"tool_calls":null,"content":')),
+        "chat-index-one": ("chat", chat_with(b'"index":0', b'"index":1')),
+        "chat-false-index": ("chat", chat_with(b'"index":0', b'"index":false')),
         "chat-merged-frames": ("chat", _merged(chat, 5, b'"chat.')),
         "chat-two-spaces": ("chat", _bent(chat, 5, b"data:  " + chat_delta[6:])),
         "chat-extra-blank": ("chat", _bent(chat, 5, b"\n")),
