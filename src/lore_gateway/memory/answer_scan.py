@@ -15,8 +15,8 @@ each run of text chunks or deltas in one call (``sse.frame_block``; one call a
 frame was most of the scan's time), and joins the text pieces. Anything else it
 might read differently from the accumulator (tool calls, a refusal, thinking,
 several choices or messages, an error event, a frame of another shape, an
-unfinished stream) returns None, and the caller parses the stream in full. Equal to the
-full parse on every stream shape the fake upstream makes, by test.
+unfinished stream) returns None, and the caller parses the stream in full.
+Equal to the full parse on every stream shape the fake upstream makes, by test.
 """
 
 from __future__ import annotations
