@@ -195,18 +195,21 @@ class RecallService:
                                resp: UpstreamResponse, client: ClientChannel) -> Delivery:
         """Anthropic or Chat to a streaming client. What the client got is kept
         (bounded). Up to 256 KiB it goes to storage as it is, parsed where the
-        turn is written, and only its usage is read here (the usage events
-        alone); a larger answer is parsed in a thread here, not copied across."""
+        turn is written; its usage is the live round's when the answer went out
+        in one round as it came, else read here from the usage events alone. A
+        larger answer is parsed in a thread here, not copied across."""
         headers = client_response_headers(resp.raw_headers)
         tee = _Tee(client)
         handler = anthropic_handler if exchange.protocol is Protocol.ANTHROPIC else chat_handler
-        await handler.stream_recall(ctx, resp, tee, headers)
+        one_round = await handler.stream_recall(ctx, resp, tee, headers)
         if sum(map(len, tee.chunks)) > RAW_OUTPUT_MAX_BYTES:
             outputs, usage = await _outputs(exchange.protocol, tee.chunks)
             return Delivery(200, headers, outputs + _staged_messages(ctx), True,
                             usage=_one_round(ctx, usage))
         body = b"".join(tee.chunks)
-        usage = stream_usage(exchange.protocol, body)
+        # Answered in one round as it came: the round read the usage already.
+        usage = (one_round.usage if one_round is not None
+                 else stream_usage(exchange.protocol, body))
         report_usage(exchange.protocol.value, usage)  # token metrics (the overview's charts)
         raw = RawOutputs(exchange.protocol.value, body, tuple(_staged_messages(ctx)))
         return Delivery(200, headers, [], True, usage=_one_round(ctx, usage), raw=raw)

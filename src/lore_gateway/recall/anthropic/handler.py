@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from lore_gateway.protocols.common import ProtocolError
+from lore_gateway.protocols.usage import usage_from_anthropic
 from lore_gateway.recall.anthropic.live import AnthropicRecallStream, content_usable, sum_usage
 from lore_gateway.recall.core import driver, telemetry
 from lore_gateway.recall.core.chain import (
@@ -136,10 +137,19 @@ class StreamAdapter(driver.MessagesStream):
 
 async def stream_recall(ctx: RecallContext, principal: UpstreamResponse,
                         client: driver.ClientStream,
-                        response_headers: list[tuple[bytes, bytes]]) -> None:
+                        response_headers: list[tuple[bytes, bytes]]) -> driver.OneRound | None:
     """Relay a streamed Anthropic principal to a streaming Anthropic client,
-    running hidden recalls and splicing in their continuations."""
-    await driver.serve_stream(ctx, StreamAdapter(ctx), principal, client, response_headers)
+    running hidden recalls and splicing in their continuations; the answer's
+    usage when it went out in one round as it came (else None)."""
+    adapter = StreamAdapter(ctx)
+    if not await driver.serve_stream(ctx, adapter, principal, client, response_headers):
+        return None
+    rounds = adapter.stream.rounds
+    if len(rounds) > 1 or rounds[0].recall_seen or rounds[0].error is not None:
+        return None
+    # message_start's usage with every message_delta's laid over it.
+    usage = rounds[0].usage
+    return driver.OneRound(usage_from_anthropic(usage) if usage else None)
 
 
 # --- non-streaming client -------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from lore_gateway.protocols.usage import usage_from_chat
 from lore_gateway.recall.chat.live import (
     ChatRecallStream,
     completion_message,
@@ -91,9 +92,18 @@ class StreamAdapter(driver.MessagesStream):
 
 async def stream_recall(ctx: RecallContext, principal: UpstreamResponse,
                         client: driver.ClientStream,
-                        response_headers: list[tuple[bytes, bytes]]) -> None:
-    """Relay a streamed Chat principal to a streaming client with hidden recalls."""
-    await driver.serve_stream(ctx, StreamAdapter(ctx), principal, client, response_headers)
+                        response_headers: list[tuple[bytes, bytes]]) -> driver.OneRound | None:
+    """Relay a streamed Chat principal to a streaming client with hidden recalls;
+    the answer's usage when it went out in one round as it came (else None)."""
+    adapter = StreamAdapter(ctx)
+    if not await driver.serve_stream(ctx, adapter, principal, client, response_headers):
+        return None
+    rounds = adapter.stream.rounds
+    if len(rounds) > 1 or rounds[0].recall_seen:
+        return None
+    # The last usage that is not null, as a reader of the client's bytes takes it.
+    wire = rounds[0].wire_usage
+    return driver.OneRound(None if wire is None else usage_from_chat(wire))
 
 
 # --- non-streaming client -------------------------------------------------------------

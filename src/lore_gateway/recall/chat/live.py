@@ -121,6 +121,7 @@ class ChatRound:
         self._hidden: set[int] = set()
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] = {}
+        self.wire_usage: Any = None  # the last usage that was not null, as sent
         self.held: list[dict[str, Any]] = []
         self.done = False
         self.done_sent = False  # this round forwarded the upstream's [DONE]
@@ -276,8 +277,11 @@ class ChatRound:
         created = chunk.get("created")
         if self.created is None and isinstance(created, int):
             self.created = created
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = dict(chunk["usage"])
+        usage = chunk.get("usage")
+        if usage is not None:
+            self.wire_usage = usage
+            if isinstance(usage, dict):
+                self.usage = dict(usage)
         choices = chunk.get("choices") or []
         if not isinstance(choices, list) or len(choices) > 1:
             raise ProtocolError("malformed OpenAI response choice")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
@@ -25,6 +26,7 @@ import orjson
 from lore_gateway.errors import error_body
 from lore_gateway.obs import metrics
 from lore_gateway.protocols.common import ProtocolError
+from lore_gateway.protocols.usage import Usage
 from lore_gateway.recall.core.chain import (
     JSON_HEADERS,
     RECALL_FAILED,
@@ -393,6 +395,16 @@ class MessagesStream(MessagesFollowUps):
         return self.live.finish()
 
 
+@dataclass(frozen=True, slots=True)
+class OneRound:
+    """A streamed answer that reached the client in one round, every event as
+    the upstream sent it (no recall ran): its usage as the round read it, None
+    when the stream reported none. The caller need not read the client's bytes
+    for it again."""
+
+    usage: Usage | None
+
+
 class ClientStream(Protocol):
     """The client channel as a streamed recall answer uses it."""
 
@@ -417,9 +429,10 @@ class ServedJSON(BufferedAdapter, Protocol):
 
 
 async def serve_stream(ctx: RecallContext, adapter: ServedStream, principal: UpstreamResponse,
-                       client: ClientStream, headers: list[tuple[bytes, bytes]]) -> None:
+                       client: ClientStream, headers: list[tuple[bytes, bytes]]) -> bool:
     """A streaming client's whole response: the chain relayed live, then the
-    closing bytes, or the protocol's error event (never a success terminal)."""
+    closing bytes, or the protocol's error event (never a success terminal).
+    Whether the client got the whole answer (False: it ended with the error)."""
     await client.start(200, headers)
     try:
         closing = await run_streamed(ctx, adapter, principal, client)
@@ -428,12 +441,13 @@ async def serve_stream(ctx: RecallContext, adapter: ServedStream, principal: Ups
                     getattr(exc, "category", type(exc).__name__))
         ctx.staged.clear()
         await client.end(adapter.error_frame(stream_failure_message(exc)))
-        return
+        return False
     finally:
         principal.close()
     await client.end(closing)
     adapter.report_empty(ctx)
     ctx.delivered()
+    return True
 
 
 async def serve_json(ctx: RecallContext, adapter: ServedJSON,
