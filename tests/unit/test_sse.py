@@ -6,6 +6,7 @@ import itertools
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from lore_gateway.protocols.common import ProtocolError
@@ -15,7 +16,7 @@ from lore_gateway.sse import (
     encode_comment,
     encode_event,
     frame_block,
-    json_array,
+    json_values,
     looks_like_sse,
 )
 
@@ -186,15 +187,28 @@ def test_usual_frames_among_others_decode_alike_however_the_chunks_fall() -> Non
                     assert b"".join(e.raw for e in events) == lf
 
 
-def test_a_run_of_one_line_frames_becomes_one_json_array() -> None:
+_any = msgspec.json.Decoder().decode
+
+
+def test_a_run_of_one_line_frames_is_decoded_frame_by_frame_in_one_go() -> None:
     data = 'data: {"a":1}\n\ndata: {"b":"é"}\n\ndata: {"c":3}\n\ndata: {"d"'.encode()
-    block = frame_block(data, len(data), b"data: ", 10)
+    block = frame_block(data, len(data), b"data: ", 10, _any)
     assert block is not None
-    assert (block.array, block.frames, block.chars) == (b'[{"a":1},{"b":"\xc3\xa9"},{"c":3}]', 3,
+    assert (block.values, block.frames, block.chars) == ([{"a": 1}, {"b": "é"}, {"c": 3}], 3,
                                                          len('{"a":1}{"b":"é"}{"c":3}'))
     assert data[:block.size].endswith(b"\n\n") and data[block.size:] == b'data: {"d"'
     end = data.find(b'{"c"')
-    assert frame_block(data, end, b"data: ", 10).frames == 2  # type: ignore[union-attr]
+    assert frame_block(data, end, b"data: ", 10, _any).frames == 2  # type: ignore[union-attr]
+
+
+def test_a_prefix_of_two_lines_counts_its_own_line_break() -> None:
+    prefix = b"event: d\ndata: "
+    data = prefix + b'{"a":1}\n\n' + prefix + b'{"b":2}\n\n'
+    block = frame_block(data, len(data), prefix, 10, _any)
+    assert block is not None and block.values == [{"a": 1}, {"b": 2}]
+    assert block.chars == len(b'{"a":1}{"b":2}') and block.size == len(data)
+    assert frame_block(data.replace(b"\n\nevent", b"\n\n\nevent"), len(data) + 1, prefix,
+                       10, _any) is None
 
 
 @pytest.mark.parametrize("data", [
@@ -206,20 +220,25 @@ def test_a_run_of_one_line_frames_becomes_one_json_array() -> None:
     b'data:{"a":1}\n\n',
     b'data: {"a":"\xff"}\n\n',  # not UTF-8
     b'data: {"a":1}',  # no whole frame
+    b'data: {"a":1},{"b":2}\n\n',  # two values in a frame
 ])
-def test_a_run_with_anything_else_is_not_one_array(data: bytes) -> None:
-    assert frame_block(data, len(data), b"data: ", 10) is None
+def test_a_run_with_anything_else_is_not_taken(data: bytes) -> None:
+    assert frame_block(data, len(data), b"data: ", 10, _any) is None
 
 
-def test_a_run_over_the_frame_limit_is_not_one_array() -> None:
+def test_a_run_over_the_frame_limit_is_not_taken() -> None:
     data = b'data: {"a":1}\n\n' * 3
-    assert frame_block(data, len(data), b"data: ", 2) is None
+    assert frame_block(data, len(data), b"data: ", 2, _any) is None
 
 
-def test_payloads_make_an_array_only_when_each_is_one_value() -> None:
-    assert json_array([b'{"a":"x"}', b"[1]", b"2"]) == b'[{"a":"x"},[1],2]'
-    # Joined, these are two values for two payloads, but neither payload is one.
-    assert json_array([b'{"a":"x', b'y"},{"b":1}']) is None
-    assert json_array([b'{"a":[1', b"2]}", b"3,4"]) is None
-    assert json_array([b" 1", b"2"]) is None  # space around a value: not taken
-    assert json_array([b"1", b""]) is None
+def test_payloads_are_decoded_only_when_each_is_one_value() -> None:
+    assert json_values([b'{"a":"x"}', b"[1]", b"2"], _any) == [{"a": "x"}, [1], 2]
+    # Joined with commas, these are two values for two payloads, but neither is one.
+    assert json_values([b'{"a":"x', b'y"},{"b":1}'], _any) is None
+    assert json_values([b'{"a":[1', b"2]}", b"3,4"], _any) is None
+    assert json_values([b"1", b""], _any) is None
+    assert json_values([b"1", b"2\n"], _any) is None  # a line break: another line
+    # Space around a value is whitespace to a reader of one frame too.
+    assert json_values([b" 1", b"2 "], _any) == [1, 2]
+    strict = msgspec.json.Decoder(int).decode
+    assert json_values([b"1", b'"2"'], strict) is None  # the type is the caller's check

@@ -11,8 +11,8 @@ is text: a Chat stream of ``data: <chunk>`` frames with one choice's
 ``content`` deltas, an Anthropic stream of text blocks.
 
 ``plain_text`` reads exactly such a stream: it cuts the frames itself, decodes
-each run of text chunks or deltas in one call (``sse.frame_block``; one call a
-frame was most of the scan's time), and joins the text pieces. Anything else it
+each run of text chunks or deltas without a Python step a frame
+(``sse.frame_block``; a loop over the frames was most of the scan's time), and joins the text pieces. Anything else it
 might read differently from the accumulator (tool calls, a refusal, thinking,
 several choices or messages, an error event, a frame of another shape, an
 unfinished stream) returns None, and the caller parses the stream in full.
@@ -30,7 +30,7 @@ import orjson
 
 from lore_gateway.protocols.common import Message
 from lore_gateway.protocols.responses_model import TERMINAL_EVENTS
-from lore_gateway.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_FRAMES, frame_block, json_array
+from lore_gateway.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_FRAMES, frame_block, json_values
 
 _Unsure = ValueError  # raised inside a scan: the caller parses in full
 
@@ -92,22 +92,21 @@ class _ChatChunk(msgspec.Struct):
     error: msgspec.UnsetType = msgspec.UNSET
 
 
-_decode_chat = msgspec.json.Decoder(list[_ChatChunk]).decode
+_decode_chat = msgspec.json.Decoder(_ChatChunk).decode
 _CHAT_DONE = b"data: [DONE]\n\n"
 
 
 def _chat(body: bytes) -> list[str]:
-    """Frames of ``data: <chunk>`` up to ``data: [DONE]``, decoded in one call."""
+    """Frames of ``data: <chunk>`` up to ``data: [DONE]``, decoded as one run."""
     end = len(body) - len(_CHAT_DONE)
     if not body.endswith(_CHAT_DONE) or (end and body[end - 2:end] != b"\n\n"):
         raise _Unsure
     if not end:
         return [""]
-    block = frame_block(body, end, b"data: ", DEFAULT_MAX_FRAMES - 1)
+    block = frame_block(body, end, b"data: ", DEFAULT_MAX_FRAMES - 1, _decode_chat)
     if block is None:
         raise _Unsure
-    chunks = _decode_chat(block.array)
-    return ["".join([choice.delta.content or "" for chunk in chunks if chunk.choices
+    return ["".join([choice.delta.content or "" for chunk in block.values if chunk.choices
                      for choice in chunk.choices if choice.delta is not None])]
 
 
@@ -125,7 +124,7 @@ class _DeltaEvent(msgspec.Struct):
     delta: _TextDelta
 
 
-_decode_anthropic_deltas = msgspec.json.Decoder(list[_DeltaEvent]).decode
+_decode_anthropic_delta = msgspec.json.Decoder(_DeltaEvent).decode
 _DELTA_FRAME = b"event: content_block_delta\ndata: "
 
 
@@ -187,12 +186,11 @@ def _anthropic(frames: list[bytes]) -> list[str]:
 
 
 def _text_deltas(run: list[bytes], open_block: list[str] | None, index: int) -> list[str]:
-    """A run of ``content_block_delta`` frames, decoded in one call: each a
+    """A run of ``content_block_delta`` frames, decoded as one run: each a
     text delta of the open block ``index``; the block with their text added."""
-    array = json_array([frame[len(_DELTA_FRAME):] for frame in run])
-    if open_block is None or array is None:
+    deltas = json_values([frame[len(_DELTA_FRAME):] for frame in run], _decode_anthropic_delta)
+    if open_block is None or deltas is None:
         raise _Unsure
-    deltas = _decode_anthropic_deltas(array)
     if any(d.index != index for d in deltas):
         raise _Unsure
     open_block.append("".join([d.delta.text or "" for d in deltas]))

@@ -80,7 +80,6 @@ class _TextBlockDelta(msgspec.Struct):
 
 
 _decode_delta = msgspec.json.Decoder(_TextBlockDelta).decode
-_decode_text_deltas = msgspec.json.Decoder(list[_TextBlockDelta]).decode
 # The frames a run of text deltas is made of, and where such a run ends at the latest.
 _TEXT_FRAME = b"event: content_block_delta\ndata: "
 _BLOCK_STOP = b"event: content_block_stop"
@@ -267,13 +266,10 @@ class AnthropicRound:
         rest = data[start:] if start else data
         end = rest.find(_BLOCK_STOP)
         block = frame_block(rest, len(rest) if end == -1 else end, _TEXT_FRAME,
-                            max_frames - pings)
+                            max_frames - pings, _decode_delta)
         if block is None:
             return None
-        try:
-            deltas = _decode_text_deltas(block.array)
-        except msgspec.DecodeError:
-            return None
+        deltas = block.values
         index = deltas[0].index
         if index not in self._open or any(d.index != index for d in deltas):
             return None

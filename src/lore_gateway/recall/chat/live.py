@@ -65,7 +65,6 @@ class _TextChunk(msgspec.Struct):
 
 
 _decode_text_chunk = msgspec.json.Decoder(_TextChunk).decode
-_decode_text_chunks = msgspec.json.Decoder(list[_TextChunk]).decode
 
 
 def _frame(payload: dict[str, Any]) -> bytes:
@@ -240,16 +239,12 @@ class ChatRound:
         return taken, count
 
     def _take_block(self, data: bytes, end: int, max_frames: int) -> tuple[int, int] | None:
-        """:meth:`take` of every frame before ``end`` in one decode; None when
+        """:meth:`take` of every frame before ``end`` as one run; None when
         not every one is a chunk it takes (or the state limit falls among them)."""
-        block = frame_block(data, end, b"data: ", max_frames)
+        block = frame_block(data, end, b"data: ", max_frames, _decode_text_chunk)
         if block is None or self._state_bytes + block.chars > self._max_state_bytes:
             return None
-        try:
-            chunks = _decode_text_chunks(block.array)
-        except msgspec.DecodeError:
-            return None
-        self.content.append("".join([c.choices[0].delta.content or "" for c in chunks]))
+        self.content.append("".join([c.choices[0].delta.content or "" for c in block.values]))
         self._state_bytes += block.chars
         return block.size, block.frames
 

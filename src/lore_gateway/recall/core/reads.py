@@ -11,13 +11,12 @@ one ``event:`` line where the protocol names its events), and stops before any
 frame holding one of the round's trigger strings. The round decides frame by
 frame how far its fast path goes; the rest of the read is decoded as before.
 
-Deciding frame by frame is itself a Python loop over every delta, with one
-decoder call each: most of what ``take`` costs. So a round first tries the run
-of frames as a whole (``sse.frame_block``): when every frame is the one line the
-fast path takes, their payloads are one JSON array, and one decode with types
-that admit only what the fast path takes checks them all. Any doubt (another
-shape, another frame, a type the decode refuses) leaves the round's
-frame-by-frame path to decide, as before.
+Deciding frame by frame is itself a Python loop over every delta: most of what
+``take`` costs. So a round first tries the run of frames as a whole
+(``sse.frame_block``): when every frame is the one line the fast path takes,
+each payload is decoded, in C, with types that admit only what the fast path
+takes. Any doubt (another shape, another frame, a type the decode refuses)
+leaves the round's frame-by-frame path to decide, as before.
 """
 
 from __future__ import annotations
