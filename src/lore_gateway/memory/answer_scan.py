@@ -12,10 +12,11 @@ is text: a Chat stream of ``data: <chunk>`` frames with one choice's
 
 ``plain_text`` reads exactly such a stream: it cuts the frames itself, decodes
 each run of text chunks or deltas without a Python step a frame
-(``sse.frame_block``; a loop over the frames was most of the scan's time), and joins the text pieces. Anything else it
-might read differently from the accumulator (tool calls, a refusal, thinking,
-several choices or messages, an error event, a frame of another shape, an
-unfinished stream) returns None, and the caller parses the stream in full.
+(``sse.frame_block``; a loop over the frames was most of the scan's time), and
+joins the text pieces. Anything else it might read differently from the
+accumulator (tool calls, a refusal, thinking, several choices or messages, an
+error event, a frame of another shape, an unfinished stream) returns None, and
+the caller parses the stream in full.
 Equal to the full parse on every stream shape the fake upstream makes, by test.
 """
 
