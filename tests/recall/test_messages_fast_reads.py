@@ -125,7 +125,8 @@ def _sse_file(path: Path) -> list[bytes]:
 
 
 def _streams() -> dict[str, tuple[str, list[bytes]]]:
-    chat = list(fs.chat_text(TEXT, MODEL, True, deltas=12).frames)
+    chat = list(fs.chat_text(TEXT, MODEL, False, deltas=12).frames)
+    null_usages = list(fs.chat_text(TEXT, MODEL, True, deltas=12).frames)
     anth = list(fs.anthropic_text(TEXT, MODEL, deltas=12).frames)
     chat_delta = chat[4]
     anth_delta = next(f for f in anth[4:] if f.startswith(b"event: content_block_delta"))
@@ -137,6 +138,7 @@ def _streams() -> dict[str, tuple[str, list[bytes]]]:
     streams: dict[str, tuple[str, list[bytes]]] = {
         "chat-text": ("chat", chat),
         "chat-no-usage": ("chat", list(fs.chat_text(TEXT, MODEL, False, deltas=5).frames)),
+        "chat-null-usages": ("chat", null_usages),
         "chat-recall": ("chat", list(fs.chat_call("recall", RECALL_ARGS, MODEL, True).frames)),
         "chat-tools": ("chat", list(fs.chat_calls((("read_file", "{}"), ("recall", RECALL_ARGS)),
                                                   MODEL, True).frames)),
@@ -213,11 +215,12 @@ def test_taking_deltas_in_one_go_changes_nothing(name: str) -> None:
         assert _run(kind, reads, fast=True) == _run(kind, reads, fast=False), f"{name}, {cut}"
 
 
-@pytest.mark.parametrize("kind", ["chat", "anthropic"])
+@pytest.mark.parametrize("kind", ["chat", "chat-null-usages", "anthropic"])
 def test_a_text_answer_is_mostly_taken_in_one_go(kind: str) -> None:
-    """The point of it: after the first read, the deltas are not decoded one by one."""
-    frames = STREAMS[f"{'chat' if kind == 'chat' else 'anth'}-text"][1]
-    live = ChatRecallStream() if kind == "chat" else AnthropicRecallStream()
+    """The point of it: after the first read, the deltas are not decoded one by
+    one; also when, asked for usage, OpenAI gives every chunk ``"usage": null``."""
+    frames = STREAMS[{"chat": "chat-text", "anthropic": "anth-text"}.get(kind, kind)][1]
+    live = ChatRecallStream() if kind.startswith("chat") else AnthropicRecallStream()
     decoder = SSEDecoder()
     for event in decoder.feed(b"".join(frames[:3])):
         live.feed(event)

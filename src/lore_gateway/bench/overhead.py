@@ -75,7 +75,10 @@ def workload(protocol: str, tool: bool) -> Workload:
         tools: list[Any] = [{"type": "function", "name": "read_file", "parameters": _SCHEMA}]
         path, headers = "/v1/responses", HEADERS
     elif protocol == "chat":
-        body = {"model": "gpt-bench", "stream": True, "messages": message}
+        # Agents on Chat Completions ask for usage; OpenAI then sends every
+        # chunk a null usage and ends with one that carries it.
+        body = {"model": "gpt-bench", "stream": True, "messages": message,
+                "stream_options": {"include_usage": True}}
         tools = [{"type": "function", "function": {"name": "read_file", "parameters": _SCHEMA}}]
         path, headers = "/v1/chat/completions", HEADERS
     elif protocol == "anthropic":

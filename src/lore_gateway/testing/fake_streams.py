@@ -326,8 +326,11 @@ def _chat_answer(
     finish: str,
     usage_chunk: bool,
 ) -> Answer:
-    frames = [data_frame(_chunk(cid, model, d, None)) for d in deltas]
-    frames.append(data_frame(_chunk(cid, model, {}, finish)))
+    # Asked for usage, OpenAI gives every chunk a ``usage`` of null and ends
+    # with one chunk of no choices that carries it.
+    null: dict[str, Any] = {"usage": None} if usage_chunk else {}
+    frames = [data_frame({**_chunk(cid, model, d, None), **null}) for d in deltas]
+    frames.append(data_frame({**_chunk(cid, model, {}, finish), **null}))
     usage = _chat_usage(5)
     if usage_chunk:
         chunk = _chunk(cid, model, {}, None)

@@ -37,8 +37,9 @@ from lore_gateway.sse import SSEEvent, frame_block
 
 _DONE = b"data: [DONE]\n\n"
 # Where the fast path of ``ChatRound.take`` ends at the latest: these keys (JSON
-# text cannot fake them) and ``[DONE]``. Its checks of each chunk do not rely on it.
-_NOT_CONTENT = (b'"tool_calls"', b'"usage"', b'"error"', b'"finish_reason":"', b"[DONE]")
+# text cannot fake them) and ``[DONE]``. Its checks of each chunk do not rely on
+# it. (Not ``"usage"``: asked for usage, OpenAI sends it, null, in every chunk.)
+_NOT_CONTENT = (b'"tool_calls"', b'"error"', b'"finish_reason":"', b"[DONE]")
 
 
 class _TextDelta(msgspec.Struct):
@@ -54,13 +55,14 @@ class _TextChoice(msgspec.Struct):
 
 class _TextChunk(msgspec.Struct):
     """A chunk exactly as ``ChatRound.take`` takes it, as a type: one choice at
-    index 0, no finish, and no tool calls, usage or error, not even ``null``
-    (``UnsetType`` admits no value). Anything else fails the decoding, and the
-    fast path stops before it. (The rest is checked, not built; the read is
-    UTF-8, so msgspec accepts exactly what orjson does.)"""
+    index 0, no finish, no tool calls or error, not even ``null`` (``UnsetType``
+    admits no value), and a usage of null at most (asked for usage, OpenAI
+    gives every chunk but the last ``"usage": null``). Anything else fails the
+    decoding, and the fast path stops before it. (The rest is checked, not
+    built; the read is UTF-8, so msgspec accepts exactly what orjson does.)"""
 
     choices: tuple[_TextChoice]
-    usage: msgspec.UnsetType = msgspec.UNSET
+    usage: msgspec.UnsetType | None = msgspec.UNSET
     error: msgspec.UnsetType = msgspec.UNSET
 
 
@@ -199,9 +201,10 @@ class ChatRound:
         :meth:`feed` applies each on its fast path (a principal's content chunk
         after the first), with one look at the whole read: how many bytes and
         frames that was (those bytes go to the client as they came). Stops
-        before a frame the fast path would not take: a tool call, usage, an
-        error or a finish (found by their keys, which JSON text cannot fake),
-        ``[DONE]``, or a chunk of another shape; the caller decodes the rest."""
+        before a frame the fast path would not take: a tool call, an error or a
+        finish (found by their keys, which JSON text cannot fake), ``[DONE]``,
+        or a chunk of another shape (a usage that is not null, say); the caller
+        decodes the rest."""
         if not self.can_take():
             return 0, 0
         # The text run ends at the first tool call or at the (last) finish, found
@@ -262,7 +265,7 @@ class ChatRound:
             delta = choice.get("delta") if type(choice) is dict else None
             if (type(delta) is dict and choice.get("index", 0) == 0
                     and choice.get("finish_reason") is None and "tool_calls" not in delta
-                    and "usage" not in chunk):
+                    and chunk.get("usage") is None):
                 content = delta.get("content")
                 if isinstance(content, str):
                     self.content.append(content)
