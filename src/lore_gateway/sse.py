@@ -117,6 +117,26 @@ class SSEDecoder:
         self._frames += frames
         self._total += size
 
+    def pending_end(self, data: bytes) -> int:
+        """How much of ``data`` finishes the frame pending here: up to and
+        including its blank line, when LF line endings tell at a glance (then
+        feeding that much leaves the decoder :attr:`idle`); -1 otherwise
+        (nothing pending, a CR, no blank line in ``data``). A reader that
+        takes whole frames past the decoder goes on from there, not from the
+        next read."""
+        buf = self._buf
+        if self._frame_start >= len(buf) or self._lines or self._closed or not self._bom_checked:
+            return -1
+        if buf[-1] == _LF and data[:1] == b"\n":
+            end = 1
+        else:
+            end = data.find(b"\n\n") + 2
+            if end == 1:
+                return -1
+        if data.find(b"\r", 0, end) != -1 or buf.find(b"\r", self._frame_start) != -1:
+            return -1
+        return end
+
     def detach(self) -> bytes | None:
         """Hand over what is pending, for a reader that goes on from here without
         this decoder: the start of an unfinished frame (``b""`` if none). None,

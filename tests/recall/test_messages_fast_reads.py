@@ -117,6 +117,24 @@ def _merged(frames: list[bytes], at: int, cut: bytes) -> list[bytes]:
             prefix + tail + b"," + two + b"\n\n", *frames[at + 2:]]
 
 
+def _many_deltas(frames: list[bytes], pieces: int = 8) -> list[bytes]:
+    """Each ``content_block_delta`` frame cut into ``pieces`` frames of the same
+    kind, as a long thought or a tool's long JSON streams."""
+    out: list[bytes] = []
+    for frame in frames:
+        if not frame.startswith(b"event: content_block_delta\n"):
+            out.append(frame)
+            continue
+        event = orjson.loads(frame.split(b"data: ", 1)[1])
+        delta = event["delta"]
+        key = next(k for k in ("text", "thinking", "signature", "partial_json") if k in delta)
+        value, step = delta[key], max(1, len(delta[key]) // pieces)
+        for at in range(0, len(value), step):
+            piece = {**event, "delta": {**delta, key: value[at:at + step]}}
+            out.append(b"event: content_block_delta\ndata: " + orjson.dumps(piece) + b"\n\n")
+    return out
+
+
 def _sse_file(path: Path) -> list[bytes]:
     data = path.read_bytes()
     if path.name.endswith(".chunks.jsonl"):
@@ -128,6 +146,13 @@ def _streams() -> dict[str, tuple[str, list[bytes]]]:
     chat = list(fs.chat_text(TEXT, MODEL, False, deltas=12).frames)
     null_usages = list(fs.chat_text(TEXT, MODEL, True, deltas=12).frames)
     anth = list(fs.anthropic_text(TEXT, MODEL, deltas=12).frames)
+    thought = "Weighing the deploy target: the blue cluster rotates weekly, so check first. " * 3
+    arguments = orjson.dumps({"path": "deploy/targets.yaml", "why": thought[:120]}).decode()
+    thinking = _many_deltas(list(fs.anthropic_blocks(
+        (("thinking", thought, ""), ("text", TEXT, ""), ("tool_use", "read_file", arguments)),
+        MODEL).frames))
+    json_at = next(i for i, f in enumerate(thinking) if b'"input_json_delta"' in f) + 2
+    thought_at = next(i for i, f in enumerate(thinking) if b'"thinking_delta"' in f) + 2
     chat_delta = chat[4]
     anth_delta = next(f for f in anth[4:] if f.startswith(b"event: content_block_delta"))
 
@@ -184,6 +209,13 @@ def _streams() -> dict[str, tuple[str, list[bytes]]]:
         "anth-other-delta": ("anthropic", _bent(anth, 6, anth_delta.replace(
             b'"type":"text_delta"', b'"type":"citations_delta"'))),
         "anth-merged-frames": ("anthropic", _merged(anth, 4, b'"text":"')),
+        "anth-thinking-text-tool": ("anthropic", thinking),
+        "anth-thinking-not-a-string": ("anthropic", _bent(thinking, thought_at, thinking[
+            thought_at].split(b'"thinking":')[0] + b'"thinking":7}}\n\n')),
+        "anth-json-other-index": ("anthropic", _bent(thinking, json_at, thinking[json_at].replace(
+            b'"index":2', b'"index":1'))),
+        "anth-json-citation": ("anthropic", _bent(thinking, json_at, thinking[json_at].replace(
+            b'"input_json_delta"', b'"citations_delta"'))),
         "anth-pings": ("anthropic", _bent(_bent(anth, 3, anth[2]), 3,
                                           b"event: ping\ndata: x\r\n\n")),
     }
@@ -227,6 +259,48 @@ def test_a_text_answer_is_mostly_taken_in_one_go(kind: str) -> None:
     rest = b"".join(frames[3:-3])
     taken, count = live.round.take(rest, 1000)
     assert taken == len(rest) and count == len(frames) - 6
+
+
+@pytest.mark.parametrize("kind", ["thinking_delta", "signature_delta", "input_json_delta"])
+def test_a_thought_and_a_tools_json_are_taken_in_one_go(kind: str) -> None:
+    """Runs of a thinking block's deltas and of a visible tool's JSON, not only
+    of text, go out as they came without a decode a frame."""
+    frames = STREAMS["anth-thinking-text-tool"][1]
+    first = next(i for i, f in enumerate(frames) if kind.encode() in f)
+    last = max(i for i, f in enumerate(frames) if f.startswith(
+        b"event: content_block_delta") and kind.encode() in f)
+    if kind == "thinking_delta":  # its signature follows it in the same run
+        last = max(i for i, f in enumerate(frames) if b"signature_delta" in f)
+    live = AnthropicRecallStream()
+    decoder = SSEDecoder()
+    for event in decoder.feed(b"".join(frames[:first])):
+        live.feed(event)
+    run = b"".join(frames[first:last + 1])
+    assert live.round.take(run, 1000) == (len(run), last + 1 - first)
+
+
+@pytest.mark.parametrize("kind", ["chat", "anthropic"])
+def test_a_read_that_ends_inside_a_frame_does_not_stop_the_next_run(kind: str) -> None:
+    """Network reads seldom end where a frame does: the next read finishes the
+    frame through the decoder and takes the rest of its run in one go."""
+    frames = STREAMS["chat-null-usages" if kind == "chat" else "anth-text"][1]
+    data = b"".join(frames)
+    middle = sum(map(len, frames[:6])) + 9  # nine bytes into the seventh frame
+    live = ChatRecallStream() if kind == "chat" else AnthropicRecallStream()
+
+    class Counting(_Adapter):
+        fed = 0
+
+        def feed(self, event: SSEEvent) -> bytes:
+            Counting.fed += 1
+            return super().feed(event)
+
+    client = _Client()
+    asyncio.run(driver.relay_reads(Counting(live), _Reads([data[:middle], data[middle:]]),  # type: ignore[arg-type]
+                                   client))
+    assert client.body == data
+    # The frames before the run and the cut one, the terminal ones: no delta after.
+    assert Counting.fed <= 4 + (3 if kind == "chat" else 4)
 
 
 def test_a_frame_that_is_not_utf8_fails_the_stream_as_before() -> None:

@@ -242,3 +242,31 @@ def test_payloads_are_decoded_only_when_each_is_one_value() -> None:
     assert json_values([b" 1", b"2 "], _any) == [1, 2]
     strict = msgspec.json.Decoder(int).decode
     assert json_values([b"1", b'"2"'], strict) is None  # the type is the caller's check
+
+
+@pytest.mark.parametrize(("first", "second", "end"), [
+    (b'data: {"a":', b'1}\n\ndata: {"b":2}\n\n', 4),
+    (b'data: {"a":1}\n', b'\ndata: {"b":2}\n\n', 1),
+    (b'data: {"a":1}', b'\n\n', 2),
+    (b'event: x\ndata: {"a":', b'1}\n\n', 4),
+])
+def test_the_frame_a_read_left_unfinished_ends_where_its_blank_line_is(
+        first: bytes, second: bytes, end: int) -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(first) == [] and not decoder.idle
+    assert decoder.pending_end(second) == end
+    events = decoder.feed(second[:end])
+    assert len(events) == 1 and events[0].raw == first + second[:end] and decoder.idle
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    (b"", b'data: {"a":1}\n\n'),  # nothing pending
+    (b'data: {"a":', b"1}\n"),  # no blank line yet
+    (b'data: {"a":', b"1}\r\n\r\n"),  # CR endings: the decoder's general path decides
+    (b'data: {"a":\r', b"1}\n\n"),
+])
+def test_a_pending_frame_without_a_plain_end_is_left_to_the_decoder(
+        first: bytes, second: bytes) -> None:
+    decoder = SSEDecoder()
+    decoder.feed(first)
+    assert decoder.pending_end(second) == -1

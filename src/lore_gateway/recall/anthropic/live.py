@@ -23,7 +23,9 @@ Two layers:
 from __future__ import annotations
 
 import secrets
-from typing import Any, Literal
+from itertools import groupby
+from operator import attrgetter
+from typing import Any, ClassVar, Literal
 
 import msgspec
 import orjson
@@ -80,6 +82,43 @@ class _TextBlockDelta(msgspec.Struct):
 
 
 _decode_delta = msgspec.json.Decoder(_TextBlockDelta).decode
+
+
+# The deltas a run of one block is taken in one go of (``AnthropicRound._take_block``),
+# each with its text as ``value`` and the block field the text goes to (None: a
+# tool's JSON, kept apart until the block stops).
+class _RunText(msgspec.Struct, tag="text_delta", tag_field="type"):
+    value: str = msgspec.field(name="text")
+    field: ClassVar[str | None] = "text"
+
+
+class _RunThinking(msgspec.Struct, tag="thinking_delta", tag_field="type"):
+    value: str = msgspec.field(name="thinking")
+    field: ClassVar[str | None] = "thinking"
+
+
+class _RunSignature(msgspec.Struct, tag="signature_delta", tag_field="type"):
+    value: str = msgspec.field(name="signature")
+    field: ClassVar[str | None] = "signature"
+
+
+class _RunJSON(msgspec.Struct, tag="input_json_delta", tag_field="type"):
+    value: str = msgspec.field(name="partial_json")
+    field: ClassVar[str | None] = None
+
+
+class _RunDelta(msgspec.Struct):
+    """A ``content_block_delta`` as a run takes it: text, thinking, its
+    signature or a tool's JSON, each a string (the frame-by-frame path turns
+    another value into one; the run leaves such a frame to it)."""
+
+    type: Literal["content_block_delta"]
+    index: int
+    delta: _RunText | _RunThinking | _RunSignature | _RunJSON
+
+
+_decode_run_delta = msgspec.json.Decoder(_RunDelta).decode
+_FIELD = attrgetter("field")
 # The frames a run of text deltas is made of, and where such a run ends at the latest.
 _TEXT_FRAME = b"event: content_block_delta\ndata: "
 _BLOCK_STOP = b"event: content_block_stop"
@@ -239,20 +278,23 @@ class AnthropicRound:
         self._state_bytes = state
         return taken, count
 
-    def _buffer(self, index: int) -> TextBuffer:
-        """Block ``index``'s text; its first text starts it, as ``_block_delta`` does."""
-        buffer = self._text.get(index)
+    def _buffer(self, index: int, field: str = "text") -> TextBuffer:
+        """Block ``index``'s ``field``; its first piece starts it, as
+        ``_block_delta`` does."""
+        fields = self._parts.setdefault(index, {})
+        buffer = fields.get(field)
         if buffer is None:
-            buffer = TextBuffer(str(self.blocks[index].get("text", "")))
-            self._parts.setdefault(index, {})["text"] = self._text[index] = buffer
+            buffer = fields[field] = TextBuffer(str(self.blocks[index].get(field, "")))
+            if field == "text":
+                self._text[index] = buffer
         return buffer
 
     def _take_block(self, data: bytes, max_frames: int) -> tuple[int, int] | None:
-        """:meth:`take` of the text deltas before the first block's end in one
-        decode; None when not every frame there is one it takes (or the state
-        limit falls among them). Pings before them are taken too. A read whose
-        first other frame is not a text delta (a tool's JSON, thinking) is left
-        at a glance to the frame-by-frame path."""
+        """:meth:`take` of the deltas before the first block's end as one run:
+        text, thinking and its signature, or a visible tool's JSON, all of one
+        open block, applied as the frame-by-frame path applies each; None when
+        not every frame there is one (or the state limit falls among them).
+        Pings before them are taken too."""
         pings = start = 0
         while data.startswith(_PING, start):  # forwarded unread, as feed does
             end = data.find(b"\n\n", start)
@@ -260,24 +302,29 @@ class AnthropicRound:
                 return None
             start = end + 2
             pings += 1
-        first = data.find(b"\n\n", start)
-        if first == -1 or data.find(b'"text_delta"', start, first) == -1:
-            return None
         rest = data[start:] if start else data
         end = rest.find(_BLOCK_STOP)
         block = frame_block(rest, len(rest) if end == -1 else end, _TEXT_FRAME,
-                            max_frames - pings, _decode_delta)
+                            max_frames - pings, _decode_run_delta)
         if block is None:
             return None
         deltas = block.values
         index = deltas[0].index
         if index not in self._open or any(d.index != index for d in deltas):
             return None
-        text = "".join([d.delta.text for d in deltas])
-        if self._state_bytes + len(text) > self._max_state_bytes:
+        # One piece a kind of delta (a thinking block's signature follows its thinking).
+        pieces: list[tuple[str | None, str]] = [
+            (field, "".join([d.value for d in run]))
+            for field, run in groupby([d.delta for d in deltas], _FIELD)]
+        size = sum(len(text) for _, text in pieces)
+        if self._state_bytes + size > self._max_state_bytes:
             return None
-        self._state_bytes += len(text)
-        self._buffer(index).append(text)
+        self._state_bytes += size
+        for field, text in pieces:
+            if field is None:
+                self._partial_json.setdefault(index, []).append(text)
+            else:
+                self._buffer(index, field).append(text)
         return start + block.size, pings + block.frames
 
     def _apply(self, event: SSEEvent, name: str, payload: dict[str, Any]) -> bytes:

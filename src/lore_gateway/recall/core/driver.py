@@ -243,8 +243,14 @@ def _fed(adapter: StreamAdapter, events: list[SSEEvent], out: list[bytes]) -> No
 def _take(adapter: StreamAdapter, decoder: SSEDecoder, data: bytes, out: list[bytes]) -> bytes:
     """Feed the frames at the start of ``data`` until the round can take deltas,
     then let it take them; what is left of ``data`` (appending what the client
-    gets to ``out``)."""
+    gets to ``out``). A frame the last read left unfinished is finished first
+    (network reads seldom end on a frame's end)."""
     pos = 0
+    if not decoder.idle:
+        pos = decoder.pending_end(data)
+        if pos == -1:
+            return data
+        _fed(adapter, decoder.feed(data[:pos]), out)
     while decoder.idle and not adapter.can_take():
         end = data.find(b"\n\n", pos)
         if end == -1:
