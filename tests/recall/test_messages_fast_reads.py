@@ -135,6 +135,26 @@ def _many_deltas(frames: list[bytes], pieces: int = 8) -> list[bytes]:
     return out
 
 
+def _many_arguments(frames: list[bytes], pieces: int = 8) -> list[bytes]:
+    """Each Chat chunk that carries a call's arguments cut into ``pieces``
+    chunks, as a tool's long arguments stream; a call's start keeps none."""
+    out: list[bytes] = []
+    for frame in frames:
+        chunk = orjson.loads(frame[6:]) if frame.startswith(b"data: {") else None
+        calls = ((chunk or {}).get("choices") or [{}])[0].get("delta", {}).get("tool_calls")
+        if not calls or "id" in calls[0] or not calls[0]["function"].get("arguments"):
+            out.append(frame)
+            continue
+        value = calls[0]["function"]["arguments"]
+        step = max(1, len(value) // pieces)
+        for at in range(0, len(value), step):
+            call = {**calls[0], "function": {"arguments": value[at:at + step]}}
+            delta = {**chunk["choices"][0]["delta"], "tool_calls": [call]}
+            piece = {**chunk, "choices": [{**chunk["choices"][0], "delta": delta}]}
+            out.append(b"data: " + orjson.dumps(piece) + b"\n\n")
+    return out
+
+
 def _sse_file(path: Path) -> list[bytes]:
     data = path.read_bytes()
     if path.name.endswith(".chunks.jsonl"):
@@ -153,6 +173,9 @@ def _streams() -> dict[str, tuple[str, list[bytes]]]:
         MODEL).frames))
     json_at = next(i for i, f in enumerate(thinking) if b'"input_json_delta"' in f) + 2
     thought_at = next(i for i, f in enumerate(thinking) if b'"thinking_delta"' in f) + 2
+    call_args = orjson.dumps({"path": "deploy/targets.yaml", "content": TEXT * 4}).decode()
+    call = _many_arguments(list(fs.chat_call("write_file", call_args, MODEL, True).frames))
+    args_at = next(i for i, f in enumerate(call) if b'"arguments":"{' in f) + 2
     chat_delta = chat[4]
     anth_delta = next(f for f in anth[4:] if f.startswith(b"event: content_block_delta"))
 
@@ -176,6 +199,16 @@ def _streams() -> dict[str, tuple[str, list[bytes]]]:
         "chat-early-done": ("chat", _bent(chat, 5, b"data: [DONE]\n\n")),
         "chat-crlf": ("chat", [f.replace(b"\n", b"\r\n") for f in chat]),
         # Frames a run decoded as one JSON array must not let through.
+        "chat-tool-arguments": ("chat", call),
+        "chat-recall-arguments": ("chat", _many_arguments(
+            list(fs.chat_call("recall", call_args, MODEL, True).frames))),
+        "chat-arguments-and-text": ("chat", _bent(call, args_at, call[args_at].replace(
+            b'"tool_calls"', b'"content":"x","tool_calls"'))),
+        "chat-arguments-other-call": ("chat", _bent(call, args_at, call[args_at].replace(
+            b'"index":0,"function"', b'"index":1,"function"'))),
+        "chat-arguments-not-a-string": ("chat", _bent(call, args_at, call[args_at].split(
+            b'"arguments":')[0] + b'"arguments":7}}]},"logprobs":null,"finish_reason":null}],'
+            b'"usage":null}\n\n')),
         "chat-two-values": ("chat", _bent(chat, 5, chat_delta[:-2] + b"," + chat_delta[6:])),
         "chat-two-lines": ("chat", chat_with(b'"choices":', b'"choices":\n')),
         "chat-null-usage": ("chat", chat_with(b'"choices":', b'"usage":null,"choices":')),
@@ -259,6 +292,22 @@ def test_a_text_answer_is_mostly_taken_in_one_go(kind: str) -> None:
     rest = b"".join(frames[3:-3])
     taken, count = live.round.take(rest, 1000)
     assert taken == len(rest) and count == len(frames) - 6
+
+
+def test_a_tools_long_arguments_are_taken_in_one_go() -> None:
+    """Chunks that carry more of a started call's arguments go out as they came
+    without a decode a frame; the call ends with all of them."""
+    frames = STREAMS["chat-tool-arguments"][1]
+    first = next(i for i, f in enumerate(frames) if b'"arguments":"{' in f)
+    last = next(i for i, f in enumerate(frames) if b'"finish_reason":"' in f)
+    live = ChatRecallStream()
+    decoder = SSEDecoder()
+    for event in decoder.feed(b"".join(frames[:first])):
+        live.feed(event)
+    run = b"".join(frames[first:last])
+    assert live.round.take(run, 1000) == (len(run), last - first) and last - first > 4
+    arguments = "".join(live.round.calls[0].arguments)
+    assert orjson.loads(arguments)["path"] == "deploy/targets.yaml"
 
 
 @pytest.mark.parametrize("kind", ["thinking_delta", "signature_delta", "input_json_delta"])

@@ -23,6 +23,8 @@ client gets a ``stream:false`` follow-up whose JSON goes through
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import attrgetter
 from typing import Any, Literal
 
 import msgspec
@@ -67,6 +69,43 @@ class _TextChunk(msgspec.Struct):
 
 
 _decode_text_chunk = msgspec.json.Decoder(_TextChunk).decode
+
+
+class _ArgumentsFunction(msgspec.Struct):
+    arguments: str
+
+
+class _ArgumentsCall(msgspec.Struct):
+    index: int
+    function: _ArgumentsFunction
+
+
+class _ArgumentsDelta(msgspec.Struct):
+    tool_calls: tuple[_ArgumentsCall]
+    content: msgspec.UnsetType | None = msgspec.UNSET
+    role: msgspec.UnsetType = msgspec.UNSET
+
+
+class _ArgumentsChoice(msgspec.Struct):
+    delta: _ArgumentsDelta
+    index: Literal[0] = 0
+    finish_reason: None = None
+
+
+class _ArgumentsChunk(msgspec.Struct):
+    """A chunk that only carries more of one tool call's arguments, as a type:
+    one choice at index 0, no finish, no text, no error, a usage of null at
+    most. Whether the call is a started, visible one is the round's to check;
+    what else the call's entry holds, the frame-by-frame path ignores too
+    once the call has started."""
+
+    choices: tuple[_ArgumentsChoice]
+    usage: msgspec.UnsetType | None = msgspec.UNSET
+    error: msgspec.UnsetType = msgspec.UNSET
+
+
+_decode_arguments_chunk = msgspec.json.Decoder(_ArgumentsChunk).decode
+_CALL_INDEX = attrgetter("index")
 
 
 def _frame(payload: dict[str, Any]) -> bytes:
@@ -197,10 +236,11 @@ class ChatRound:
                 and bool(self.model) and bool(self.id))
 
     def take(self, data: bytes, max_frames: int) -> tuple[int, int]:
-        """The content chunks at the start of one upstream read, applied as
-        :meth:`feed` applies each on its fast path (a principal's content chunk
-        after the first), with one look at the whole read: how many bytes and
-        frames that was (those bytes go to the client as they came). Stops
+        """The content chunks at the start of one upstream read (or, once a
+        visible tool call has started, the chunks that carry more of its
+        arguments), applied as :meth:`feed` applies each, with one look at the
+        whole read: how many bytes and frames that was (those bytes go to the
+        client as they came). Stops
         before a frame the fast path would not take: a tool call, an error or a
         finish (found by their keys, which JSON text cannot fake), ``[DONE]``,
         or a chunk of another shape (a usage that is not null, say); the caller
@@ -210,6 +250,10 @@ class ChatRound:
         # The text run ends at the first tool call or at the (last) finish, found
         # from the end: two short scans where the five triggers took five long ones.
         call = data.find(b'"tool_calls"')
+        if call != -1 and self.calls and not self._hidden and call < data.find(b"\n\n"):
+            arguments = self._take_arguments(data, max_frames)
+            if arguments is not None:
+                return arguments
         end = len(data) if call == -1 else call
         finish = data.rfind(b'"finish_reason":"', 0, end)
         if finish != -1:
@@ -248,6 +292,24 @@ class ChatRound:
         if block is None or self._state_bytes + block.chars > self._max_state_bytes:
             return None
         self.content.append("".join([c.choices[0].delta.content or "" for c in block.values]))
+        self._state_bytes += block.chars
+        return block.size, block.frames
+
+    def _take_arguments(self, data: bytes, max_frames: int) -> tuple[int, int] | None:
+        """:meth:`take` of a run of chunks that carry more arguments of calls
+        already started, up to the finish, while nothing is hidden (then the
+        frame-by-frame path appends them and forwards each chunk as it came);
+        None when not every frame there is one."""
+        finish = data.rfind(b'"finish_reason":"')
+        block = frame_block(data, len(data) if finish == -1 else finish, b"data: ", max_frames,
+                            _decode_arguments_chunk)
+        if block is None or self._state_bytes + block.chars > self._max_state_bytes:
+            return None
+        pieces = [chunk.choices[0].delta.tool_calls[0] for chunk in block.values]
+        if any(piece.index not in self.calls for piece in pieces):
+            return None
+        for index, run in groupby(pieces, _CALL_INDEX):
+            self.calls[index].arguments.append("".join([p.function.arguments for p in run]))
         self._state_bytes += block.chars
         return block.size, block.frames
 
