@@ -70,11 +70,11 @@ class _TextDelta(msgspec.Struct):
 
 
 class _TextBlockDelta(msgspec.Struct):
-    """A ``content_block_delta`` exactly as ``AnthropicRound.take`` takes it, as
-    a type: a text delta (its block must also be open). Another kind of delta
-    fails the decoding, and the fast path stops before it. (The rest is
-    checked, not built; the read is UTF-8, so msgspec accepts exactly what
-    orjson does.)"""
+    """A ``content_block_delta`` exactly as ``AnthropicRound.take`` takes it a
+    frame at a time, as a type: a text delta (its block must also be open).
+    Another kind of delta fails the decoding, and the fast path stops before
+    it. (The rest is checked, not built; the read is UTF-8, so msgspec accepts
+    exactly what orjson does.)"""
 
     type: Literal["content_block_delta"]
     index: int
@@ -119,7 +119,7 @@ class _RunDelta(msgspec.Struct):
 
 _decode_run_delta = msgspec.json.Decoder(_RunDelta).decode
 _FIELD = attrgetter("field")
-# The frames a run of text deltas is made of, and where such a run ends at the latest.
+# The frames a run of deltas is made of, and where such a run ends at the latest.
 _TEXT_FRAME = b"event: content_block_delta\ndata: "
 _BLOCK_STOP = b"event: content_block_stop"
 _PING = b"event: ping\ndata:"
