@@ -358,7 +358,7 @@ def _memory(servers: Servers) -> dict[str, Any]:
     return out
 
 
-def run(*, requests_c1: int = 300, requests_c16: int = 600, events: int = 41,
+def run(*, requests_c1: int = 300, requests_c16: int = 3000, events: int = 41,
         store: bool = True, protocols: tuple[str, ...] = PROTOCOLS,
         shapes: tuple[str, ...] = SHAPES, concurrencies: tuple[int, ...] = (1, 16),
         big_mb: int = 0, progress: Progress | None = None) -> dict[str, Any]:

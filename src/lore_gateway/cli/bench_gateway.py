@@ -27,8 +27,10 @@ def overhead(
                                  "object on the last line of stdout."),
     requests: int = typer.Option(300, "--requests",
                                  help="Requests per target and workload at concurrency 1."),
-    requests_c16: int = typer.Option(600, "--requests-c16",
-                                     help="Requests per target and workload at concurrency 16."),
+    requests_c16: int = typer.Option(3000, "--requests-c16",
+                                     help="Requests per target and workload at concurrency "
+                                          "16 (thirty rounds of 100: a short run's ratios "
+                                          "scatter on a small machine)."),
     events: int = typer.Option(41, "--events", help="SSE events per streamed Responses answer."),
     store: bool = typer.Option(True, "--store/--no-store",
                                help="Store turns in memory (and offer recall), as a real "
