@@ -245,9 +245,13 @@ def test_two_instances_serve_one_session_and_survive_losing_one(
     worker_logs = query(shared_url, "SELECT count(*) FROM distillations WHERE generation = 0"
                         " AND method = 'worker'")[0][0]
     assert len(distill_calls) == worker_logs
+    # Read after the logs: a job saves its log and ends in one transaction, so
+    # no more logs than jobs ended. Fewer is allowed: a job may end with nothing
+    # to save (its segment distilled meanwhile), and the idle trigger may queue
+    # one more after ``settled``.
     done = query(shared_url, "SELECT count(*) FROM worker_jobs WHERE kind = 'distill'"
                  " AND state = 'done'")[0][0]
-    assert done == len(logs)
+    assert 0 < len(logs) <= done
 
     # Kill A while it streams an answer; B keeps serving the session.
     stored_before = turns(shared_url)
