@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import groupby
 from operator import attrgetter
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 import orjson
@@ -38,37 +38,38 @@ from lore_gateway.recall.core.tool import RECALL_TOOL_NAME
 from lore_gateway.sse import SSEEvent, frame_block
 
 _DONE = b"data: [DONE]\n\n"
+D = TypeVar("D")
 # Where the fast path of ``ChatRound.take`` ends at the latest: these keys (JSON
 # text cannot fake them) and ``[DONE]``. Its checks of each chunk do not rely on
 # it. (Not ``"usage"``: asked for usage, OpenAI sends it, null, in every chunk.)
 _NOT_CONTENT = (b'"tool_calls"', b'"error"', b'"finish_reason":"', b"[DONE]")
 
 
-class _TextDelta(msgspec.Struct):
-    content: str | None = None
-    tool_calls: msgspec.UnsetType = msgspec.UNSET
-
-
-class _TextChoice(msgspec.Struct):
-    delta: _TextDelta
+class _Choice(msgspec.Struct, Generic[D]):
+    delta: D
     index: Literal[0] = 0
     finish_reason: None = None
 
 
-class _TextChunk(msgspec.Struct):
-    """A chunk exactly as ``ChatRound.take`` takes it, as a type: one choice at
-    index 0, no finish, no tool calls or error, not even ``null`` (``UnsetType``
-    admits no value), and a usage of null at most (asked for usage, OpenAI
-    gives every chunk but the last ``"usage": null``). Anything else fails the
-    decoding, and the fast path stops before it. (The rest is checked, not
-    built; the read is UTF-8, so msgspec accepts exactly what orjson does.)"""
+class _Chunk(msgspec.Struct, Generic[D]):
+    """A chunk exactly as one of ``ChatRound.take``'s runs takes it, as a type:
+    one choice at index 0 whose delta is a ``D``, no finish, no error, not even
+    ``null`` (``UnsetType`` admits no value), and a usage of null at most
+    (asked for usage, OpenAI gives every chunk but the last ``"usage": null``).
+    Anything else fails the decoding, and the run stops before it. (The rest is
+    checked, not built; the read is UTF-8, so msgspec accepts exactly what
+    orjson does.)"""
 
-    choices: tuple[_TextChoice]
+    choices: tuple[_Choice[D]]
     usage: msgspec.UnsetType | None = msgspec.UNSET
     error: msgspec.UnsetType = msgspec.UNSET
 
 
-_decode_text_chunk = msgspec.json.Decoder(_TextChunk).decode
+class _TextDelta(msgspec.Struct):
+    """Text, and no tool call (not even ``null``)."""
+
+    content: str | None = None
+    tool_calls: msgspec.UnsetType = msgspec.UNSET
 
 
 class _ArgumentsFunction(msgspec.Struct):
@@ -81,30 +82,17 @@ class _ArgumentsCall(msgspec.Struct):
 
 
 class _ArgumentsDelta(msgspec.Struct):
+    """More of one tool call's arguments, and no text or role. Whether the call
+    is a started, visible one is the round's to check; what else the call's
+    entry holds, the frame-by-frame path ignores too once the call started."""
+
     tool_calls: tuple[_ArgumentsCall]
     content: msgspec.UnsetType | None = msgspec.UNSET
     role: msgspec.UnsetType = msgspec.UNSET
 
 
-class _ArgumentsChoice(msgspec.Struct):
-    delta: _ArgumentsDelta
-    index: Literal[0] = 0
-    finish_reason: None = None
-
-
-class _ArgumentsChunk(msgspec.Struct):
-    """A chunk that only carries more of one tool call's arguments, as a type:
-    one choice at index 0, no finish, no text, no error, a usage of null at
-    most. Whether the call is a started, visible one is the round's to check;
-    what else the call's entry holds, the frame-by-frame path ignores too
-    once the call has started."""
-
-    choices: tuple[_ArgumentsChoice]
-    usage: msgspec.UnsetType | None = msgspec.UNSET
-    error: msgspec.UnsetType = msgspec.UNSET
-
-
-_decode_arguments_chunk = msgspec.json.Decoder(_ArgumentsChunk).decode
+_decode_text_chunk = msgspec.json.Decoder(_Chunk[_TextDelta]).decode
+_decode_arguments_chunk = msgspec.json.Decoder(_Chunk[_ArgumentsDelta]).decode
 _CALL_INDEX = attrgetter("index")
 
 
