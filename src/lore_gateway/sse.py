@@ -448,6 +448,10 @@ def json_values(payloads: list[bytes], decode: Callable[[bytes], T]) -> list[T] 
     # A line break or CR in a payload: a value over lines, another field, a comment.
     if joined.count(b"\n") != len(payloads) - 1 or b"\r" in joined:
         return None
+    return _decoded(payloads, decode)
+
+
+def _decoded(payloads: list[bytes], decode: Callable[[bytes], T]) -> list[T] | None:
     try:
         return list(map(decode, payloads))
     except msgspec.DecodeError:
@@ -467,9 +471,12 @@ def frame_block(data: bytes, end: int, prefix: bytes, max_frames: int,
     body = data[len(prefix) : cut - 2]
     payloads = body.split(b"\n\n" + prefix)
     frames = len(payloads)
-    if frames > max_frames:
+    # Line breaks only in the separators (the prefix's own included), no CR:
+    # json_values' check, on the bytes at hand.
+    breaks = (frames - 1) * (prefix.count(b"\n") + 2)
+    if frames > max_frames or body.count(b"\n") != breaks or b"\r" in body:
         return None
-    values = json_values(payloads, decode)
+    values = _decoded(payloads, decode)
     if values is None:
         return None
     if body.isascii():

@@ -16,8 +16,8 @@ each run of text chunks or deltas without a Python step a frame
 joins the text pieces. Anything else it might read differently from the
 accumulator (tool calls, a refusal, thinking, several choices or messages, an
 error event, a frame of another shape, an unfinished stream) returns None, and
-the caller parses the stream in full.
-Equal to the full parse on every stream shape the fake upstream makes, by test.
+the caller parses the stream in full. Equal to the full parse on every stream
+shape the fake upstream makes, by test.
 """
 
 from __future__ import annotations

@@ -279,8 +279,8 @@ class AnthropicRound:
         return taken, count
 
     def _buffer(self, index: int, field: str = "text") -> TextBuffer:
-        """Block ``index``'s ``field``; its first piece starts it, as
-        ``_block_delta`` does."""
+        """Block ``index``'s ``field``, started from the block's own value by
+        its first piece."""
         fields = self._parts.setdefault(index, {})
         buffer = fields.get(field)
         if buffer is None:
@@ -418,13 +418,7 @@ class AnthropicRound:
         if field is not None:
             text = str(delta.get(field, ""))
             self._retain(len(text))
-            fields = self._parts.setdefault(index, {})
-            buffer = fields.get(field)
-            if buffer is None:
-                buffer = fields[field] = TextBuffer(str(block.get(field, "")))
-                if field == "text":
-                    self._text[index] = buffer
-            buffer.append(text)
+            self._buffer(index, field).append(text)
         elif dtype == "input_json_delta":
             text = str(delta.get("partial_json", ""))
             self._retain(len(text))

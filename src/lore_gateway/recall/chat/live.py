@@ -228,11 +228,10 @@ class ChatRound:
         visible tool call has started, the chunks that carry more of its
         arguments), applied as :meth:`feed` applies each, with one look at the
         whole read: how many bytes and frames that was (those bytes go to the
-        client as they came). Stops
-        before a frame the fast path would not take: a tool call, an error or a
-        finish (found by their keys, which JSON text cannot fake), ``[DONE]``,
-        or a chunk of another shape (a usage that is not null, say); the caller
-        decodes the rest."""
+        client as they came). Stops before a frame the fast path would not
+        take: a tool call, an error or a finish (found by their keys, which JSON
+        text cannot fake), ``[DONE]``, or a chunk of another shape (a usage that
+        is not null, say); the caller decodes the rest."""
         if not self.can_take():
             return 0, 0
         # The text run ends at the first tool call or at the (last) finish, found
