@@ -70,20 +70,49 @@ def is_tool_output(family: Family, item: Any) -> bool:
         isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
 
 
-def cut_points(family: Family, items: list[Any], lead: int) -> list[int]:
+def cut_points(family: Family, items: list[Any], lead: int, *,
+               thinking: bool = False) -> list[int]:
     """Indices where a raw tail may start: every call before has its result.
 
     A user turn start, or (mid-turn, in long agent loops) the first item of a
-    new assistant round right after the previous round's tool outputs.
+    new assistant round right after the previous round's tool outputs. With
+    Anthropic thinking on, a mid-turn tail is opened by a repeated user request,
+    which makes its first assistant message the start of the final assistant
+    turn, and the API requires that to begin with a thinking block: only rounds
+    that do are mid-turn cut points then.
     """
     out: list[int] = []
     for index in range(lead + 1, len(items)):
         item, before = items[index], items[index - 1]
         new_round = (is_tool_output(family, before) and isinstance(item, dict)
-                     and not is_tool_output(family, item) and _is_assistant_side(family, item))
+                     and not is_tool_output(family, item) and _is_assistant_side(family, item)
+                     and (not thinking or starts_with_thinking(item)))
         if new_round or is_user_text(family, item):
             out.append(index)
     return out
+
+
+def thinking_on(family: Family, payload: dict[str, Any]) -> bool:
+    """Anthropic extended thinking (``enabled`` or ``adaptive``) is on."""
+    config = payload.get("thinking") if family is Family.ANTHROPIC else None
+    return isinstance(config, dict) and config.get("type") in ("enabled", "adaptive")
+
+
+def starts_with_thinking(item: Any) -> bool:
+    content = item.get("content") if isinstance(item, dict) else None
+    return (isinstance(content, list) and bool(content) and isinstance(content[0], dict)
+            and content[0].get("type") in ("thinking", "redacted_thinking"))
+
+
+def is_system(family: Family, item: Any) -> bool:
+    """A system (or developer) message inside the history: Anthropic's
+    mid-conversation system messages, Chat and Responses instructions."""
+    if not isinstance(item, dict):
+        return False
+    roles = ("system",) if family is Family.ANTHROPIC else ("system", "developer")
+    if family is Family.RESPONSES and item.get("type", "message") != "message":
+        return False
+    return item.get("role") in roles
 
 
 def _is_assistant_side(family: Family, item: Item) -> bool:
@@ -159,16 +188,23 @@ def strip_output(family: Family, item: Any, truncate_to: int | None = None) -> A
 
 
 def prefix_items(family: Family, text: str, *, request: str = "",
-                 cache_ttl: str | None = None, breakpoint: bool = False) -> list[Item]:
+                 cache_ttl: str | None = None, breakpoint: bool = False,
+                 system: list[Any] | None = None) -> list[Item]:
     """The distilled prefix as history items: a user message holding it and an
     assistant acknowledgement (the frozen pair; an Anthropic breakpoint on the
     user message's block), then, when the raw tail starts inside an agent turn,
     a user message repeating that turn's ``request``. Roles alternate on both
-    sides either way, and the pair's bytes never depend on where the tail starts."""
+    sides either way, and the pair's bytes never depend on where the tail starts.
+
+    ``system``: the client's system messages from the part the prefix replaces,
+    kept as they were, right after the prefix's user message (Anthropic allows a
+    mid-conversation system message only right after a user message)."""
     request_text = f"{REQUEST_HEAD}\n{request}" if request else ""
+    kept = list(system or ())
     if family is Family.RESPONSES:
         out: list[Item] = [
             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+            *kept,
             {"type": "message", "role": "assistant",
              "content": [{"type": "output_text", "text": PREFIX_ACK}]}]
         if request_text:
@@ -176,7 +212,8 @@ def prefix_items(family: Family, text: str, *, request: str = "",
                         "content": [{"type": "input_text", "text": request_text}]})
         return out
     if family is Family.CHAT:
-        out = [{"role": "user", "content": text}, {"role": "assistant", "content": PREFIX_ACK}]
+        out = [{"role": "user", "content": text}, *kept,
+               {"role": "assistant", "content": PREFIX_ACK}]
         if request_text:
             out.append({"role": "user", "content": request_text})
         return out
@@ -186,7 +223,7 @@ def prefix_items(family: Family, text: str, *, request: str = "",
         if cache_ttl:
             marker["ttl"] = cache_ttl
         user_block["cache_control"] = marker
-    out = [{"role": "user", "content": [user_block]},
+    out = [{"role": "user", "content": [user_block]}, *kept,
            {"role": "assistant", "content": [{"type": "text", "text": PREFIX_ACK}]}]
     if request_text:
         out.append({"role": "user", "content": [{"type": "text", "text": request_text}]})
@@ -246,14 +283,33 @@ def drop_oldest_breakpoints(items: list[Any], excess: int, start: int) -> list[A
     return out
 
 
-def first_ttl_after(items: list[Any]) -> str | None:
-    """The TTL of the client's first message breakpoint in ``items`` (ours must
-    not be shorter than a later one: longer TTLs come first)."""
-    for item in items:
+def prefix_ttl(payload: dict[str, Any], tail: list[Any]) -> str | None:
+    """The TTL our prefix breakpoint takes from the client's markers as they are
+    in this request (Anthropic processes tools, system, then messages, and a
+    ``1h`` marker must not come after a ``5m`` one).
+
+    The client's first marker after ours (in the raw tail) when there is one: not
+    shorter than anything after it, in the client's own valid order. Else the
+    last marker before ours (tools, system), so ours is not longer than it. A
+    client that switches its markers from 5m to 1h (Claude Code does, as quotas
+    change) moves ours with them at the next render; ``cache_control`` is not
+    part of the cached bytes, so following it costs no cache hit."""
+    for item in tail:
         content = item.get("content") if isinstance(item, dict) else None
         if isinstance(content, list):
             for block in content:
                 if isinstance(block, dict) and isinstance(block.get("cache_control"), dict):
-                    ttl = block["cache_control"].get("ttl")
-                    return str(ttl) if ttl else None
-    return None
+                    return _ttl(block["cache_control"])
+    before: str | None = None
+    for key in ("tools", "system"):
+        blocks = payload.get(key)
+        if isinstance(blocks, list):
+            for block in blocks:
+                if isinstance(block, dict) and isinstance(block.get("cache_control"), dict):
+                    before = _ttl(block["cache_control"])
+    return before
+
+
+def _ttl(marker: dict[str, Any]) -> str | None:
+    ttl = marker.get("ttl")
+    return str(ttl) if ttl else None

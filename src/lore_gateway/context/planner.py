@@ -30,6 +30,7 @@ from typing import Any, Literal
 import orjson
 
 from lore_gateway.context import history as h
+from lore_gateway.context.request import turn_request
 from lore_gateway.context.windows import cache_ttl
 from lore_gateway.routing import Family
 
@@ -43,11 +44,18 @@ CALIBRATION_KEEP = 0.7
 # After a rewrite the context is sized to this share of the budget, so the raw
 # tail can grow for many turns before the next rewrite.
 REWRITE_TARGET = 0.45
+# A recall follow-up (the planned context plus recall pairs) may fill the
+# window up to the budget share plus this much before it is re-planned smaller.
+FOLLOW_UP_HEADROOM = 0.1
+FOLLOW_UP_MAX_SHARE = 0.95
 # The emergency layer fills at most this share of the budget.
 EMERGENCY_FILL = 0.9
 EMERGENCY = 4
 # Characters of the user's request repeated in the prefix after a mid-turn cut.
 REQUEST_KEEP_CHARS = 4_000
+# Repeated after a mid-turn cut when no user text precedes it, so the tail's
+# assistant round still follows a user message.
+REQUEST_UNKNOWN = "(the request is in the session history above)"
 # Request-size marks kept per session (when each history length was first
 # seen), thinned by half when full: enough to date a cut anywhere.
 MAX_MARKS = 256
@@ -97,7 +105,14 @@ class SessionState:
     prefix_ids: tuple[int, ...] = ()
     request: str = ""  # the user's request of the turn the tail starts inside
     breakpoint: bool = False
-    ttl: str = ""
+    # Client history indices (before the cut) of system messages kept after the
+    # prefix's user message, where they are valid on every protocol.
+    system_kept: tuple[int, ...] = ()
+    # A context-length error at the top layer: the next request re-plans (with
+    # the ratio the error implied) instead of resending the same bytes.
+    overflowed: bool = False
+    # Tokens the next rewrite leaves free (a recall follow-up's pairs), then 0.
+    reserve: int = 0
     dropped_bytes: int = 0  # client bytes not sent, net of the prefix added
     ratio: float = DEFAULT_RATIO
     samples: int = 0
@@ -145,7 +160,7 @@ def plan(family: Family, payload: dict[str, Any], body_len: int, state: SessionS
     budget = limits.budget
     cold = state.last_at > 0 and now - state.last_at > cache_ttl(family, payload)
     st = dataclasses.replace(state, last_at=now, marks=_mark(state.marks, len(items), now))
-    if st.layer == 0 and st.force_min == 0:
+    if st.layer == 0 and st.force_min == 0 and not st.reserve:
         estimate = int(body_len * ratio)
         if estimate <= budget:
             return Plan(st, "pass", estimate=estimate)
@@ -156,10 +171,12 @@ def plan(family: Family, payload: dict[str, Any], body_len: int, state: SessionS
             # The client replaced its history (its own compaction) and it fits.
             return Plan(_reset(st), "pass", "client_changed", estimate)
         reason = "client_changed"
-    elif st.force_min > st.layer:
+    elif st.force_min > st.layer or st.overflowed:
         reason = "overflow"
     elif cold and st.layer > 0:
         reason = "cold"
+    elif st.reserve:
+        reason = "budget"
     else:
         estimate = int((body_len - st.dropped_bytes) * ratio)
         if st.layer > 0 and estimate <= budget:
@@ -184,14 +201,34 @@ def calibrate(state: SessionState, sent_bytes: int, prompt_tokens: int,
                                cache_read=state.cache_read + min(cache_read, prompt_tokens))
 
 
+def reserve(state: SessionState, extra_bytes: int) -> SessionState:
+    """A recall follow-up needs ``extra_bytes`` more than the planned context:
+    the next plan rewrites (at this layer if it can) leaving that room."""
+    ratio = state.ratio * (UNCALIBRATED_SAFETY if state.samples == 0 else 1.0)
+    return dataclasses.replace(state, reserve=int(extra_bytes * ratio) + 1)
+
+
+def follow_up_ceiling(share: float) -> float:
+    """The share of the window a recall follow-up may fill (0.8 by default)."""
+    return min(FOLLOW_UP_MAX_SHARE, share + FOLLOW_UP_HEADROOM)
+
+
 def force_layer(state: SessionState, overflow_ratio: float | None,
-                limit: int | None = None) -> SessionState:
+                limit: int | None = None, sent_bytes: int = 0) -> SessionState:
     """After a context-length error: at least one layer up, 3 on a large
-    overflow; the window the error reported caps the session's budget."""
+    overflow; the window the error reported caps the session's budget.
+
+    The error's own token count (``overflow_ratio`` × ``limit``) for the bytes
+    that were sent is the truest calibration there is: the ratio never stays
+    below it. At the top layer the next request re-plans with it (a smaller
+    tail) instead of resending what was refused."""
     floor = 3 if (overflow_ratio or 1.3) >= 1.2 else 2
     cap = min(limit, state.window_cap or limit) if limit else state.window_cap
+    ratio, samples = state.ratio, state.samples
+    if overflow_ratio and limit and sent_bytes > 0:
+        ratio, samples = max(ratio, overflow_ratio * limit / sent_bytes), max(1, samples)
     return dataclasses.replace(state, force_min=min(EMERGENCY, max(floor, state.layer + 1)),
-                               window_cap=cap)
+                               window_cap=cap, ratio=ratio, samples=samples, overflowed=True)
 
 
 def render(family: Family, payload: dict[str, Any], state: SessionState) -> dict[str, Any]:
@@ -207,8 +244,9 @@ def render(family: Family, payload: dict[str, Any], state: SessionState) -> dict
                 if limit is not None or state.cut + i < state.strip_end else item
                 for i, item in enumerate(tail)]
     tail = h.repair_boundary(family, tail)
-    prefix = h.prefix_items(family, state.prefix, request=state.request,
-                            cache_ttl=state.ttl or None, breakpoint=state.breakpoint)
+    ttl = h.prefix_ttl(payload, tail) if state.breakpoint else None
+    prefix = h.prefix_items(family, state.prefix, request=state.request, cache_ttl=ttl,
+                            breakpoint=state.breakpoint, system=_kept(items, state))
     new_items = [*items[:state.lead], *prefix, *tail]
     out = dict(payload)
     if family is Family.ANTHROPIC:
@@ -223,7 +261,7 @@ def prefix_length(state: SessionState) -> int:
     """History items the prefix adds (0 when the session is not managed)."""
     if state.layer == 0:
         return 0
-    return 3 if state.request else 2
+    return 2 + len(state.system_kept) + (1 if state.request else 0)
 
 
 def remap(state: SessionState, position: int) -> int:
@@ -244,7 +282,7 @@ def _rewrite(family: Family, payload: dict[str, Any], items: list[Any], body_len
     sizes = [len(orjson.dumps(item)) + 1 for item in items]
     overhead = max(0, body_len - sum(sizes))
     lead = h.lead_count(family, items)
-    cands = h.cut_points(family, items, lead)
+    cands = h.cut_points(family, items, lead, thinking=h.thinking_on(family, payload))
     if not cands:
         return Plan(st, "steady" if st.layer else "pass", reason)
     budget = limits.budget
@@ -253,7 +291,8 @@ def _rewrite(family: Family, payload: dict[str, Any], items: list[Any], body_len
     fixed = overhead + sum(sizes[:lead])
     for layer in range(start, EMERGENCY + 1):
         rule = LAYERS[layer]
-        target = budget * (EMERGENCY_FILL if layer == EMERGENCY else REWRITE_TARGET)
+        fill = EMERGENCY_FILL if layer == EMERGENCY else REWRITE_TARGET
+        target = budget * fill - st.reserve
         truncate = h.EMERGENCY_OUTPUT_CHARS if layer == EMERGENCY else 0
         # Outputs from the protect_rounds-th last round on are never stripped.
         protect = cands[max(0, len(cands) - rule.protect_rounds)] if rule.strip else 0
@@ -288,7 +327,7 @@ def _layout(family: Family, payload: dict[str, Any], items: list[Any], sizes: li
     if keep_prefix:
         # Warm: the frozen prefix keeps its bytes (and its cache); only the
         # boundary of the raw tail moves.
-        text, ids, ttl = st.prefix, st.prefix_ids, st.ttl
+        text, ids = st.prefix, st.prefix_ids
     else:
         cut_at = _cut_time(st.marks, cut)
         # First-level logs of messages still in the raw tail would repeat it;
@@ -296,19 +335,21 @@ def _layout(family: Family, payload: dict[str, Any], items: list[Any], sizes: li
         rows = _select([d for d in distilled if d.generation > 0 or d.last_at < cut_at], rule,
                        int(budget * rule.distilled_share))
         text, ids = render_prefix(rows), tuple(d.id for d in rows)
-        ttl = (h.first_ttl_after(tail) or "") if family is Family.ANTHROPIC else ""
-    request = "" if h.starts_with_user(family, items[cut]) else _request_before(
-        family, items, lead, cut)[:REQUEST_KEEP_CHARS]
-    prefix = h.prefix_items(family, text, request=request, cache_ttl=ttl or None,
-                            breakpoint=family is Family.ANTHROPIC)
+    request = "" if h.starts_with_user(family, items[cut]) else (
+        turn_request(family, items, lead, cut)[:REQUEST_KEEP_CHARS] or REQUEST_UNKNOWN)
+    system_kept = tuple(i for i in range(lead, cut) if h.is_system(family, items[i]))
+    prefix = h.prefix_items(family, text, request=request,
+                            cache_ttl=h.prefix_ttl(payload, tail),
+                            breakpoint=family is Family.ANTHROPIC,
+                            system=[items[i] for i in system_kept])
     prefix_bytes = sum(len(orjson.dumps(p)) + 1 for p in prefix)
     kept = sum(eff[cut:])
     dropped = sum(sizes[lead:]) - kept - prefix_bytes
     state = dataclasses.replace(
         st, layer=layer, force_min=0, lead=lead, cut=cut, strip_end=max(strip_end, 0),
         truncate_to=truncate, fingerprint=_fingerprint(items, cut), prefix=text,
-        prefix_ids=ids, request=request,
-        breakpoint=family is Family.ANTHROPIC, ttl=ttl, dropped_bytes=dropped,
+        prefix_ids=ids, request=request, system_kept=system_kept, overflowed=False, reserve=0,
+        breakpoint=family is Family.ANTHROPIC, dropped_bytes=dropped,
         rewrites=st.rewrites + 1)
     estimate = int((fixed + kept + prefix_bytes) * ratio)
     return state, "rewrite", reason, estimate, not keep_prefix
@@ -361,11 +402,9 @@ def render_prefix(rows: list[Distilled]) -> str:
     return "\n\n".join([PREFIX_HEAD, *(row.text.strip() for row in rows)])
 
 
-def _request_before(family: Family, items: list[Any], lead: int, cut: int) -> str:
-    for index in range(cut - 1, lead - 1, -1):
-        if h.is_user_text(family, items[index]):
-            return h.user_text(family, items[index])
-    return ""
+def _kept(items: list[Any], state: SessionState) -> list[Any]:
+    """The client's system messages the prefix keeps (indices before the cut)."""
+    return [items[i] for i in state.system_kept if i < len(items)]
 
 
 def _fingerprint(items: list[Any], cut: int) -> str:
@@ -385,7 +424,8 @@ def _anchored(family: Family, items: list[Any], st: SessionState) -> bool:
 def _reset(st: SessionState) -> SessionState:
     return dataclasses.replace(st, layer=0, force_min=0, lead=0, cut=0, strip_end=0,
                                truncate_to=0, fingerprint="", prefix="", prefix_ids=(),
-                               breakpoint=False, ttl="", dropped_bytes=0)
+                               breakpoint=False, system_kept=(), overflowed=False,
+                               dropped_bytes=0)
 
 
 def _mark(marks: tuple[tuple[int, float], ...], count: int,
