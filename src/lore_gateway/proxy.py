@@ -299,7 +299,8 @@ class Proxy:
         assert context is not None and recall is not None and exchange.identity is not None
         log.warning("upstream context overflow (ratio %s); retrying at a higher layer",
                     overflow.ratio)
-        context.overflow(exchange.identity, overflow.ratio, overflow.limit)
+        context.overflow(exchange.identity, overflow.ratio, overflow.limit,
+                         len(exchange.upstream_body))
         prepared = await recall.prepare(exchange.route, exchange.header_map, exchange.payload,
                                         exchange.identity, exchange.body, coding=exchange.coding)
         payload, _stream = _upstream_rules(exchange.route, exchange.payload,

@@ -98,15 +98,38 @@ class ContextService:
             count = 0
         self._unsaved[key] = count
 
-    def overflow(self, identity: Identity, ratio: float | None,
-                 limit: int | None = None) -> None:
-        """A context-length error: the next request goes out at a higher layer
-        (within the window the error reported, when it said)."""
+    def overflow(self, identity: Identity, ratio: float | None, limit: int | None = None,
+                 sent_bytes: int = 0) -> None:
+        """A context-length error for a request of ``sent_bytes``: the next
+        request goes out at a higher layer (within the window the error
+        reported, with the token count it reported, when it said)."""
         key = (identity.tenant, identity.session)
-        state = planner.force_layer(self._states.get(key, SessionState()), ratio, limit)
+        state = planner.force_layer(self._states.get(key, SessionState()), ratio, limit,
+                                    sent_bytes)
         self._keep(key, state)
         metrics.record_context_overflow()
         self._persist(key, state)
+
+    def squeeze(self, identity: Identity, reserve_bytes: int) -> None:
+        """A recall follow-up would not fit: the session's next plan leaves room
+        for ``reserve_bytes`` more (the recall pairs), a self-caused rewrite
+        like a budget one (nothing was refused)."""
+        key = (identity.tenant, identity.session)
+        state = planner.reserve(self._states.get(key, SessionState()), reserve_bytes)
+        self._keep(key, state)
+        self._persist(key, state)
+
+    def fits(self, identity: Identity, model: str, sent_bytes: int) -> bool:
+        """Whether a request of ``sent_bytes`` (a recall follow-up: the planned
+        context plus the recall pairs) stays under the follow-up ceiling of the
+        session's window, by its calibrated estimate."""
+        state = self._states.get((identity.tenant, identity.session))
+        if state is None:
+            return True
+        limits = self.limits(model)
+        window = min(limits.window, state.window_cap or limits.window)
+        ratio = state.ratio * (planner.UNCALIBRATED_SAFETY if state.samples == 0 else 1.0)
+        return sent_bytes * ratio <= window * planner.follow_up_ceiling(limits.share)
 
     def current(self, tenant: str, session: str) -> SessionState | None:
         return self._states.get((tenant, session))

@@ -20,6 +20,8 @@ import logging
 import re
 from typing import Any
 
+import orjson
+
 from lore_gateway.memory.anchor_store import (
     AnchorStore,
     RecallStoreFull,
@@ -47,7 +49,7 @@ _ANCHOR_ID = re.compile(rb"lore-recall:([0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89
 
 
 def history_key(family: Family) -> str:
-    return "input" if family == "responses" else "messages"
+    return "input" if family is Family.RESPONSES else "messages"
 
 
 class AnchorReplay:
@@ -116,6 +118,24 @@ def expand(family: Family, payload: dict[str, Any],
         return payload
     recalls.touch(found)
     return payload if expanded is None else expanded
+
+
+def expanded_length(family: Family, before: dict[str, Any], after: dict[str, Any],
+                    body_len: int) -> int:
+    """The length of ``after`` (``before`` with anchors expanded) serialised, from
+    the client body's ``body_len``: only the history items expansion replaced
+    are measured (the recall pairs), never the whole payload. This is what the
+    context planner sizes a request by, since the pairs go upstream too."""
+    if after is before:
+        return body_len
+    key = history_key(family)
+    old, new = before.get(key), after.get(key)
+    if not isinstance(old, list) or not isinstance(new, list):
+        return body_len
+    kept = {id(item) for item in old} & {id(item) for item in new}
+    added = sum(len(orjson.dumps(item)) + 1 for item in new if id(item) not in kept)
+    removed = sum(len(orjson.dumps(item)) + 1 for item in old if id(item) not in kept)
+    return body_len + added - removed
 
 
 def _expand(family: Family, payload: dict[str, Any],

@@ -26,7 +26,7 @@ from lore_gateway.memory.service import Memory
 from lore_gateway.obs import metrics
 from lore_gateway.protocols.common import Message, ProtocolError
 from lore_gateway.protocols.usage import Usage, usage_from_responses
-from lore_gateway.recall import pipeline
+from lore_gateway.recall import pipeline, replay
 from lore_gateway.recall.anthropic import handler as anthropic_handler
 from lore_gateway.recall.chat import handler as chat_handler
 from lore_gateway.recall.core import telemetry
@@ -37,6 +37,7 @@ from lore_gateway.recall.core.chain import (
     read_json_principal,
 )
 from lore_gateway.recall.core.executor import RecallExecutor, SearchGate
+from lore_gateway.recall.fit import ContextFit
 from lore_gateway.recall.replay import AnchorReplay
 
 if TYPE_CHECKING:
@@ -121,7 +122,9 @@ class RecallService:
         if self.knowledge is not None:
             view = await self.knowledge.view(family, expanded, identity, coding=coding)
         if self.context is not None:
-            layout = await self.context.prepare(family, expanded, len(body), identity,
+            # Sized as it goes upstream: the recall pairs expansion restored count.
+            size = replay.expanded_length(family, payload, expanded, len(body))
+            layout = await self.context.prepare(family, expanded, size, identity,
                                                 coding=coding)
         ctx = pipeline.request_context(route.protocol, headers, identity, body_bytes=len(body),
                                        knowledge=view, context=layout)
@@ -148,6 +151,7 @@ class RecallService:
             budget=RecallChainBudget(),
             session=exchange.identity.session,
             retained_bytes=self.limits.retained_bytes,
+            fit=self._fit(exchange, upstream_payload),
         )
         ctx.on_delivered = lambda staged: self._delivered(exchange, staged)
         family = family_of(exchange.protocol)
@@ -240,6 +244,27 @@ class RecallService:
         outputs, usage = await _outputs(exchange.protocol, [body])
         return Delivery(status, headers, outputs + _staged_messages(ctx), True, body,
                         _one_round(ctx, usage))
+
+    def _fit(self, exchange: Exchange, upstream: dict[str, Any]) -> ContextFit | None:
+        """Context management's fit of this chain's follow-ups (recall/fit.py);
+        None when the session's context is not managed."""
+        identity = exchange.identity
+        if self.context is None or identity is None or not exchange.coding:
+            return None
+        key = replay.history_key(family_of(exchange.protocol))
+        items = upstream.get(key)
+
+        async def rebase() -> list[Any] | None:
+            assert identity is not None
+            prepared = await self.prepare(exchange.route, exchange.header_map,
+                                          exchange.payload, identity, exchange.body,
+                                          coding=exchange.coding)
+            new = prepared.upstream_payload
+            base = new.get(key) if new is not None else None
+            return base if isinstance(base, list) else None
+
+        return ContextFit(self.context, identity, str(exchange.payload.get("model") or ""),
+                          key, len(items) if isinstance(items, list) else 0, rebase)
 
     def _delivered(self, exchange: Exchange, staged: list[StagedRecall]) -> None:
         """The client has the whole answer: keep its recalls for expansion."""

@@ -122,6 +122,22 @@ class ExecutedRecall:
     anchor_id: str | None
 
 
+class FollowUpFit(Protocol):
+    """Keeps recall follow-ups inside the model's window (context management's
+    side of the chain; ``recall/fit.py``). A follow-up is the planned context
+    plus the recall pairs, so a long chain can outgrow what was planned."""
+
+    async def before(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body``, or the same follow-up on a context re-planned to fit."""
+        ...
+
+    async def after_refusal(self, body: dict[str, Any], status: int,
+                            error: bytes) -> dict[str, Any] | None:
+        """The follow-up to send once more after the upstream refused ``body``
+        as too long (re-planned at a higher layer); None for any other error."""
+        ...
+
+
 class ClientWriter(Protocol):
     """The part of the client channel the recall paths write through."""
 
@@ -144,6 +160,8 @@ class RecallContext:
     session: str = ""  # for telemetry only
     # What a streamed Anthropic or Chat round may retain (LORE_RECALL_RETAINED_MAX_BYTES).
     retained_bytes: int = 16 * 1024 * 1024
+    # Context management's fit of each follow-up (None: sent as built).
+    fit: FollowUpFit | None = None
 
     def check_empty(self, protocol: str, empty: bool, model: Any, stop_reason: Any,
                     output_tokens: Any) -> None:
@@ -225,9 +243,22 @@ async def send_counted(ctx: RecallContext, protocol: str, body: dict[str, Any], 
                        stream: bool) -> StreamedFollowUp | JSONFollowUp:
     """``send_follow_up`` with the follow-up metrics: one count per request sent,
     one failure count (by C.7 category) per request that did not answer."""
+    if ctx.fit is not None:
+        body = await ctx.fit.before(body)
     metrics.record_followup(protocol)
     try:
         return await send_follow_up(ctx.upstream, ctx.url, ctx.headers, body, stream=stream)
+    except FollowUpError as exc:
+        metrics.record_followup_failure(protocol, exc.category)
+        retry = None
+        if ctx.fit is not None and exc.status is not None:
+            retry = await ctx.fit.after_refusal(body, exc.status, exc.body)
+        if retry is None:
+            raise
+    # Refused as too long: once more, re-planned at a higher layer.
+    metrics.record_followup(protocol)
+    try:
+        return await send_follow_up(ctx.upstream, ctx.url, ctx.headers, retry, stream=stream)
     except FollowUpError as exc:
         metrics.record_followup_failure(protocol, exc.category)
         raise

@@ -28,8 +28,9 @@ from lore_gateway.upstream import UpstreamClient, UpstreamResponse, UpstreamUnav
 SNIFF_BYTES = 4096
 SNIFF_CHUNKS = 64
 SNIFF_SECONDS = 10.0
-# Non-2xx follow-up bodies are kept this long, for diagnostics only.
-ERROR_BODY_BYTES = 500
+# Non-2xx follow-up bodies are kept this long: enough for a provider's
+# context-length error (a few hundred bytes), which context management reads.
+ERROR_BODY_BYTES = 4096
 # A JSON follow-up answer larger than this is not a plausible single response.
 DEFAULT_MAX_JSON_BYTES = 4 * 1024 * 1024
 # "retry:" is the longest SSE field prefix looks_like_sse checks for.
@@ -44,10 +45,12 @@ class FollowUpError(Exception):
     """The follow-up did not produce a usable answer. ``category`` is the C.7
     failure category; the message never contains payload text."""
 
-    def __init__(self, category: Category, message: str, *, status: int | None = None) -> None:
+    def __init__(self, category: Category, message: str, *, status: int | None = None,
+                 body: bytes = b"") -> None:
         super().__init__(message)
         self.category = category
         self.status = status
+        self.body = body  # an upstream error's body (bounded), never in the message
 
 
 @dataclass(slots=True)
@@ -86,11 +89,12 @@ async def send_follow_up(
         raise FollowUpError("follow_up_transport", f"recall follow-up fetch failed: {exc}") from exc
     try:
         if not 200 <= response.status < 300:
-            await _read_error(response)
+            error = await _read_error(response)
             raise FollowUpError(
                 "follow_up_failed",
                 f"recall follow-up upstream error: {response.status}",
                 status=response.status,
+                body=error,
             )
         if stream:
             return StreamedFollowUp(response, await _sse_events(response))
