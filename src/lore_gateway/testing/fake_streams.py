@@ -24,6 +24,8 @@ from typing import Any
 
 import orjson
 
+from lore_gateway.testing.fake_seals import sign_thinking
+
 # A fixed, plausible creation time (2026-11-30) so answers are reproducible.
 CREATED_AT = 1796037794
 DEFAULT_TEXT = "Hi from the fake upstream!"
@@ -507,8 +509,9 @@ def _block_deltas(block: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str,
 def anthropic_blocks(blocks: tuple[tuple[str, str, str], ...], model: str) -> Answer:
     """A message of several blocks, each ``(type, name_or_text, arguments_json)``.
 
-    ``("text", "words", "")``, ``("thinking", "thought", "")`` (streamed with a
-    signature, as extended thinking does) or ``("tool_use", "name", "{...}")``.
+    ``("text", "words", "")``, ``("thinking", "thought", "")`` (streamed with the
+    fake's signature of the thought, as extended thinking does) or
+    ``("tool_use", "name", "{...}")``.
     The stop reason is ``tool_use`` when a tool is called.
     """
     msid = _id("msg_", blocks, model)
@@ -519,7 +522,7 @@ def anthropic_blocks(blocks: tuple[tuple[str, str, str], ...], model: str) -> An
                             "name": value, "input": orjson.loads(arguments)})
         elif kind == "thinking":
             content.append({"type": "thinking", "thinking": value,
-                            "signature": _id("sig_", value, model)})
+                            "signature": sign_thinking(value)})
         else:
             content.append({"type": "text", "text": value})
     frames = [_message_start(msid, model)]

@@ -43,6 +43,19 @@ item) are answered as the OpenAI backend does (``fake_compaction.py``).
 :meth:`FakeUpstream.script_rate_limits` starts the next Responses streams with a
 ``codex.rate_limits`` frame (before ``response.created``, as the Codex backend does).
 
+Strict mode (``strict=True``, the default) answers a model request the real API
+would refuse with that API's own status and error body, before any scenario
+runs: tool calls and results that do not pair, thinking blocks that do not start
+a tool loop's final turn or whose signature the fake did not make, more than
+four cache breakpoints or a 1h one after a 5m one, reasoning or compaction
+content the fake did not seal (the gateway's ``lore-compaction:`` handle
+included), duplicate items, and a body past the context window (bytes / 4
+against ``window``, or the model's window; a worker request always meets its
+own model's). See ``strict.py`` for every rule.
+Each refusal is kept in ``refusals`` as ``(path, Refusal)``, so a test can
+assert that the gateway sent nothing a provider would refuse. Only a test of
+how the gateway relays a client's invalid input sets ``fake.strict = False``.
+
 Requests carrying ``x-lore-worker: <job>`` (the gateway's background worker)
 take ``worker_scenario`` instead (default ``worker``: the scripted worker model
 of ``fake_worker.py``; any scenario above works too, e.g. ``stall``), so
@@ -86,7 +99,8 @@ from aiohttp.web_protocol import RequestHandler
 
 from lore_gateway.testing import fake_compaction, fake_worker
 from lore_gateway.testing import fake_streams as fs
-from lore_gateway.testing.fake_metered import BYTES_PER_TOKEN, common_prefix, metered, overflow_body
+from lore_gateway.testing import strict as strict_rules
+from lore_gateway.testing.fake_metered import BYTES_PER_TOKEN, common_prefix, metered
 from lore_gateway.testing.fake_recall import RECALL_SCENARIOS, recall_call
 from lore_gateway.testing.fake_streams import Answer
 from lore_gateway.testing.fake_wire import (
@@ -111,6 +125,8 @@ DEFAULT_MAX_RECORDED = 10_000
 MAX_SCRIPT = 1_000
 # Frames sent before a mid-stream misbehaviour, so the client has started.
 MISBEHAVE_AFTER = 3
+# Strict-mode refusals remembered; a test expects none, or a few it provoked.
+MAX_REFUSALS = 1_000
 # Metered answers remembered for inspection (a long benchmark reads them per turn).
 MAX_METERED = 100_000
 # How often a stalled handler looks whether its client has gone.
@@ -193,9 +209,13 @@ class FakeUpstream:
         max_recorded: int = DEFAULT_MAX_RECORDED,
         metered: bool = False,
         window: int | None = None,
+        strict: bool = True,
     ) -> None:
         self.metered = metered
         self.window = window
+        # Refuse what the real APIs refuse (strict.py); see the module docstring.
+        self.strict = strict
+        self.refusals: deque[tuple[str, strict_rules.Refusal]] = deque(maxlen=MAX_REFUSALS)
         self.metered_log: deque[tuple[int, int]] = deque(maxlen=MAX_METERED)
         self._last_body = b""
         self.host = host
@@ -285,6 +305,8 @@ class FakeUpstream:
         self.reported_input_tokens = None
         self.metered = False
         self.window = None
+        self.strict = True
+        self.refusals.clear()
         self.metered_log.clear()
         self._last_body = b""
 
@@ -399,6 +421,11 @@ class FakeUpstream:
 
     async def _compact(self, request: web.BaseRequest) -> web.StreamResponse:
         record = await self._record(request, "compact")
+        shape = "codex" if record.route.startswith("/backend-api/") else "responses"
+        refusal = self._refusal(shape, record) if isinstance(record.json, dict) else None
+        if refusal is not None:  # the compact endpoint validates its input like /responses
+            return web.Response(status=refusal.status, body=refusal.body,
+                                content_type=JSON_TYPE)
         return web.Response(body=fake_compaction.compact_body(model_of(record.json, "gpt-fake")),
                             content_type=JSON_TYPE)
 
@@ -432,6 +459,10 @@ class FakeUpstream:
                                     content_type=JSON_TYPE, headers=headers)
         if body.get("model") in self.unknown_models:
             return self._error(shape, 404, f"The model {body['model']} does not exist", headers)
+        refusal = self._refusal(shape, record)
+        if refusal is not None:
+            return web.Response(status=refusal.status, body=refusal.body,
+                                content_type=JSON_TYPE, headers=headers)
         if replay:
             return await self._replay(request, record, replay, headers)
         scenario = Scenario.parse(spec)
@@ -464,9 +495,6 @@ class FakeUpstream:
             answer = metered(answer, shape, len(record.body) // BYTES_PER_TOKEN, 0)
         elif self.metered:
             tokens = len(record.body) // BYTES_PER_TOKEN
-            if self.window is not None and tokens > self.window:
-                return web.Response(status=400, body=overflow_body(shape, tokens, self.window),
-                                    content_type=JSON_TYPE, headers=headers)
             cached = common_prefix(self._last_body, record.body) // BYTES_PER_TOKEN
             self._last_body = record.body
             self.metered_log.append((tokens, cached))
@@ -480,6 +508,24 @@ class FakeUpstream:
                 answer = Answer((fs.codex_rate_limits_frame(percent), *answer.frames),
                                 answer.body)
         return await self._misbehave(request, record, scenario, shape, answer, headers)
+
+    def _refusal(self, shape: str, record: RecordedRequest) -> strict_rules.Refusal | None:
+        """What the real API would refuse this request with (strict mode), recorded; with
+        strict mode off, only a metered window still answers a request past it."""
+        if not self.strict:
+            if self.metered and self.window is not None and "x-lore-worker" not in record.headers:
+                return strict_rules.check_window(shape, record.body, self.window)
+            return None
+        model = model_of(record.json, "")
+        # ``window`` plays the agent model's window; a worker request goes to its
+        # own (small, large-window) model, so it meets that model's window.
+        worker = "x-lore-worker" in record.headers
+        window = (None if worker else self.window) or strict_rules.window_for_model(model)
+        refusal = strict_rules.check(shape, record.json, record.body, window=window)
+        if refusal is not None:
+            with self._lock:
+                self.refusals.append((record.path, refusal))
+        return refusal
 
     def _error(
         self, shape: str, status: int, message: str, headers: dict[str, str]
