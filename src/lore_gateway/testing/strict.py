@@ -331,14 +331,19 @@ def _tool_results_only(message: Any) -> bool:
 
 
 def _thinking_first(payload: dict[str, Any]) -> Refusal | None:
-    """With thinking on, a tool loop's final assistant turn starts with a thinking block.
+    """With thinking enabled, a tool loop's final assistant turn starts with a
+    thinking block: the turn is everything after the last user message that is
+    not tool results, so a history cut inside a turn and reopened by a user
+    message must start its tail with a round that thought.
 
-    ``adaptive`` thinking may legitimately not think, so there the rule holds only
-    when the turn thought at all.
+    Only ``enabled`` (the API's own words): under ``adaptive`` the model decides
+    per reply whether to think, so a faithful history may open a turn without
+    thinking and think later in it, and the API cannot demand what its model
+    did not produce.
     """
     config = payload.get("thinking")
     kind = config.get("type") if isinstance(config, dict) else None
-    if kind not in ("enabled", "adaptive"):
+    if kind != "enabled":
         return None
     turns = [(i, m) for i, m in enumerate(_messages(payload)) if _role(m) != "system"]
     if not turns or not _tool_results_only(turns[-1][1]):
@@ -347,9 +352,6 @@ def _thinking_first(payload: dict[str, Any]) -> Refusal | None:
                 default=-1)
     final = [(i, m) for i, m in turns if i > start and _role(m) == "assistant"]
     if not final:
-        return None
-    thought = any(b.get("type") in _THINKING for _, m in final for b in _blocks(m))
-    if kind == "adaptive" and not thought:
         return None
     first, message = final[0]
     found = _first_type(message)
