@@ -20,6 +20,7 @@ from lore_gateway.obs import metrics
 from lore_gateway.recall.core.budget import FINAL_ROUND_TEXT
 from lore_gateway.sse import SSEDecoder
 from lore_gateway.testing import FakeUpstream
+from lore_gateway.testing.strict import sign_thinking
 
 KEY = "sk-ant-acceptance-0123456789"
 FACT = "The orchid cache bucket keeps nightly artefacts for nine days."
@@ -226,7 +227,7 @@ async def test_thinking_text_recall_replays_signed_thinking(
     assert block_types(preamble) == [(0, "thinking"), (1, "text")]
     signature = "".join(e["delta"].get("signature", "") for e in preamble
                         if e["type"] == "content_block_delta")
-    assert signature.startswith("sig_")
+    assert signature == sign_thinking("The user wants a stored fact.")  # the fake's own
     assert texts(continuation).startswith("According to memory")
 
     follow_up = fake_upstream.model_requests[1]
