@@ -104,3 +104,32 @@ def test_a_follow_up_the_provider_refuses_is_retried_once_at_a_higher_layer(
     assert tokens(agent_requests(metered)[-1]) <= metered.window
     # The retry is a smaller context, not the principal's plus the pair.
     assert not extends(principal.json["messages"], retried.json["messages"])
+
+
+def test_expanded_recall_pairs_count_towards_the_window(
+        make_gateway: Any, metered: FakeUpstream) -> None:
+    """The client's body lacks the recall pairs its anchors expand into; each
+    recall adds ~3,000 tokens upstream that the client never sent."""
+    metered.window = WINDOW
+    gw = make_gateway(context_window=WINDOW)
+    agent = managed_agent(gw, "fit-expanded", metered, until=int(0.3 * WINDOW))
+    for number in range(24):
+        agent.tool_round()
+        if number % 3 == 0:
+            gw.memory.flush(10)
+            agent.messages.append({"role": "assistant", "content": [
+                {"type": "text", "text": "Noted."}]})
+            agent.messages.append({"role": "user", "content": [
+                {"type": "text", "text": f"Which handlers matched in step {number}?"}]})
+            status, raw = agent.send(f"recall:handler request grep src module {number}",
+                                     stream=False)
+            assert status == 200, raw
+            # The agent keeps the answer (with the gateway's anchor) and goes on.
+            agent.messages.append({"role": "assistant", "content": orjson.loads(raw)["content"]})
+            agent.messages.append({"role": "user", "content": [
+                {"type": "text", "text": f"Go on with step {number}."}]})
+        assert agent.send()[0] == 200
+    sent = agent_requests(metered)
+    assert sum(b"lore-recall" in r.body for r in sent) == 0  # every anchor expanded
+    assert list(metered.refusals) == []
+    assert max(tokens(r) for r in sent) <= CEILING * WINDOW
