@@ -1,28 +1,35 @@
 """``lore bench context``: one very long agent session through the gateway.
 
 The coding sessions in ``shared/data/coding-sessions`` (read in place) are
-concatenated into one Anthropic agent session: each task is a user message,
-each recorded model reply becomes an assistant turn with a ``bash`` tool call,
-each shell output its tool result. The fake model answers each request with
-the recorded reply (so memory stores what the model said). The driver resends the whole history for
-every assistant turn, as an agent does, through a real gateway to the metered
-fake upstream (input tokens = request bytes / 4, bytes shared with the previous
-request = cache reads; ``testing/fake_upstream.py``).
+replayed as **one** agent session, in Claude Code style (Anthropic Messages,
+cache markers that switch from 5 minutes to 1 hour, thinking off, adaptive and
+enabled) or Codex style (Responses, reasoning items with sealed encrypted
+content); ``bench/context_clients.py`` builds the requests as those clients do.
+The fake model answers each request with the recorded reply, so memory stores
+what the model said, and every 15-40 replies (Claude) or 40-80 (Codex) it first
+calls the hidden ``recall`` tool with a question about an earlier session. The
+client resends its whole history every turn, as an agent does, through a real
+gateway to the metered, strict fake upstream (input tokens = request bytes / 4,
+bytes shared with the previous request = cache reads, every request checked
+against the rules the real API enforces; ``testing/strict.py``).
 
-Reported: upstream input tokens per turn against plain passthrough (the
-client's own body, which is what the gateway forwards without context
-management: computed from the same bytes, not sent, since it passes the window),
-peak request size as a share of the window, the share of turns whose request
-extends the previous one byte for byte (the received bodies' history items
-compared one by one), rewrites by reason, worker tokens, and how many facts of
-the first sessions (the set's questions, their evidence strings) are still
-answerable at the end: in the last upstream request itself or through a recall
-search of the session.
+Reported: upstream input tokens against plain passthrough (the client's own
+body, which is what the gateway forwards without context management: computed
+from the same bytes, not sent, since it passes the window), the peak upstream
+request (recall follow-ups included) as a share of the window and how many
+passed 0.75 and 0.80 of it, strict-rule violations, provider errors that
+reached the client, the share of upstream requests that extend the previous one
+byte for byte (history items compared one by one; ``cache_control`` markers
+are not part of the cached bytes and are left out), rewrites by reason, worker
+tokens, and how many facts of the first sessions (the set's questions and their
+evidence strings) are still answerable at the end: in the last upstream request
+itself or through a recall search of the session.
 """
 
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import tempfile
 import time
@@ -32,28 +39,30 @@ from typing import Any
 
 import orjson
 
+from lore_gateway.bench.context_clients import STYLES, Client, Style, client_for, turns
 from lore_gateway.bench.ingest import find_data
 from lore_gateway.memory.records import Identity
 from lore_gateway.obs import metrics
-from lore_gateway.testing import ANTHROPIC_KEY, BackgroundServer, FakeUpstream, gateway_settings
+from lore_gateway.testing import (
+    ANTHROPIC_KEY,
+    OPENAI_KEY,
+    BackgroundServer,
+    FakeUpstream,
+    gateway_settings,
+)
 from lore_gateway.testing.fake_metered import BYTES_PER_TOKEN
 
 DEFAULT_DATA = Path("../shared/data/coding-sessions/coding_eval.json")
-SESSION = "bench-context-long-session"
 PROJECT = "/bench/context"
-MODEL = "claude-sonnet-4-5"
 WINDOW = 200_000
 # Sessions whose questions are the "early facts" (the first ones replayed).
 EARLY_SESSIONS = 3
-SYSTEM = ("You are a coding agent working in a git repository through a bash tool. Read "
-          "files before editing them, run the tests after every change, keep diffs small, "
-          "and explain what you changed and why. ") * 4
-TOOLS = [{"name": "bash", "description": "Run one bash command in the repository.",
-          "input_schema": {"type": "object", "properties": {"command": {"type": "string"}},
-                           "required": ["command"]}}]
 SELF_CAUSED = ("budget", "emergency")
-# Requests the fake keeps: enough to find the last agent request among worker calls.
-RECORDED = 16
+# Requests the fake keeps: enough for one turn's principal, follow-ups and the
+# worker calls that may land meanwhile.
+RECORDED = 64
+# Shares of the window a request is counted against.
+HIGH_SHARES = (0.75, 0.80)
 Progress = Callable[[int, int], None]
 
 
@@ -61,63 +70,18 @@ def resolve_data_path(path: Path | None) -> Path:
     return find_data(path, DEFAULT_DATA, "coding sessions")
 
 
-def build(data: dict[str, Any], limit: int = 0) -> tuple[list[dict[str, Any]], list[int],
-                                                        list[dict[str, Any]]]:
-    """The whole history, the index at which each request is sent, and the
-    early questions."""
+def run(path: Path, *, limit: int = 0, window: int = WINDOW, style: Style = "claude",
+        progress: Progress | None = None) -> dict[str, Any]:
+    if style not in STYLES:
+        raise ValueError(f"unknown style {style!r}: one of {', '.join(STYLES)}")
+    data = json.loads(path.read_text())
     sessions = data["sessions"][:limit] if limit else data["sessions"]
-    history: list[dict[str, Any]] = []
-    sends: list[int] = []
-    calls = 0
-    for session in sessions:
-        pending: str | None = None
-        for message in session["messages"]:
-            role, content = message["role"], str(message["content"])
-            if role == "user":
-                if history and history[-1]["role"] == "user":
-                    history.append({"role": "assistant", "content": [
-                        {"type": "text", "text": "Done with that task."}]})
-                history.append({"role": "user", "content": [{"type": "text", "text": content}]})
-                sends.append(len(history))
-            elif role == "assistant":
-                if pending is not None:  # a reply with no recorded output
-                    history.append({"role": "user", "content": [
-                        {"type": "tool_result", "tool_use_id": pending,
-                         "content": "(no output)"}]})
-                    sends.append(len(history))
-                calls += 1
-                pending = f"toolu_{calls:06d}"
-                history.append({"role": "assistant", "content": [
-                    {"type": "text", "text": content},
-                    {"type": "tool_use", "id": pending, "name": "bash",
-                     "input": {"command": _command(content)}}]})
-            elif role == "tool" and pending is not None:
-                history.append({"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": pending, "content": content}]})
-                pending = None
-                sends.append(len(history))
-        if history[-1]["role"] == "assistant" and pending is not None:
-            history.append({"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": pending, "content": "(no output)"}]})
+    plan = turns(sessions, data["questions"], style)
     early_ids = {s["session_id"] for s in sessions[:EARLY_SESSIONS]}
     early = [q for q in data["questions"] if q["session_id"] in early_ids]
-    return history, sorted(set(sends)), early
-
-
-def _command(text: str) -> str:
-    start = text.find("```bash")
-    if start < 0:
-        return "true"
-    end = text.find("```", start + 7)
-    return text[start + 7:end].strip() if end > 0 else text[start + 7:].strip()
-
-
-def run(path: Path, *, limit: int = 0, window: int = WINDOW,
-        progress: Progress | None = None) -> dict[str, Any]:
-    data = json.loads(path.read_text())
-    history, sends, early = build(data, limit)
     with tempfile.TemporaryDirectory(prefix="lore-bench-context-") as tmp, \
-            BackgroundServer(FakeUpstream(max_recorded=RECORDED, metered=True)) as fake:
+            BackgroundServer(FakeUpstream(max_recorded=RECORDED, metered=True,
+                                          window=window)) as fake:
         from lore_gateway.server import Gateway
 
         settings = gateway_settings(
@@ -125,79 +89,119 @@ def run(path: Path, *, limit: int = 0, window: int = WINDOW,
             distill_segment_tokens=16_384, worker_daily_tokens=10**9, export=False,
             context_window=window)
         with BackgroundServer(Gateway(settings)) as gw:
-            figures = _drive(gw, fake, history, sends, window, progress)
+            session = f"bench-context-{style}"
+            figures = _drive(gw, fake, client_for(style, len(plan)), plan, session, window,
+                             progress)
             gw.memory.flush(60)
-            figures["early_facts"] = _early_facts(gw, fake, early)
+            figures["style"] = style
+            figures["early_facts"] = _early_facts(gw, fake, early, session)
     return figures
 
 
-def _drive(gw: Any, fake: FakeUpstream, history: list[dict[str, Any]], sends: list[int],
+def _drive(gw: Any, fake: FakeUpstream, client: Client, plan: list[Any], session: str,
            window: int, progress: Progress | None) -> dict[str, Any]:
     before = _rewrite_counts()
     host, port = gw.url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=300)
-    headers = {"content-type": "application/json", "x-api-key": ANTHROPIC_KEY,
-               "anthropic-version": "2023-06-01", "x-lore-session-id": SESSION,
+    headers = {"content-type": "application/json", "x-lore-session-id": session,
                "x-lore-project": PROJECT}
+    if isinstance(client.path, str) and client.path.startswith("/v1/messages"):
+        headers |= {"x-api-key": ANTHROPIC_KEY, "anthropic-version": "2023-06-01"}
+    else:
+        headers |= {"authorization": f"Bearer {OPENAI_KEY}", "originator": "codex_exec"}
     passthrough: list[int] = []
-    previous: list[bytes] = []
-    extends = 0
+    upstream: list[list[bytes]] = []  # every agent request's history items, in order
+    errors = recalls = 0
     started = time.perf_counter()
-    for number, end in enumerate(sends):
-        body = orjson.dumps({"model": MODEL, "max_tokens": 1024, "system": SYSTEM,
-                             "tools": TOOLS, "messages": history[:end]})
-        passthrough.append(len(body) // BYTES_PER_TOKEN)
-        # The fake model answers with the recorded reply, so memory stores what
-        # the agent's model said (the client appends the same reply).
-        reply = history[end] if end < len(history) else None
-        if reply is not None and reply["role"] == "assistant":
-            fake.script([f"text:{reply['content'][0]['text']}"])
-        conn.request("POST", "/v1/messages", body, headers)
+    for number, turn in enumerate(plan):
+        body = client.request(number, turn)
+        raw = orjson.dumps(body)
+        passthrough.append(len(raw) // BYTES_PER_TOKEN)
+        fake.script(client.scenarios(number, turn))
+        mark = time.monotonic()
+        conn.request("POST", client.path, raw, headers)
         resp = conn.getresponse()
         answer = resp.read()
+        sent = _agent_requests(fake, mark)
+        upstream.extend(_items(r.json, client.key) for r in sent)
+        recalls += turn.recall is not None
         if resp.status != 200:
-            raise RuntimeError(f"turn {number}: the gateway answered {resp.status}: "
-                               f"{answer[:300]!r}")
-        received = _last_agent_request(fake)
-        items = [orjson.dumps(m) for m in received["messages"]]
-        if number and items[:len(previous)] == previous:
-            extends += 1
-        previous = items
+            errors += 1
+            client.received(number, turn, {})
+        else:
+            client.received(number, turn, orjson.loads(answer))
         if progress is not None:
-            progress(number + 1, len(sends))
+            progress(number + 1, len(plan))
     conn.close()
     elapsed = time.perf_counter() - started
-    upstream = [tokens for tokens, _ in fake.metered_log]
-    cached = [c for _, c in fake.metered_log]
+    log = [(tokens, cached) for tokens, cached in fake.metered_log]
+    sizes = [tokens for tokens, _ in log]
     counts = {k: v - before.get(k, 0) for k, v in _rewrite_counts().items()
               if v - before.get(k, 0)}
     self_caused = sum(v for k, v in counts.items() if k.split("/")[0] in SELF_CAUSED)
-    turns = len(sends)
+    extends = sum(1 for prev, new in itertools.pairwise(upstream)
+                  if new[:len(prev)] == prev)
+    count = len(plan)
     worker = _worker_tokens(gw)
-    state = gw.background.context.current("personal", SESSION)
+    state = gw.background.context.current("personal", session)
     return {
-        "turns": turns,
+        "turns": count,
+        "upstream_requests": len(sizes),
+        "hidden_recalls": recalls,
         "session_tokens": passthrough[-1],
         "window": window,
         "passthrough_input_tokens": sum(passthrough),
-        "upstream_input_tokens": sum(upstream),
-        "upstream_vs_passthrough": round(sum(upstream) / max(1, sum(passthrough)), 4),
-        "cache_read_share": round(sum(cached) / max(1, sum(upstream)), 4),
-        "peak_request_tokens": max(upstream),
-        "peak_share_of_window": round(max(upstream) / window, 4),
+        "upstream_input_tokens": sum(sizes),
+        "upstream_vs_passthrough": round(sum(sizes) / max(1, sum(passthrough)), 4),
+        "cache_read_share": round(sum(c for _, c in log) / max(1, sum(sizes)), 4),
+        "peak_request_tokens": max(sizes),
+        "peak_share_of_window": round(max(sizes) / window, 4),
+        "requests_over_share": {f"{share:.2f}": sum(1 for t in sizes if t > share * window)
+                                for share in HIGH_SHARES},
         "passthrough_peak_share_of_window": round(max(passthrough) / window, 4),
-        "extends_previous_share": round(extends / max(1, turns - 1), 4),
+        "strict_violations": len(fake.refusals),
+        "violations_by_rule": _by_rule(fake),
+        "provider_errors_to_client": errors,
+        "extends_previous_share": round(extends / max(1, len(upstream) - 1), 4),
         "rewrites": counts,
         "self_caused_rewrites": self_caused,
         "prefix_rerenders": sum(v for k, v in counts.items() if k.endswith("rendered")),
-        "self_caused_per_50_turns": round(50 * self_caused / max(1, turns), 3),
+        "self_caused_per_50_turns": round(50 * self_caused / max(1, count), 3),
         "final_layer": state.layer if state is not None else 0,
         "worker_tokens": worker,
-        "worker_share_of_upstream": round(worker / max(1, sum(upstream)), 4),
+        "worker_share_of_upstream": round(worker / max(1, sum(sizes)), 4),
         "client_compactions": 0,
-        "per_turn": {"passthrough": passthrough[::10], "upstream": upstream[::10]},
+        "per_turn": {"passthrough": passthrough[::10], "upstream": sizes[::10]},
         "elapsed_s": round(elapsed, 1),
     }
+
+
+def _agent_requests(fake: FakeUpstream, since: float) -> list[Any]:
+    """The agent's requests the fake received since ``since`` (workers' left out)."""
+    return [r for r in fake.requests if r.received_at >= since
+            and "x-lore-worker" not in r.headers and isinstance(r.json, dict)]
+
+
+def _items(payload: Any, key: str) -> list[bytes]:
+    """A request's history items as bytes, without ``cache_control`` markers
+    (not part of the cached prefix: a client moves its marker every turn)."""
+    items = payload.get(key) if isinstance(payload, dict) else None
+    return [orjson.dumps(_unmarked(item)) for item in items or []]
+
+
+def _unmarked(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _unmarked(v) for k, v in node.items() if k != "cache_control"}
+    if isinstance(node, list):
+        return [_unmarked(v) for v in node]
+    return node
+
+
+def _by_rule(fake: FakeUpstream) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for _path, refusal in fake.refusals:
+        out[refusal.rule] = out.get(refusal.rule, 0) + 1
+    return out
 
 
 def _last_agent_request(fake: FakeUpstream) -> Any:
@@ -220,12 +224,13 @@ def _worker_tokens(gw: Any) -> int:
     return int(row[0]) if row else 0
 
 
-def _early_facts(gw: Any, fake: FakeUpstream, early: list[dict[str, Any]]) -> dict[str, Any]:
+def _early_facts(gw: Any, fake: FakeUpstream, early: list[dict[str, Any]],
+                 session: str) -> dict[str, Any]:
     """Early questions whose evidence is in the last upstream request, or in a
     recall search of the session (top 10) for the question."""
     last = _last_agent_request(fake)
     context_text = _texts(last)
-    identity = Identity(tenant="personal", project=PROJECT, session=SESSION)
+    identity = Identity(tenant="personal", project=PROJECT, session=session)
     in_context = in_recall = 0
     for question in early:
         evidence = str(question["evidence"])

@@ -224,19 +224,29 @@ def context_bench(
                                  help="Only the first N sessions (default: all 30)."),
     window: int = typer.Option(200_000, "--window", min=8_000,
                                help="The model's context window in tokens."),
+    style: str = typer.Option("claude", "--style",
+                              help="The agent replayed: claude (Anthropic Messages, thinking,"
+                                   " cache-TTL switch) or codex (Responses, reasoning items)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object as the last line."),
 ) -> None:
     """Context management on one >1M-token session (the coding sessions
-    concatenated) through the gateway and the metered fake upstream."""
+    concatenated, with hidden recalls) through the gateway and the metered,
+    strict fake upstream."""
     from lore_gateway.bench import context as bench
+    from lore_gateway.bench.context_clients import STYLES
 
+    if style not in STYLES:
+        raise output.UserError(f"--style must be one of {', '.join(STYLES)}, not {style!r}")
     path = _data_path(bench.resolve_data_path, data)
     with output.stages() as update:
-        figures = bench.run(path, limit=sessions, window=window,
+        figures = bench.run(path, limit=sessions, window=window, style=style,
                             progress=lambda done, total: update("turns", done, total))
     facts = figures["early_facts"]
+    over = figures["requests_over_share"]
     rows = [
-        ("turns (requests)", str(figures["turns"])),
+        ("turns (client requests) / upstream requests",
+         f"{figures['turns']} / {figures['upstream_requests']}"),
+        ("hidden recalls", str(figures["hidden_recalls"])),
         ("session size at the end (passthrough tokens)", f"{figures['session_tokens']:,}"),
         ("upstream input tokens / passthrough", f"{figures['upstream_vs_passthrough']:.3f}×"),
         ("  upstream input tokens", f"{figures['upstream_input_tokens']:,}"),
@@ -244,7 +254,11 @@ def context_bench(
         ("cache-read share of upstream input", f"{figures['cache_read_share']:.1%}"),
         ("peak request / window", f"{figures['peak_share_of_window']:.3f} (passthrough "
                                   f"{figures['passthrough_peak_share_of_window']:.2f})"),
-        ("turns extending the previous request byte for byte",
+        ("requests over 0.75 / 0.80 of the window", f"{over['0.75']} / {over['0.80']}"),
+        ("strict-rule violations", str(figures["strict_violations"]) + "".join(
+            f" ({k} {v})" for k, v in sorted(figures["violations_by_rule"].items()))),
+        ("provider errors that reached the client", str(figures["provider_errors_to_client"])),
+        ("upstream requests extending the previous one byte for byte",
          f"{figures['extends_previous_share']:.1%}"),
         ("rewrites by reason", ", ".join(f"{k} {int(v)}" for k, v in
                                          sorted(figures["rewrites"].items())) or "none"),
@@ -260,6 +274,7 @@ def context_bench(
         ("elapsed", f"{figures['elapsed_s']} s"),
     ]
     output.print_table([output.Column("figure"), output.Column("value", "right", False)], rows,
-                       title=f"Context management ({path.name}, window {window:,})")
+                       title=f"Context management ({path.name}, {style} style,"
+                             f" window {window:,})")
     if as_json:
         typer.echo(json.dumps(figures))
