@@ -186,7 +186,7 @@ class ClaudeClient:
         reply = turn.reply.text if turn.reply is not None else DONE
         if turn.recall is None:
             return [f"text:{reply}"]
-        first = "thinking-recall" if self.thinks(number) else "call-recall"
+        first = "thinking-call-recall" if self.thinks(number) else "call-recall"
         return [f"{first}:{turn.recall}", f"text:{reply}"]
 
     def thinks(self, number: int) -> bool:

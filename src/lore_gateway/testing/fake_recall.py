@@ -8,8 +8,11 @@ import orjson
 from lore_gateway.testing import fake_streams as fs
 from lore_gateway.testing.fake_streams import Answer
 
-RECALL_SCENARIOS = ("recall", "call-recall", "thinking-recall", "recall-first",
-                    "recall-between", "parallel-recall", "text-recall")
+RECALL_SCENARIOS = ("recall", "call-recall", "thinking-recall", "thinking-call-recall",
+                    "recall-first", "recall-between", "parallel-recall", "text-recall")
+# Scenarios that call recall even when the request ends with a tool output (an
+# agent's tool loop), so a scripted recall can land mid-turn.
+ALWAYS_CALL = ("call-recall", "thinking-call-recall")
 _VISIBLE_TOOL = ("read_file", '{"path":"README.md"}')
 TEXT_RECALL_PREAMBLE = "Let me look that up."
 
@@ -31,7 +34,7 @@ def recall_call(api: str, name: str, arguments: str, model: str, chat_usage: boo
             return fs.responses_calls((recall, (fs.RECALL_TOOL, second)), model)
         return fs.responses_call(fs.RECALL_TOOL, arguments, model)
     call = ("tool_use", fs.RECALL_TOOL, arguments)
-    if name == "thinking-recall":
+    if name in ("thinking-recall", "thinking-call-recall"):
         return fs.anthropic_blocks((("thinking", "The user wants a stored fact.", ""),
                                     ("text", "Let me look that up.", ""), call), model)
     if name == "recall-first":
