@@ -8,14 +8,11 @@ tool's own traffic never comes back as a hit.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from lore_gateway.cli.main import _register, app
 from lore_gateway.config import Settings
 from lore_gateway.memory import db, schema
 from lore_gateway.memory.query import identifiers, intent_phrases, parse_query
@@ -193,37 +190,6 @@ def test_a_version_4_store_migrates_to_the_v7_search_index(tmp_path: Path) -> No
     assert matching("messages_fts", "found") == set()
     assert matching("messages_fts", "next") != set()
     conn.close()
-
-
-def _coding_sample(tmp_path: Path) -> Path:
-    messages = [
-        {"index": 0, "role": "user", "content": "Fix the crash in spin()", "source_index": 1},
-        {"index": 1, "role": "assistant", "content": "```bash\ngrep -rn 'def spin' src\n```",
-         "source_index": 2},
-        {"index": 2, "role": "tool", "content": "src/widget.py:41:def spin(self):",
-         "source_index": 3},
-    ]
-    questions = [{"kind": "definition_location", "session_id": "s-1", "message_index": 2,
-                  "question": "In which file and at which line is `spin` defined?",
-                  "answer": "src/widget.py:41", "evidence": "41:def spin", "gold_indices": [2]}]
-    path = tmp_path / "coding_sample.json"
-    path.write_text(json.dumps({"sessions": [{"session_id": "s-1", "source": {},
-                                              "messages": messages}],
-                                "questions": questions}))
-    return path
-
-
-def test_bench_coding_cli_json_on_a_sample(tmp_path: Path) -> None:
-    _register()
-    out = CliRunner().invoke(app, ["bench", "coding", "--data", str(_coding_sample(tmp_path)),
-                                   "--no-embeddings", "--json"])
-    assert out.exit_code == 0, out.output
-    figures = json.loads(out.output.strip().splitlines()[-1])
-    assert figures["lore"]["all"]["exact"]["hit@10"] == 1.0
-    assert figures["lore"]["all"]["tol2"]["n"] == 1
-    assert set(figures["baseline"]["all"]) == {"exact", "tol2"}
-    assert figures["messages"] == 3
-    assert "±2" in out.output and "baseline" in out.output
 
 
 def test_recall_traffic_gets_no_vector(tmp_path: Path) -> None:

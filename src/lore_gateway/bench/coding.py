@@ -1,211 +1,291 @@
 """``lore bench coding``: retrieval quality on real coding-agent sessions.
 
-The set (``shared/data/coding-sessions/coding_eval.json``, see its SOURCES.md) holds
-30 mini-swe-agent sessions (task, model replies with one bash command each, raw
-shell output) and 173 rule-generated questions, each with the index of the gold
-message. Every session is ingested through the proxy's write path
-(``Memory.submit_turn``) as its own project, one turn per message, and every
-question is asked through ``Memory.search_sync(scope="project", limit=10)``.
+Both question sets of ``shared/data/coding-sessions`` (``coding_data``: the 173
+rule-made questions of ``coding_eval.json`` and the 120 natural ones of
+``natural_questions.json``) over its 30 mini-swe-agent sessions. Every session is
+stored through the proxy's write path (``Memory.submit_turn``), one turn per
+message, in one of five projects, with noise beside it (recall traffic, title
+calls; see ``coding_data``). Every question is then asked three ways through
+``Memory.search_sync(limit=10)``:
 
-Scored as in the set's ``baseline_fts5.py``: hit@k for the exact gold message and
-for any message within ±2 of it, and MRR (here over the top 10, for both
-systems). The naive baseline (one SQLite FTS5 document per message, the
-question's tokens OR-ed, BM25) is computed in the same run on the same data.
+- ``session``: scope ``session``, the question's session (the figures cited
+  before issue 33 were asked this way, through scope ``project`` with one project
+  a session: the same rows);
+- ``all``: scope ``all`` from no project: every session competes equally;
+- ``multi_project``: scope ``all`` from the question's project (issue 33: figures
+  within 0.02 of ``session`` once search favours the asking project).
 
-Held-out part: a session is held out when the first byte of
-``sha1("lore-holdout:" + session_id)`` is divisible by 3 (8 of the 30 sessions,
-fixed before any tuning). Figures are reported for all, tuning and held-out.
+The naive baseline (``coding_score.NaiveIndex``) ranks the same stored messages
+in the same run, per session and over all sessions; it has no notion of a
+project, so ``multi_project`` compares with its ``all``. Scores, noise and the
+legacy figures are defined in ``coding_score``; the held-out part (8 sessions,
+fixed before any tuning) in ``coding_data``.
+
+``store``: a directory to keep the ingested memory in. Storing and embedding the
+sessions is most of a run (about 25 minutes on this 2-core machine); a later run
+with the same directory and data asks its questions at once, so a ranking change
+can be measured in a minute or two. A change to what is stored or indexed needs
+a fresh directory (or ``NOISE_VERSION`` bumped).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
 import statistics
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import apsw
-
+from lore_gateway.bench.coding_data import (
+    DEFAULT_DATA,
+    NATURAL_FILE,
+    RULE,
+    SETS,
+    TENANT,
+    CodingSets,
+    Question,
+    held_out,
+    identity,
+    load,
+    turn_records,
+)
+from lore_gateway.bench.coding_score import (
+    Found,
+    NaiveIndex,
+    Noise,
+    Tally,
+    difference,
+    figures,
+    legacy_terms,
+    natural_terms,
+    outcome,
+    subsets,
+)
 from lore_gateway.bench.ingest import Progress, find_data, ingest
 from lore_gateway.config import Settings
-from lore_gateway.memory.records import Identity, TurnRecord
-from lore_gateway.protocols.common import Message, Role
+from lore_gateway.memory.records import Identity
 
-TENANT = "bench-coding"
-DEFAULT_DATA = Path("../shared/data/coding-sessions/coding_eval.json")
-KS = (1, 5, 10)
-# Window of the lenient gold: the question's message or any within ±2 of it.
-TOLERANCE = 2
-ROLES: dict[str, Role] = {"user": "user", "assistant": "assistant", "tool": "tool",
-                          "system": "system"}
+if TYPE_CHECKING:
+    from lore_gateway.memory.service import Memory
 
+__all__ = ["MODES", "CodingReport", "held_out", "resolve_data_path", "run"]
 
-def held_out(key: str) -> bool:
-    """The fixed held-out rule shared by both quality benches (docs/search.md)."""
-    return hashlib.sha1(f"lore-holdout:{key}".encode()).digest()[0] % 3 == 0
-
-
-@dataclass(frozen=True, slots=True)
-class Question:
-    session_id: str
-    kind: str
-    question: str
-    gold: int
-
-
-@dataclass(frozen=True, slots=True)
-class Session:
-    session_id: str
-    messages: tuple[tuple[int, str, str], ...]  # (index, role, content)
-
-
-@dataclass(slots=True)
-class Tally:
-    """First-hit ranks (1-based, ``None`` when not in the top 10) for one subset."""
-
-    ranks: list[int | None] = field(default_factory=list)
-
-    def figures(self) -> dict[str, float | int]:
-        n = max(len(self.ranks), 1)
-        out: dict[str, float | int] = {
-            f"hit@{k}": round(sum(1 for r in self.ranks if r and r <= k) / n, 4) for k in KS}
-        out["mrr"] = round(sum(1.0 / r for r in self.ranks if r) / n, 4)
-        out["n"] = len(self.ranks)
-        return out
-
-
-SUBSETS = ("all", "tuning", "held_out")
+LORE, NAIVE, LEGACY = "lore", "naive", "legacy"
+MODES = ("session", "all", "multi_project")
+# The scope each mode asks in, and whether it asks from the question's project.
+_ASKED = {"session": ("session", True), "all": ("all", False),
+          "multi_project": ("all", True)}
+LIMIT = 10
+# kv key marking a directory's store as this bench's, and what it was built from.
+STORE_MARK = "bench-coding-store"
 
 
 @dataclass(slots=True)
 class CodingReport:
-    # system ("lore" / "baseline") → subset or kind → gold definition → ranks
-    tallies: dict[str, dict[str, dict[str, Tally]]] = field(default_factory=dict)
-    latencies_ms: list[float] = field(default_factory=list)
+    # (set, mode, system) → subset → outcomes
+    tallies: dict[tuple[str, str, str], dict[str, Tally]] = field(default_factory=dict)
+    # (system, mode) → noise over every top 10 of both sets
+    noise: dict[tuple[str, str], Noise] = field(default_factory=dict)
+    latencies_ms: dict[str, list[float]] = field(default_factory=dict)
     messages: int = 0
+    stored_rows: int = 0
     ingest_s: float = 0.0
+    store_reused: bool = False
     embeddings: bool = False
     rerank: bool = False
+    projects: dict[str, list[str]] = field(default_factory=dict)
 
-    def add(self, system: str, q: Question, exact: int | None, tol: int | None) -> None:
-        subset = "held_out" if held_out(q.session_id) else "tuning"
-        for key in ("all", subset, f"kind:{q.kind}"):
-            per = self.tallies.setdefault(system, {}).setdefault(key, {})
-            per.setdefault("exact", Tally()).ranks.append(exact)
-            per.setdefault("tol2", Tally()).ranks.append(tol)
+    def add(self, system: str, mode: str, q: Question, found: list[Found]) -> None:
+        result = outcome(q, found)
+        per = self.tallies.setdefault((q.set, mode, system), {})
+        for key in subsets(q):
+            per.setdefault(key, Tally()).outcomes.append(result)
+        if system != LEGACY:
+            self.noise.setdefault((system, mode), Noise()).add(found)
 
     def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for system, keys in self.tallies.items():
-            for subset in SUBSETS:  # present even when the data has none of a subset
-                golds = keys.setdefault(subset, {})
-                golds.setdefault("exact", Tally())
-                golds.setdefault("tol2", Tally())
-            out[system] = {key: {gold: t.figures() for gold, t in golds.items()}
-                           for key, golds in sorted(keys.items())}
-        out["median_query_ms"] = (round(statistics.median(self.latencies_ms), 2)
-                                  if self.latencies_ms else None)
-        out["messages"] = self.messages
-        out["ingest_s"] = round(self.ingest_s, 2)
-        out["embeddings"] = self.embeddings
-        out["rerank"] = self.rerank
+        sets: dict[str, Any] = {}
+        for name in SETS:
+            if not any(key[0] == name for key in self.tallies):
+                continue
+            per_mode: dict[str, Any] = {}
+            for mode in MODES:
+                ours = figures(self.tallies.get((name, mode, LORE), {}))
+                theirs = figures(self.tallies.get(
+                    (name, "all" if mode == "multi_project" else mode, NAIVE), {}))
+                per_mode[mode] = {LORE: ours, NAIVE: theirs, "diff": difference(ours, theirs)}
+            sets[name] = per_mode
+        out: dict[str, Any] = {
+            "sets": sets,
+            "noise": {system: {mode: n.as_dict() for (s, mode), n in sorted(self.noise.items())
+                               if s == system} for system in (LORE, NAIVE)},
+            # The figures cited before issue 33: rule set, scope session, message_index.
+            "lore": _legacy(self.tallies.get((RULE, "session", LORE), {})),
+            "baseline": _legacy(self.tallies.get((RULE, "session", LEGACY), {})),
+            "median_query_ms": _median(self.latencies_ms.get("session", [])),
+            "median_query_ms_by_mode": {mode: _median(v)
+                                        for mode, v in sorted(self.latencies_ms.items())},
+            "messages": self.messages,
+            "stored_rows": self.stored_rows,
+            "ingest_s": round(self.ingest_s, 2),
+            "store_reused": self.store_reused,
+            "embeddings": self.embeddings,
+            "rerank": self.rerank,
+            "projects": self.projects,
+            "held_out_sessions": sorted({s for ss in self.projects.values() for s in ss
+                                         if held_out(s)}),
+        }
         return out
+
+
+def _legacy(tallies: dict[str, Tally]) -> dict[str, Any]:
+    for key in ("all", "tuning", "held_out"):
+        tallies.setdefault(key, Tally())
+    return {key: t.legacy() for key, t in sorted(tallies.items())
+            if not key.startswith("position:")}
+
+
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 2) if values else None
 
 
 def resolve_data_path(path: Path | None) -> Path:
     return find_data(path, DEFAULT_DATA, "coding set")
 
 
-def load(path: Path) -> tuple[list[Session], list[Question]]:
-    data = json.loads(path.read_text(encoding="utf-8"))
-    sessions = [Session(str(s["session_id"]), tuple(
-        (int(m["index"]), str(m["role"]), str(m["content"])) for m in s["messages"]))
-        for s in data["sessions"]]
-    questions = [Question(str(q["session_id"]), str(q["kind"]), str(q["question"]),
-                          int(q["message_index"])) for q in data["questions"]]
-    return sessions, questions
-
-
-def turn_records(session: Session) -> Iterator[TurnRecord]:
-    """One TurnRecord per message; the message index travels in its metadata."""
-    ident = Identity(TENANT, session.session_id, session.session_id)
-    for index, role, content in session.messages:
-        yield TurnRecord(identity=ident, protocol="bench:coding", model=None,
-                         messages=(Message(ROLES.get(role, "user"), content),),
-                         created_at=1.7e9 + index, metas=({"index": index},))
-
-
-def first_ranks(ranked: list[int], gold: int) -> tuple[int | None, int | None]:
-    """(rank of the exact gold, rank of the first message within ±TOLERANCE)."""
-    exact = next((i + 1 for i, x in enumerate(ranked) if x == gold), None)
-    tol = next((i + 1 for i, x in enumerate(ranked) if abs(x - gold) <= TOLERANCE), None)
-    return exact, tol
-
-
-def baseline_rankings(session: Session, questions: list[Question]) -> list[list[int]]:
-    """The set's naive baseline: FTS5 ``porter unicode61``, one row per message,
-    the question's alphanumeric tokens quoted and OR-ed, ``ORDER BY bm25``."""
-    conn = apsw.Connection(":memory:")
-    try:
-        conn.execute("CREATE VIRTUAL TABLE m USING fts5(content, tokenize='porter unicode61')")
-        with conn:
-            conn.executemany("INSERT INTO m(rowid, content) VALUES (?, ?)",
-                             [(i, c) for i, _, c in session.messages])
-        out = []
-        for q in questions:
-            tokens = list(dict.fromkeys(re.findall(r"[^\W_]+", q.question.lower())))
-            expr = " OR ".join(f'"{t}"' for t in tokens)
-            out.append([int(r[0]) for r in conn.execute(
-                "SELECT rowid FROM m WHERE m MATCH ? ORDER BY bm25(m) LIMIT 10", (expr,))])
-        return out
-    finally:
-        conn.close()
-
-
-def run(data: Path | None = None, *, embeddings: bool = True, rerank: bool = False,
+def run(data: Path | None = None, *, natural: Path | None = None, embeddings: bool = True,
+        rerank: bool = False, store: Path | None = None,
         progress: Progress | None = None) -> CodingReport:
-    """Ingest every session, ask every question with both systems, score."""
+    """Store the sessions (or reuse ``store``), ask every question in every mode with
+    both systems, score. ``natural`` defaults to the file beside ``data``."""
     from lore_gateway.memory.service import Memory
 
-    sessions, questions = load(resolve_data_path(data))
-    by_session: dict[str, list[Question]] = {}
-    for q in questions:
-        by_session.setdefault(q.session_id, []).append(q)
-    report = CodingReport()
-    for s in sessions:
-        qs = by_session.get(s.session_id, [])
-        for q, ranked in zip(qs, baseline_rankings(s, qs), strict=True):
-            report.add("baseline", q, *first_ranks(ranked, q.gold))
-    with tempfile.TemporaryDirectory(prefix="lore-coding-") as tmp:
-        settings = Settings(data_dir=Path(tmp), embeddings=embeddings, rerank=rerank)
-        memory = Memory.open(settings, embedder="auto" if embeddings else None)
+    path = resolve_data_path(data)
+    sets = load(path, natural if natural is not None else path.parent / NATURAL_FILE)
+    report = CodingReport(embeddings=embeddings, rerank=rerank)
+    for sid, project in sorted(sets.projects.items()):
+        report.projects.setdefault(project, []).append(sid)
+    report.messages = sum(len(s.messages) for s in sets.sessions)
+    with _store_dir(store, sets, embeddings) as (directory, fresh):
+        settings = Settings(data_dir=directory, embeddings=embeddings, rerank=rerank)
+        # A reused store is embedded already: no embedding process to start.
+        memory = Memory.open(settings, embedder="auto" if embeddings else None,
+                             embed_backlog=fresh)
         try:
             report.embeddings = memory.embeddings
-            report.rerank = rerank
-            total = sum(len(s.messages) for s in sessions)
-            report.ingest_s = ingest(memory, settings,
-                                     (r for s in sessions for r in turn_records(s)),
-                                     total, progress)
-            report.messages = total
-            asked = 0
-            for s in sessions:
-                ident = Identity(TENANT, s.session_id, s.session_id)
-                for q in by_session.get(s.session_id, []):
-                    t0 = time.perf_counter()
-                    result = memory.search_sync(q.question, identity=ident, scope="project",
-                                                limit=10)
-                    report.latencies_ms.append((time.perf_counter() - t0) * 1000)
-                    ranked = [int((h.meta or {}).get("index", -99)) for h in result.hits]
-                    report.add("lore", q, *first_ranks(ranked, q.gold))
-                    asked += 1
-                    if progress is not None:
-                        progress("questions", asked, len(questions))
+            if fresh:
+                records = list(turn_records(sets))
+                report.ingest_s = ingest(memory, settings, iter(records), len(records),
+                                         progress)
+                memory.write_job(lambda conn: _mark(conn, _mark_value(sets, embeddings)))
+            report.store_reused = not fresh
+            stored = memory.read(_stored_rows)
+            report.stored_rows = len(stored)
+            _ask_naive(report, sets, stored)
+            _ask_lore(report, sets, memory, progress)
         finally:
             memory.close()
     return report
+
+
+def _ask_naive(report: CodingReport, sets: CodingSets,
+               stored: list[tuple[str, Found]]) -> None:
+    """The naive baseline over the conversations' stored messages (not the noise
+    rows, which the shared scripts do not have), per session and over all."""
+    conversation = [(session, f) for session, f in stored if f.index is not None]
+    by_session: dict[str, list[Found]] = {}
+    for session, f in conversation:
+        by_session.setdefault(session, []).append(f)
+    every = NaiveIndex(f for _, f in conversation)
+    try:
+        for sid, rows in by_session.items():
+            index = NaiveIndex(rows)
+            try:
+                for q in (q for q in sets.questions if q.session_id == sid):
+                    report.add(NAIVE, "session", q, index.rank(natural_terms(q.question)))
+                    if q.set == RULE:
+                        report.add(LEGACY, "session", q, index.rank(legacy_terms(q.question)))
+            finally:
+                index.close()
+        for q in sets.questions:
+            report.add(NAIVE, "all", q, every.rank(natural_terms(q.question)))
+    finally:
+        every.close()
+
+
+def _ask_lore(report: CodingReport, sets: CodingSets, memory: Memory,
+              progress: Progress | None) -> None:
+    asked, total = 0, len(sets.questions) * len(MODES)
+    for mode in MODES:
+        scope, from_project = _ASKED[mode]
+        for q in sets.questions:
+            ident = identity(sets, q.session_id) if from_project else Identity(TENANT, "", "")
+            t0 = time.perf_counter()
+            result = memory.search_sync(q.question, identity=ident, scope=scope, limit=LIMIT)
+            report.latencies_ms.setdefault(mode, []).append((time.perf_counter() - t0) * 1000)
+            report.add(LORE, mode, q, [Found.of(h.session, h.content, h.meta)
+                                       for h in result.hits])
+            asked += 1
+            if progress is not None:
+                progress("questions", asked, total)
+
+
+def _stored_rows(conn: Any) -> list[tuple[str, Found]]:
+    import orjson
+
+    return [(str(session), Found.of(str(session), str(content),
+                                    orjson.loads(meta) if meta else None))
+            for session, content, meta in conn.execute(
+                "SELECT session, content, meta FROM messages WHERE tenant = ? ORDER BY id",
+                (TENANT,))]
+
+
+def _mark_value(sets: CodingSets, embeddings: bool) -> str:
+    return f"{sets.fingerprint}:{'hybrid' if embeddings else 'bm25'}"
+
+
+def _mark(conn: Any, value: str) -> None:
+    with conn:
+        conn.execute("DELETE FROM kv WHERE key = ?", (STORE_MARK,))
+        conn.execute("INSERT INTO kv(key, value) VALUES (?, ?)", (STORE_MARK, value))
+
+
+def _read_mark(database: Path) -> str | None:
+    """The store mark of an existing ``lore.db``, or None (none, or not a lore store)."""
+    import apsw
+
+    conn = apsw.Connection(str(database), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        row = conn.execute("SELECT value FROM kv WHERE key = ?", (STORE_MARK,)).fetchone()
+    except apsw.SQLError:
+        row = None
+    finally:
+        conn.close()
+    return str(row[0]) if row else None
+
+
+@contextmanager
+def _store_dir(store: Path | None, sets: CodingSets,
+               embeddings: bool) -> Iterator[tuple[Path, bool]]:
+    """(directory, whether it must be filled): a throw-away directory, or ``store``,
+    reused when its mark matches and rebuilt when it is an outdated bench store."""
+    if store is None:
+        with tempfile.TemporaryDirectory(prefix="lore-coding-") as tmp:
+            yield Path(tmp), True
+        return
+    store.mkdir(parents=True, exist_ok=True)
+    database = store / "lore.db"
+    if database.exists():
+        mark = _read_mark(database)
+        if mark is None:
+            raise ValueError(f"{store} holds a lore.db that is not a `lore bench coding` "
+                             "store; give an empty or new directory")
+        if mark == _mark_value(sets, embeddings):
+            yield store, False
+            return
+        for stale in store.glob("lore.db*"):
+            stale.unlink()
+    yield store, True

