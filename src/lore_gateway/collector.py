@@ -206,9 +206,11 @@ def report_usage(protocol: str, usage: Usage | None) -> None:
 
 
 def raw_outputs(raw: RawOutputs) -> list[Message]:
-    """The output messages of bytes a client received, then ``raw.after``. A
-    plain text answer is read without the accumulators (``answer_scan``)."""
+    """The output messages of bytes a client received, ``raw.recalls`` at their
+    markers (``recall_order``). A plain text answer is read without the
+    accumulators (``answer_scan``)."""
     from lore_gateway.memory.answer_scan import plain_text, responses_output
+    from lore_gateway.memory.recall_order import place_recalls
 
     protocol = Protocol(raw.protocol)
     family = family_of(protocol)
@@ -221,7 +223,7 @@ def raw_outputs(raw: RawOutputs) -> list[Message]:
                                   max_text_chars=len(raw.body))
         collector.feed(raw.body)
         outputs = collector.outputs()
-    return [*outputs, *raw.after]
+    return place_recalls(outputs, raw.recalls)
 
 
 def resolve_turn(raw: RawTurn) -> TurnRecord | None:

@@ -107,14 +107,21 @@ def test_a_turn_crosses_the_pipe_as_builtins_and_comes_back_equal() -> None:
     raw turn survives, and nothing but builtins is pickled."""
     import pickle
 
-    from lore_gateway.memory.records import RawOutputs, RawTurn, turn_from_wire, turn_to_wire
+    from lore_gateway.memory.records import (
+        RawOutputs,
+        RawTurn,
+        RecallRow,
+        turn_from_wire,
+        turn_to_wire,
+    )
 
     record = TurnRecord(identity=IDENT, protocol="responses", model=None, created_at=1.5,
                         messages=(Message("user", "q"), Message("assistant", "a")),
                         complete=False, dedup_key="k#2",
                         metas=({"side_channel": True}, None))
     raw = RawTurn(turn(3), RawOutputs("anthropic", b"event: x\ndata: {}\n\n",
-                                      after=(Message("tool", "[tool:recall] found"),)),
+                                      recalls=(RecallRow("a-1", Message("assistant", "c")),
+                                               RecallRow(None, Message("assistant", "d")))),
                   side_channel=True)
     for original in (record, raw, turn(4)):
         wire = turn_to_wire(original)

@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from lore_gateway.collector import TurnCollector, raw_outputs, stream_usage
-from lore_gateway.memory.records import RawOutputs
+from lore_gateway.memory.records import RawOutputs, RecallRow
 from lore_gateway.protocols.common import Message
 from lore_gateway.routing import Protocol
 from lore_gateway.testing import fake_streams as fs
@@ -71,8 +71,8 @@ def test_the_fixtures_carry_usage() -> None:
     assert stream_usage(Protocol.CHAT, chat_streams()[0]) is not None
 
 
-def test_raw_outputs_are_the_collectors_messages_then_the_extra_ones() -> None:
+def test_raw_outputs_are_the_collectors_messages_with_a_markerless_recall_first() -> None:
     body = b"".join(fs.anthropic_text("the answer", "claude-x").frames)
-    extra = Message("assistant", '[tool_call:recall] {"query": "x"}')
-    out = raw_outputs(RawOutputs("anthropic", body, (extra,)))
-    assert [m.text for m in out] == ["the answer", extra.text]
+    call = Message("assistant", '[tool_call:recall] {"query": "x"}')
+    out = raw_outputs(RawOutputs("anthropic", body, (RecallRow(None, call),)))
+    assert [m.text for m in out] == [call.text, "the answer"]

@@ -59,16 +59,25 @@ RAW_OUTPUT_MAX_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
+class RecallRow:
+    """A hidden recall's call as storage keeps it (``[tool_call:recall] {...}``),
+    and the anchor of the marker the client got in its place (None: no marker),
+    where the call is stored among the output (``memory/recall_order.py``)."""
+
+    anchor: str | None
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
 class RawOutputs:
     """A turn's output as the client received it: ``body``, the bytes of one
-    ``protocol`` response (an event stream or JSON), then ``after`` (messages
-    the bytes do not show, such as the recall calls the gateway answered).
-    Parsed for storage where the turn is written, off the event loop
-    (``collector.raw_outputs``)."""
+    ``protocol`` response (an event stream or JSON), and ``recalls``, the
+    hidden recall calls the bytes show only as markers. Parsed for storage
+    where the turn is written, off the event loop (``collector.raw_outputs``)."""
 
     protocol: str
     body: bytes
-    after: tuple[Message, ...] = ()
+    recalls: tuple[RecallRow, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +104,8 @@ def turn_to_wire(turn: TurnRecord | RawTurn) -> Wire:
     if isinstance(turn, RawTurn):
         out = turn.output
         return (_record_to_wire(turn.turn), out.protocol, out.body,
-                tuple((m.role, m.text) for m in out.after), turn.side_channel)
+                tuple((r.anchor, r.message.role, r.message.text) for r in out.recalls),
+                turn.side_channel)
     return (_record_to_wire(turn),)
 
 
@@ -103,9 +113,9 @@ def turn_from_wire(wire: Wire) -> TurnRecord | RawTurn:
     record = _record_from_wire(wire[0])
     if len(wire) == 1:
         return record
-    _, protocol, body, after, side_channel = wire
-    return RawTurn(record, RawOutputs(protocol, body, tuple(Message(r, t) for r, t in after)),
-                   side_channel)
+    _, protocol, body, recalls, side_channel = wire
+    rows = tuple(RecallRow(anchor, Message(role, text)) for anchor, role, text in recalls)
+    return RawTurn(record, RawOutputs(protocol, body, rows), side_channel)
 
 
 def _record_to_wire(t: TurnRecord) -> Wire:

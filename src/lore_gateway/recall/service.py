@@ -21,7 +21,8 @@ from lore_gateway.errors import error_body
 from lore_gateway.exchange import Exchange
 from lore_gateway.headers import client_response_headers
 from lore_gateway.memory.anchor_store import AnchorStore
-from lore_gateway.memory.records import RAW_OUTPUT_MAX_BYTES, Identity, RawOutputs
+from lore_gateway.memory.recall_order import place_recalls
+from lore_gateway.memory.records import RAW_OUTPUT_MAX_BYTES, Identity, RawOutputs, RecallRow
 from lore_gateway.memory.service import Memory
 from lore_gateway.obs import metrics
 from lore_gateway.protocols.common import Message, ProtocolError
@@ -208,14 +209,14 @@ class RecallService:
         one_round = await handler.stream_recall(ctx, resp, tee, headers)
         if sum(map(len, tee.chunks)) > RAW_OUTPUT_MAX_BYTES:
             outputs, usage = await _outputs(exchange.protocol, tee.chunks)
-            return Delivery(200, headers, outputs + _staged_messages(ctx), True,
+            return Delivery(200, headers, place_recalls(outputs, _recall_rows(ctx)), True,
                             usage=_one_round(ctx, usage))
         body = b"".join(tee.chunks)
         # Answered in one round as it came: the round read the usage already.
         usage = (one_round.usage if one_round is not None
                  else stream_usage(exchange.protocol, body))
         report_usage(exchange.protocol.value, usage)  # token metrics (the overview's charts)
-        raw = RawOutputs(exchange.protocol.value, body, tuple(_staged_messages(ctx)))
+        raw = RawOutputs(exchange.protocol.value, body, _recall_rows(ctx))
         return Delivery(200, headers, [], True, usage=_one_round(ctx, usage), raw=raw)
 
     async def _buffered_responses(self, exchange: Exchange, ctx: RecallContext,
@@ -242,7 +243,7 @@ class RecallService:
             return Delivery(status, headers, [], False, body)
         ctx.delivered()
         outputs, usage = await _outputs(exchange.protocol, [body])
-        return Delivery(status, headers, outputs + _staged_messages(ctx), True, body,
+        return Delivery(status, headers, place_recalls(outputs, _recall_rows(ctx)), True, body,
                         _one_round(ctx, usage))
 
     def _fit(self, exchange: Exchange, upstream: dict[str, Any]) -> ContextFit | None:
@@ -369,6 +370,11 @@ def _check_empty(exchange: Exchange, response: dict[str, Any], depth: int) -> No
                               recall_depth=depth)
 
 
-def _staged_messages(ctx: RecallContext) -> list[Message]:
-    """The recall calls of a turn, as storage text (results left out, as above)."""
-    return [Message("assistant", f"[tool_call:recall] {s.call.arguments}") for s in ctx.staged]
+def _recall_rows(ctx: RecallContext) -> tuple[RecallRow, ...]:
+    """The recall calls of a turn, as storage text, each with the anchor of its
+    marker (where storage puts it: ``memory/recall_order.py``). Results are left
+    out: they are copies of stored memory, and storing them again would make
+    every later search find its own echo."""
+    return tuple(RecallRow(s.anchor_id,
+                           Message("assistant", f"[tool_call:recall] {s.call.arguments}"))
+                 for s in ctx.staged)
