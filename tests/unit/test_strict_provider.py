@@ -485,3 +485,19 @@ def test_fake_window_is_the_agents_and_workers_meet_their_models(
     assert _post(fake_upstream, body)[0] == 400
     assert _post(fake_upstream, body, **{"x-lore-worker": "distill"})[0] == 200
     assert [r.rule for _, r in fake_upstream.refusals] == ["window"]
+
+
+def test_the_fake_never_repeats_a_tool_id_within_a_conversation(
+        fake_upstream: FakeUpstream) -> None:
+    """Its ids come from content; the same call three times still gets three ids."""
+    history: list[dict[str, Any]] = [_user(_text("read it"))]
+    ids = []
+    for _ in range(3):
+        status, _, raw = _post(fake_upstream, _messages(*history),
+                               **{"x-fake-scenario": 'tool:read_file {"path": "a.txt"}'})
+        assert status == 200, raw
+        content = orjson.loads(raw)["content"]
+        ids.append(content[-1]["id"])
+        history += [_assistant(*content), _user(_result(content[-1]["id"]))]
+    assert len(set(ids)) == 3 and not fake_upstream.refusals
+    assert _post(fake_upstream, _messages(*history))[0] == 200

@@ -29,7 +29,6 @@ itself or through a recall search of the session.
 from __future__ import annotations
 
 import http.client
-import itertools
 import json
 import tempfile
 import time
@@ -60,7 +59,7 @@ EARLY_SESSIONS = 3
 SELF_CAUSED = ("budget", "emergency")
 # Requests the fake keeps: enough for one turn's principal, follow-ups and the
 # worker calls that may land meanwhile.
-RECORDED = 64
+RECORDED = 32
 # Shares of the window a request is counted against.
 HIGH_SHARES = (0.75, 0.80)
 Progress = Callable[[int, int], None]
@@ -110,8 +109,8 @@ def _drive(gw: Any, fake: FakeUpstream, client: Client, plan: list[Any], session
     else:
         headers |= {"authorization": f"Bearer {OPENAI_KEY}", "originator": "codex_exec"}
     passthrough: list[int] = []
-    upstream: list[list[bytes]] = []  # every agent request's history items, in order
-    errors = recalls = 0
+    previous: list[bytes] | None = None  # the last agent request's history items
+    extends = requests = errors = recalls = 0
     started = time.perf_counter()
     for number, turn in enumerate(plan):
         body = client.request(number, turn)
@@ -122,8 +121,10 @@ def _drive(gw: Any, fake: FakeUpstream, client: Client, plan: list[Any], session
         conn.request("POST", client.path, raw, headers)
         resp = conn.getresponse()
         answer = resp.read()
-        sent = _agent_requests(fake, mark)
-        upstream.extend(_items(r.json, client.key) for r in sent)
+        for request in _agent_requests(fake, mark):
+            items = _items(request.json, client.key)
+            extends += previous is not None and items[:len(previous)] == previous
+            previous, requests = items, requests + 1
         recalls += turn.recall is not None
         if resp.status != 200:
             errors += 1
@@ -139,8 +140,6 @@ def _drive(gw: Any, fake: FakeUpstream, client: Client, plan: list[Any], session
     counts = {k: v - before.get(k, 0) for k, v in _rewrite_counts().items()
               if v - before.get(k, 0)}
     self_caused = sum(v for k, v in counts.items() if k.split("/")[0] in SELF_CAUSED)
-    extends = sum(1 for prev, new in itertools.pairwise(upstream)
-                  if new[:len(prev)] == prev)
     count = len(plan)
     worker = _worker_tokens(gw)
     state = gw.background.context.current("personal", session)
@@ -162,7 +161,7 @@ def _drive(gw: Any, fake: FakeUpstream, client: Client, plan: list[Any], session
         "strict_violations": len(fake.refusals),
         "violations_by_rule": _by_rule(fake),
         "provider_errors_to_client": errors,
-        "extends_previous_share": round(extends / max(1, len(upstream) - 1), 4),
+        "extends_previous_share": round(extends / max(1, requests - 1), 4),
         "rewrites": counts,
         "self_caused_rewrites": self_caused,
         "prefix_rerenders": sum(v for k, v in counts.items() if k.endswith("rendered")),

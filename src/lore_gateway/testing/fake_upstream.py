@@ -111,6 +111,7 @@ from lore_gateway.testing.fake_wire import (
     big_stream,
     decode_body,
     error_body,
+    fresh_ids,
     jsonl_frames,
     model_of,
     recall_answer_text,
@@ -488,6 +489,7 @@ class FakeUpstream:
         answer = self._canned(shape, scenario, body)
         if shape in ("responses", "codex") and fake_compaction.is_compaction_trigger(body):
             answer = fake_compaction.compaction_answer(model_of(body, "gpt-fake"))
+        answer = fresh_ids(answer, record.body)
         if self.reported_input_tokens is not None and "x-lore-worker" not in record.headers:
             api = shape if shape in ("anthropic", "chat") else "responses"
             answer = fake_compaction.with_input_tokens(answer, api, self.reported_input_tokens)

@@ -10,6 +10,9 @@ memory, and the benchmark's text of a given number of events).
 from __future__ import annotations
 
 import gzip
+import hashlib
+import itertools
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,6 +70,41 @@ def tool_output(api: str, body: Any) -> str | None:
     if last.get("role") == "tool":
         return text_of(last.get("content"))
     return None
+
+
+# The ids the fake gives tool calls and output items (``fake_streams._id``): a
+# prefix and 20 hex digits derived from the content.
+_ITEM_ID = re.compile(rb'"((?:toolu_|fc_|call_|msg_)[0-9a-f]{20})"')
+
+
+def fresh_ids(answer: fs.Answer, request: bytes) -> fs.Answer:
+    """``answer`` with every id the request already holds replaced by a new one.
+
+    The fake derives ids from content, so a conversation that gets the same call
+    (or the same text) twice would repeat one; a real provider never does, and
+    strict mode refuses repeated tool_use and item ids. The new id is the old
+    one's first free successor, so equal histories still get equal answers.
+    """
+    taken = {found for found in set(_ITEM_ID.findall(answer.body)) if found in request}
+    if not taken:
+        return answer
+    swaps = {old: _successor(old, request) for old in taken}
+
+    def swap(data: bytes) -> bytes:
+        for old, new in swaps.items():
+            data = data.replace(old, new)
+        return data
+
+    return fs.Answer(tuple(swap(frame) for frame in answer.frames), swap(answer.body))
+
+
+def _successor(old: bytes, request: bytes) -> bytes:
+    prefix = old.split(b"_", 1)[0] + b"_"
+    for n in itertools.count(1):
+        new = prefix + hashlib.sha1(old + b"#%d" % n).hexdigest()[:20].encode()
+        if new not in request:
+            return new
+    raise AssertionError("unreachable")
 
 
 def recall_answer_text(output: str) -> str:
