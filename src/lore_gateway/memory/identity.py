@@ -8,13 +8,13 @@ tells us, most explicit first.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from lore_gateway.errors import GatewayError
+from lore_gateway.memory.fingerprint import fingerprint_session, texts
 from lore_gateway.memory.keys import KEY_HEADER
 from lore_gateway.memory.records import Identity
 
@@ -27,14 +27,24 @@ UNKNOWN_PROJECT = "unknown"
 MAX_PROJECT_CHARS = 1024
 MAX_SESSION_CHARS = 256
 
-# Explicit session headers, most specific first. Codex sends session-id and
-# thread-id (older builds session_id); Claude Code sends X-Claude-Code-Session-Id.
+# Explicit session headers, ours first, then each client's own (the value is the
+# client's conversation id, the same on every request of it):
+# - Codex sends session-id and thread-id; older builds session_id and
+#   conversation_id (codex-rs core/src/client.rs);
+# - Claude Code sends X-Claude-Code-Session-Id;
+# - OpenCode (1.x, session/llm/request.ts) sends X-Session-Id and
+#   x-session-affinity, both its session id (``ses_…``), and x-opencode-session
+#   instead of both when its own opencode provider is used.
 SESSION_HEADERS = (
     "x-lore-session-id",
     "session-id",
     "thread-id",
     "session_id",
+    "conversation_id",
     "x-claude-code-session-id",
+    "x-session-id",
+    "x-opencode-session",
+    "x-session-affinity",
 )
 
 _CWD_RE = re.compile(r"<cwd>\s*([^<\n]+?)\s*</cwd>")
@@ -42,17 +52,6 @@ _PRIMARY_WD_RE = re.compile(r"^\s*(?:-\s*)?Primary working directory:\s*(\S[^\n]
 _WD_RE = re.compile(
     r"^\s*(?:-\s*)?(?:Working directory|cwd):\s*(/[^\n]*?|[A-Za-z]:\\[^\n]*?)\s*$", re.M
 )
-# Harness-generated user items: identical across conversations, so useless as a
-# fingerprint of one conversation.
-_BOILERPLATE_PREFIXES = (
-    "<environment_context>",
-    "<user_instructions>",
-    "<system-reminder>",
-    "<permissions instructions>",
-    "# AGENTS.md instructions",
-    "<skills_instructions>",
-)
-
 
 # --- tenant --------------------------------------------------------------------------
 
@@ -120,6 +119,8 @@ INVALID_KEY_MESSAGE = (
 
 
 def session_for(headers: Mapping[str, str], body: Mapping[str, Any], project: str) -> str:
+    """The session the client named (a header, then the body's own ids), else a
+    fingerprint of the conversation's first message (``memory/fingerprint.py``)."""
     for name in SESSION_HEADERS:
         value = headers.get(name, "").strip()
         if value:
@@ -127,22 +128,22 @@ def session_for(headers: Mapping[str, str], body: Mapping[str, Any], project: st
     cache_key = body.get("prompt_cache_key")
     if isinstance(cache_key, str) and cache_key.strip():
         return cache_key.strip()[:MAX_SESSION_CHARS]
+    conversation = _responses_conversation(body)
+    if conversation:
+        return conversation[:MAX_SESSION_CHARS]
     metadata_session = _claude_metadata_session(body)
     if metadata_session:
         return metadata_session[:MAX_SESSION_CHARS]
     return fingerprint_session(body, project)
 
 
-def fingerprint_session(body: Mapping[str, Any], project: str) -> str:
-    """``fp-<hex>``: a hash of the project and the conversation's first user message.
-
-    Clients resend the whole conversation each turn, so its first real user message
-    is stable for the life of the conversation. The project is mixed in so that
-    "say hi" in two repositories is two sessions.
-    """
-    first = next(_user_texts(body), "")
-    digest = hashlib.sha256(f"{project}\0{first}".encode()).hexdigest()
-    return f"fp-{digest[:20]}"
+def _responses_conversation(body: Mapping[str, Any]) -> str | None:
+    """The Responses API's ``conversation`` (an id, or an object with one): a
+    conversation the provider keeps, which the OpenAI Agents SDK passes along."""
+    value = body.get("conversation")
+    if isinstance(value, dict):
+        value = value.get("id")
+    return value.strip() if isinstance(value, str) and value.strip() else None
 
 
 def _claude_metadata_session(body: Mapping[str, Any]) -> str | None:
@@ -156,32 +157,6 @@ def _claude_metadata_session(body: Mapping[str, Any]) -> str | None:
         return None
     session = parsed.get("session_id") if isinstance(parsed, dict) else None
     return session if isinstance(session, str) and session else None
-
-
-def _user_texts(body: Mapping[str, Any]) -> Iterator[str]:
-    """Texts of user messages in order, harness boilerplate skipped."""
-    items = body.get("input", body.get("messages"))
-    if isinstance(items, str):
-        if items.strip():
-            yield items.strip()
-        return
-    if not isinstance(items, list):
-        return
-    for item in items:
-        if not isinstance(item, dict) or item.get("role") != "user":
-            continue
-        for text in _texts(item.get("content")):
-            if text and not text.startswith(_BOILERPLATE_PREFIXES):
-                yield text
-
-
-def _texts(content: Any) -> Iterator[str]:
-    if isinstance(content, str):
-        yield content.strip()
-    elif isinstance(content, list):
-        for part in content:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                yield part["text"].strip()
 
 
 # --- project -------------------------------------------------------------------------
@@ -209,12 +184,12 @@ def project_for(headers: Mapping[str, str], body: Mapping[str, Any]) -> str:
 def _context_texts(body: Mapping[str, Any]) -> Iterator[str]:
     """System prompt, instructions and every developer/system/user item's text."""
     for key in ("instructions", "system"):
-        yield from _texts(body.get(key))
+        yield from texts(body.get(key))
     items = body.get("input", body.get("messages"))
     if isinstance(items, list):
         for item in items:
             if isinstance(item, dict) and item.get("role") in ("system", "developer", "user"):
-                yield from _texts(item.get("content"))
+                yield from texts(item.get("content"))
 
 
 def _normalise_path(path: str) -> str:

@@ -15,8 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from lore_gateway.memory.identity import UNKNOWN_PROJECT
 from lore_gateway.memory.records import TurnRecord
-from lore_gateway.memory.writer import PreparedTurn, estimate_tokens, meta_json, prepare_turn
+from lore_gateway.memory.writer import (
+    SESSION_PROJECT,
+    PreparedTurn,
+    estimate_tokens,
+    meta_json,
+    prepare_turn,
+)
 from lore_gateway.storage.base import Connection
 
 WriteOne = Callable[[Connection, TurnRecord], "list[int] | object | None"]
@@ -104,22 +111,25 @@ def message_rows(run: list[PreparedTurn], turn_ids: Sequence[int], message_ids: 
 
 def session_rows(run: list[PreparedTurn]) -> list[tuple[Any, ...]]:
     """(tenant, id, project, first_seen, last_seen, turns) per session of the run,
-    for one upsert that adds ``turns``: the last turn's project, as turn-by-turn
+    for one upsert that adds ``turns``: the last known project, as turn-by-turn
     upserts leave it."""
     sessions: dict[SessionKey, tuple[str, float, float, int]] = {}
     for p in run:
         ident, at = p.turn.identity, p.turn.created_at
         key = (ident.tenant, ident.session)
         found = sessions.get(key)
-        sessions[key] = (ident.project, at, at, 1) if found is None else \
-            (ident.project, min(found[1], at), max(found[2], at), found[3] + 1)
+        if found is None:
+            sessions[key] = (ident.project, at, at, 1)
+            continue
+        project = found[0] if ident.project == UNKNOWN_PROJECT else ident.project
+        sessions[key] = (project, min(found[1], at), max(found[2], at), found[3] + 1)
     return [(t, s, *v) for (t, s), v in sessions.items()]
 
 
 # The upsert's conflict clause, the same on both backends.
 SESSION_UPSERT = (
     " ON CONFLICT(tenant, id) DO UPDATE SET"
-    " project = excluded.project,"
+    + SESSION_PROJECT +
     " first_seen = CASE WHEN excluded.first_seen < sessions.first_seen"
     " THEN excluded.first_seen ELSE sessions.first_seen END,"
     " last_seen = CASE WHEN excluded.last_seen > sessions.last_seen"

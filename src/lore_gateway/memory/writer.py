@@ -33,6 +33,7 @@ import orjson
 
 from lore_gateway.memory.db import ConnFactory
 from lore_gateway.memory.errors import StorageBusy, StorageError, StorageUnavailable
+from lore_gateway.memory.identity import UNKNOWN_PROJECT
 from lore_gateway.memory.records import Identity, RawTurn, TurnRecord
 from lore_gateway.memory.sanitize import clean_for_storage, storable
 from lore_gateway.storage.base import Connection, Cursor
@@ -575,6 +576,15 @@ def meta_json(meta: dict[str, Any] | None) -> str | None:
     return orjson.dumps(meta).decode() if meta is not None else None
 
 
+# A session's project, once known, is kept when a turn of it names none: a
+# client's helper calls (a title, a classifier) share the session's id but not
+# its system prompt, where the working directory is read from.
+SESSION_PROJECT = (
+    f" project = CASE WHEN excluded.project = '{UNKNOWN_PROJECT}'"
+    " THEN sessions.project ELSE excluded.project END,"
+)
+
+
 def write_turn(conn: Connection, turn: TurnRecord, max_message_bytes: int) -> list[int] | None:
     """Insert one turn; the new message ids, or ``None`` when nothing was written.
 
@@ -605,7 +615,7 @@ def write_prepared(conn: Connection, prepared: PreparedTurn) -> list[int] | None
     conn.execute(
         "INSERT INTO sessions(tenant, id, project, first_seen, last_seen, turns)"
         " VALUES (?,?,?,?,?,1) ON CONFLICT(tenant, id) DO UPDATE SET"
-        " project = excluded.project,"
+        + SESSION_PROJECT +
         " first_seen = CASE WHEN excluded.first_seen < sessions.first_seen"
         " THEN excluded.first_seen ELSE sessions.first_seen END,"
         " last_seen = CASE WHEN excluded.last_seen > sessions.last_seen"

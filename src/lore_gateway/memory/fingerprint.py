@@ -1,0 +1,162 @@
+"""A conversation's name when its client sends no session id (pure functions).
+
+Clients resend the whole conversation with every request, so the first message
+the user wrote names the conversation for its whole life. The hard part is
+"the user wrote": clients put text of their own before it, the same in every
+conversation, and a fingerprint of that text makes every conversation of the
+client one session. aider's did: each of its requests opens with a fixed
+example exchange ("Change get_factorial() to use math.factorial"). Skipped,
+each recognised by its shape rather than by the client's name where a shape
+exists:
+
+* **harness boilerplate** (Codex's ``<environment_context>``, Claude Code's
+  ``<system-reminder>``, AGENTS.md blocks): user items that open with a tag or
+  heading the harness always writes;
+* **an example conversation the client stages and then retracts**: aider plays
+  an example exchange and follows it with "I switched to a new code base.
+  Please don't consider the above files…" (``base_coder.format_chat_chunks``);
+  everything up to that retraction is the client's;
+* **priming pairs**: a user message the client answers itself with a short
+  canned acknowledgement ("Ok.", "Ok, any changes I propose will be to those
+  files."): aider's repository map, file listings, read-only files, history
+  summary, and its system prompt sent as a user message to models without one;
+* **a reminder appended to the newest message**: aider (``reminder: user``, the
+  default of models without settings of their own) appends its system reminder
+  to the user's message while it is the newest, and resends that message
+  without it on every later request; a tail that repeats the system prompt is
+  not the user's.
+
+Limit: aider replaces its older history with a summary once the history grows
+past its token budget; the conversation's first message is then gone from the
+request, and the requests after that are a new session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+# Harness-generated user items: identical across conversations, so useless as a
+# fingerprint of one conversation.
+BOILERPLATE_PREFIXES = (
+    "<environment_context>",
+    "<user_instructions>",
+    "<system-reminder>",
+    "<permissions instructions>",
+    "# AGENTS.md instructions",
+    "<skills_instructions>",
+)
+# The user message that retracts an example conversation staged before the real
+# one (aider 0.86, aider/coders/base_coder.py). What precedes it is the client's.
+RETRACTIONS = ("I switched to a new code base",)
+# The retraction follows the example exchange right after the system prompt
+# (aider: system, at most one example pair, the retraction and its "Ok."), so
+# only the head of a conversation is searched for it, never a long history.
+RETRACTION_SCAN_ITEMS = 12
+# A client's canned acknowledgement of its own priming message. aider's longest
+# is 113 characters ("Ok, based on your requests I will suggest which files
+# need to be edited and then stop and wait for your approval."); a model's real
+# answer is hardly ever that short and opened by "Ok".
+ACK_MAX_CHARS = 160
+_ACK_RE = re.compile(r"ok(ay)?\b", re.IGNORECASE)
+# Blank-line boundaries tried when looking for an appended reminder: a reminder
+# is a few paragraphs at the end, so a pasted log with thousands of blank lines
+# costs at most this many substring searches.
+REMINDER_SPLITS = 32
+_PARAGRAPH = "\n\n"
+FINGERPRINT_PREFIX = "fp-"
+
+
+def fingerprint_session(body: Mapping[str, Any], project: str) -> str:
+    """``fp-<hex>``: a hash of the project and the conversation's first message
+    from its user. The project is mixed in so that "say hi" in two repositories
+    is two sessions."""
+    first = first_user_text(body)
+    digest = hashlib.sha256(f"{project}\0{first}".encode()).hexdigest()
+    return f"{FINGERPRINT_PREFIX}{digest[:20]}"
+
+
+def first_user_text(body: Mapping[str, Any]) -> str:
+    """The first text of the request that its user wrote ("" when none)."""
+    items = body.get("input", body.get("messages"))
+    if isinstance(items, str):
+        return items.strip()
+    if not isinstance(items, list):
+        return ""
+    primed: list[str] = []  # the client's own priming texts, skipped
+    start = _after_retraction(items)
+    for index, item in enumerate(items):
+        if not _is_role(item, "user"):
+            continue
+        if _acknowledged(items, index):
+            primed.extend(texts(item.get("content")))
+            continue
+        if index < start:
+            continue
+        for text in texts(item.get("content")):
+            if text and not text.startswith(BOILERPLATE_PREFIXES):
+                return _without_reminder(text, body, items, primed)
+    return ""
+
+
+def texts(content: Any) -> Iterator[str]:
+    """The stripped texts of a message's content (a string or a list of parts)."""
+    if isinstance(content, str):
+        yield content.strip()
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                yield part["text"].strip()
+
+
+def _is_role(item: Any, role: str) -> bool:
+    return isinstance(item, dict) and item.get("role") == role
+
+
+def _after_retraction(items: list[Any]) -> int:
+    """Where the conversation starts: after a retracted example exchange, else 0."""
+    for index, item in enumerate(items[:RETRACTION_SCAN_ITEMS]):
+        if _is_role(item, "user") and any(
+                text.startswith(RETRACTIONS) for text in texts(item.get("content"))):
+            return index + 1
+    return 0
+
+
+def _acknowledged(items: list[Any], index: int) -> bool:
+    """Whether the user message at ``index`` is a priming message: the item after
+    it is the client's canned acknowledgement."""
+    if index + 1 >= len(items) or not _is_role(items[index + 1], "assistant"):
+        return False
+    reply = "".join(texts(items[index + 1].get("content")))
+    return len(reply) <= ACK_MAX_CHARS and _ACK_RE.match(reply) is not None
+
+
+def _without_reminder(text: str, body: Mapping[str, Any], items: list[Any],
+                      primed: list[str]) -> str:
+    """``text`` without a trailing run of paragraphs that repeats the system
+    prompt (or the priming messages: a system prompt sent as a user message)."""
+    if _PARAGRAPH not in text:
+        return text
+    system = "\n".join([*_system_texts(body, items), *primed])
+    if not system:
+        return text
+    # Only a tail no longer than the system prompt can repeat it.
+    at = text.find(_PARAGRAPH, max(0, len(text) - len(system) - len(_PARAGRAPH)))
+    for _ in range(REMINDER_SPLITS):
+        if at <= 0:
+            break
+        tail = text[at:].strip()
+        if tail and tail in system:
+            return text[:at].rstrip()
+        at = text.find(_PARAGRAPH, at + len(_PARAGRAPH))
+    return text
+
+
+def _system_texts(body: Mapping[str, Any], items: list[Any]) -> Iterator[str]:
+    for key in ("system", "instructions"):
+        yield from texts(body.get(key))
+    for item in items:
+        if isinstance(item, dict) and item.get("role") in ("system", "developer"):
+            yield from texts(item.get("content"))
