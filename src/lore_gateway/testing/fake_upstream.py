@@ -13,6 +13,7 @@ Scenarios (``name`` or ``name:argument``; see docs/testing.md):
 ``recall[:query]``        a call to the ``recall`` tool; once the request ends
                           with the tool's output, text quoting its top result
 ``call-recall[:query]``   a recall call even after a tool output (chains recalls)
+``thinking-call-recall[:q]`` Anthropic: the same, opened by a signed thinking block
 ``thinking-recall[:q]``   Anthropic: a signed thinking block, text, then recall
 ``recall-first[:query]``  Anthropic: recall as the message's first block
 ``recall-between[:q]``    a visible ``read_file`` call, recall, another ``read_file``
@@ -101,7 +102,7 @@ from lore_gateway.testing import fake_compaction, fake_worker
 from lore_gateway.testing import fake_streams as fs
 from lore_gateway.testing import strict as strict_rules
 from lore_gateway.testing.fake_metered import BYTES_PER_TOKEN, common_prefix, metered
-from lore_gateway.testing.fake_recall import RECALL_SCENARIOS, recall_call
+from lore_gateway.testing.fake_recall import ALWAYS_CALL, RECALL_SCENARIOS, recall_call
 from lore_gateway.testing.fake_streams import Answer
 from lore_gateway.testing.fake_wire import (
     ACCOUNTS,
@@ -555,7 +556,7 @@ class FakeUpstream:
             return fs.chat_call(tool_name, arguments or "{}", model, chat_usage)
         if name in RECALL_SCENARIOS:
             output = tool_output(api, body)
-            if output is None or name == "call-recall":
+            if output is None or name in ALWAYS_CALL:
                 query = scenario.arg or fs.DEFAULT_RECALL_QUERY
                 return recall_call(api, name, orjson.dumps({"query": query}).decode(),
                                     model, chat_usage)
