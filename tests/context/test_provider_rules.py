@@ -86,6 +86,29 @@ def test_a_mid_turn_cut_under_thinking_opens_the_final_turn_with_its_thinking() 
     accepted(planner.render(Family.ANTHROPIC, plain, run(plain, CALIBRATED).state))
 
 
+def test_adaptive_thinking_cuts_where_the_rest_of_the_turn_did_not_think() -> None:
+    """Under adaptive thinking the model thinks when it chooses: a turn that did
+    not think may be cut at any round (Claude Code's tool loops against a model
+    that answered without thinking), one that did is cut where a thought opens
+    a round."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text",
+                                                                    "text": TASK}]}]
+    for i in range(40):
+        messages += tool_round(i, think=False)
+    quiet = body(messages, thinking={"type": "adaptive"})
+    result = run(quiet, CALIBRATED)
+    assert result.action == "rewrite" and result.state.request  # cut mid-turn
+    accepted(planner.render(Family.ANTHROPIC, quiet, result.state))
+    messages = messages[:41]
+    for i in range(40, 60):
+        messages += tool_round(i, think=i % 4 == 0)
+    mixed = body(messages, thinking={"type": "adaptive"})
+    result = run(mixed, CALIBRATED)
+    out = planner.render(Family.ANTHROPIC, mixed, result.state)
+    tail = out["messages"][planner.prefix_length(result.state):]
+    assert tail[0]["role"] == "user" or tail[0]["content"][0]["type"] == "thinking"
+
+
 def test_our_breakpoint_follows_the_clients_switch_from_5m_to_1h() -> None:
     messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text",
                                                                     "text": TASK}]}]

@@ -71,31 +71,49 @@ def is_tool_output(family: Family, item: Any) -> bool:
 
 
 def cut_points(family: Family, items: list[Any], lead: int, *,
-               thinking: bool = False) -> list[int]:
+               thinking: str | None = None) -> list[int]:
     """Indices where a raw tail may start: every call before has its result.
 
     A user turn start, or (mid-turn, in long agent loops) the first item of a
-    new assistant round right after the previous round's tool outputs. With
-    Anthropic thinking on, a mid-turn tail is opened by a repeated user request,
-    which makes its first assistant message the start of the final assistant
-    turn, and the API requires that to begin with a thinking block: only rounds
-    that do are mid-turn cut points then.
+    new assistant round right after the previous round's tool outputs.
+
+    ``thinking`` is Anthropic's thinking mode. A mid-turn tail is opened by a
+    repeated user request, which makes its first assistant message the start of
+    the final assistant turn, and with thinking ``enabled`` the API requires
+    that to begin with a thinking block: only rounds that do are mid-turn cut
+    points then. Under ``adaptive`` the model thinks only when it chooses, so
+    a round that does not open with thinking may start the tail when no later
+    round thinks either (the turn as sent is then one that did not think).
     """
+    thinks_after = _thinking_suffix(items) if thinking == "adaptive" else []
     out: list[int] = []
     for index in range(lead + 1, len(items)):
         item, before = items[index], items[index - 1]
         new_round = (is_tool_output(family, before) and isinstance(item, dict)
-                     and not is_tool_output(family, item) and _is_assistant_side(family, item)
-                     and (not thinking or starts_with_thinking(item)))
+                     and not is_tool_output(family, item) and _is_assistant_side(family, item))
+        if new_round and thinking in ("enabled", "adaptive") and not starts_with_thinking(item):
+            new_round = thinking == "adaptive" and not thinks_after[index]
         if new_round or is_user_text(family, item):
             out.append(index)
     return out
 
 
-def thinking_on(family: Family, payload: dict[str, Any]) -> bool:
-    """Anthropic extended thinking (``enabled`` or ``adaptive``) is on."""
+def _thinking_suffix(items: list[Any]) -> list[bool]:
+    """For each index, whether any item from there on holds a thinking block."""
+    out = [False] * (len(items) + 1)
+    for index in range(len(items) - 1, -1, -1):
+        content = items[index].get("content") if isinstance(items[index], dict) else None
+        out[index] = out[index + 1] or (isinstance(content, list) and any(
+            isinstance(b, dict) and b.get("type") in ("thinking", "redacted_thinking")
+            for b in content))
+    return out
+
+
+def thinking_mode(family: Family, payload: dict[str, Any]) -> str | None:
+    """Anthropic extended thinking's type (``enabled``, ``adaptive``), or None."""
     config = payload.get("thinking") if family is Family.ANTHROPIC else None
-    return isinstance(config, dict) and config.get("type") in ("enabled", "adaptive")
+    kind = config.get("type") if isinstance(config, dict) else None
+    return kind if kind in ("enabled", "adaptive") else None
 
 
 def starts_with_thinking(item: Any) -> bool:

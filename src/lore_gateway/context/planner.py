@@ -282,7 +282,7 @@ def _rewrite(family: Family, payload: dict[str, Any], items: list[Any], body_len
     sizes = [len(orjson.dumps(item)) + 1 for item in items]
     overhead = max(0, body_len - sum(sizes))
     lead = h.lead_count(family, items)
-    cands = h.cut_points(family, items, lead, thinking=h.thinking_on(family, payload))
+    cands = h.cut_points(family, items, lead, thinking=h.thinking_mode(family, payload))
     if not cands:
         return Plan(st, "steady" if st.layer else "pass", reason)
     budget = limits.budget
