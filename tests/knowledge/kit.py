@@ -12,7 +12,7 @@ import orjson
 
 from lore_gateway.testing import ANTHROPIC_KEY, OPENAI_KEY, FakeUpstream
 
-# Long enough to read as a coding agent's instructions (knowledge/sidechannel.py).
+# A coding agent's instructions (any length would do: knowledge/sidechannel.py).
 SYSTEM = ("You are a coding agent working in a git repository. Read files before editing "
           "them, run the tests after every change, keep diffs small, explain what you "
           "changed and why, and never commit without being asked. ") * 3

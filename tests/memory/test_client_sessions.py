@@ -129,13 +129,15 @@ def test_a_reminder_is_cut_only_where_it_repeats_the_system_prompt() -> None:
 
 
 def test_a_real_answer_is_no_acknowledgement() -> None:
-    """Only a short canned reply opened by "Ok" marks a priming pair."""
+    """Only a short canned reply, "Ok." or "Ok, …", marks a priming pair."""
     body = {"messages": [
         {"role": "user", "content": "What is a monad?"},
         {"role": "assistant", "content": "Okra is a vegetable; a monad is a ..."},
         {"role": "user", "content": "Thanks."}]}
     assert first_user_text(body) == "What is a monad?"
-    body["messages"][1]["content"] = "Ok, " + "x" * 200
-    assert first_user_text(body) == "What is a monad?"
-    body["messages"][1]["content"] = "Ok."
-    assert first_user_text(body) == "Thanks."
+    for reply in ("Ok, " + "x" * 200, "ok", "OK.", "Okay, sure."):
+        body["messages"][1]["content"] = reply
+        assert first_user_text(body) == "What is a monad?"
+    for reply in ("Ok.", "Ok, I will use these files as references."):
+        body["messages"][1]["content"] = reply
+        assert first_user_text(body) == "Thanks."

@@ -38,6 +38,7 @@ from lore_gateway.knowledge.inject import (
     KnowledgeView,
     update_slot,
 )
+from lore_gateway.memory.fingerprint import has_answer
 from lore_gateway.memory.identity import UNKNOWN_PROJECT
 from lore_gateway.memory.records import Identity
 from lore_gateway.obs import metrics
@@ -264,8 +265,7 @@ class KnowledgeService:
 
 
 def _underway(items: Any) -> bool:
-    """Whether the client's history already holds an answer (not the first turn)."""
-    if not isinstance(items, list):
-        return False
-    return any(isinstance(item, dict) and (item.get("role") == "assistant" or item.get(
-        "type") in ("function_call", "function_call_output", "reasoning")) for item in items)
+    """Whether the client's history already holds an answer (not the first turn);
+    a client's own example exchange and priming replies before its user's first
+    message are none (``memory.fingerprint.has_answer``: aider's first request)."""
+    return has_answer(items)

@@ -1,54 +1,162 @@
-"""Which requests are the agent's coding turns, and which are side channels.
+"""Which requests are the conversation, and which are side channels.
 
-Title and topic generation, Claude Code's permission classifier and other
-helper calls share the session's headers but are not the conversation: they get
-no knowledge, are not distilled and start no background work (wave2-memory
-§4.1; Lore #1161, #1700). A coding turn carries tools and a real system prompt.
+A side channel is a helper call an app makes beside its conversation: a title,
+a topic, a one-line summary, a commit message, a permission or safety verdict.
+It shares the conversation's headers (often its session id) but is not the
+conversation: it gets no knowledge, is not distilled and starts no background
+work (wave2-memory §4.1; Lore #1161, #1700). It is recognised by what side
+channels are, never by the length of the agent's prompt: aider's conversations
+carry no tools, and an SDK agent's instructions may be one line.
+
+In order, the first rule that applies decides (``side_channel_reason``):
+
+1. **marked by its sender**: the gateway's own worker (``x-lore-worker``); a
+   Codex request whose ``x-codex-turn-metadata`` names a ``request_kind`` other
+   than ``turn``;
+2. **a classifier**: a stop sequence that closes an XML tag; Claude Code's
+   permission and safety classifiers answer ``<block>…</block>`` or
+   ``<severity>…</severity>`` and stop there;
+3. **a helper's instructions**: the system prompt opens by asking for a title,
+   a one-line summary of a conversation, or a one-word or yes/no answer
+   (OpenCode's title agent: "You are a title generator."; Claude Code's:
+   "Summarize this coding conversation in under 50 characters.");
+4. **tools**: a request that offers tools is the agent's own turn;
+5. without tools:
+   a. **a short answer**: output capped at ``MAX_SIDE_ANSWER_TOKENS`` or less
+      (a title, a label, a verdict; a coding turn never asks for that little);
+   b. **a one-shot prompt**: nothing answered yet, no assistant turn in the
+      request. A helper asks its question outside the conversation: aider's
+      commit messages and history summaries, Claude Code's topic and title
+      calls, OpenCode's title call all have this shape. So does the very first
+      request of a chat app without tools; its conversation is a coding turn
+      from its second request on (aider's never looks like this: each of its
+      requests carries its own "Ok." replies, ``memory/fingerprint.py``).
+
+Everything else is a coding turn: aider (no tools, a conversation), an SDK
+agent with tools and a one-line prompt, Claude Code, Codex, OpenCode.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
 
-# A coding agent's instructions run to thousands of characters; a title or
-# classifier prompt to a few hundred.
-MIN_SYSTEM_CHARS = 400
-# Claude Code's classifier asks for an XML verdict and stops at its closing tag.
-_CLASSIFIER_STOPS = ("</block>", "</severity>")
+SideChannel = Literal["worker", "marked", "classifier", "helper", "short_answer", "one_shot"]
+
+# Output caps at or below this are a side channel's when no tools are offered:
+# titles, labels and verdicts fit in a few dozen tokens (Claude Code's quota
+# probe asks for 1); coding agents ask for the model's maximum (Claude Code
+# 32,000-64,000) or set nothing (aider, OpenCode).
+MAX_SIDE_ANSWER_TOKENS = 256
+_MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+# A stop sequence that closes an XML tag: a classifier stops after its verdict.
+_CLOSING_TAG_RE = re.compile(r"</[A-Za-z][\w.-]*>\s*")
+# Where a helper's instructions say what it is: their opening. A coding agent's
+# prompt opens with who it is ("You are Claude Code", "Act as an expert
+# software developer"), and may mention titles or summaries much later.
+HELPER_HEAD_CHARS = 600
+_HELPER_RE = re.compile(
+    r"\btitle generator\b"
+    r"|\b(?:generate|write|create|suggest|give|produce|extract)s?\b[^.\n]{0,40}\btitle\b"
+    r"|\bsummari[sz](?:e|es|ing)\b[^.\n]{0,40}\bconversations?\b[^.\n]{0,20}"
+    r"\b(?:in|under|within)\b[^.\n]{0,12}\d+\s*(?:words?|characters?|sentences?)\b"
+    r"|\b(?:in|with) (?:one|a single|1) word\b"
+    r"|\b(?:respond|answer|reply)\b[^.\n]{0,30}\b(?:yes or no|true or false)\b",
+    re.IGNORECASE,
+)
 
 
 def is_coding_turn(family: str, payload: Mapping[str, Any], headers: Mapping[str, str]) -> bool:
+    """Whether the request is the conversation's (else a side channel)."""
+    return side_channel_reason(family, payload, headers) is None
+
+
+def side_channel_reason(family: str, payload: Mapping[str, Any],
+                        headers: Mapping[str, str]) -> SideChannel | None:
+    """Why the request is a side channel (the module's rules), or None."""
     if "x-lore-worker" in headers:
-        return False
-    metadata = headers.get("x-codex-turn-metadata")
-    if metadata:
-        try:
-            kind = json.loads(metadata).get("request_kind")
-        except (ValueError, AttributeError):
-            kind = None
-        if kind not in (None, "turn"):
-            return False
-    stops = payload.get("stop_sequences")
-    if isinstance(stops, list) and any(str(s) in _CLASSIFIER_STOPS for s in stops):
-        return False
+        return "worker"
+    if _codex_side_request(headers.get("x-codex-turn-metadata")):
+        return "marked"
+    if any(_CLOSING_TAG_RE.fullmatch(stop) for stop in _stops(payload)):
+        return "classifier"
+    if _HELPER_RE.search(_system_head(family, payload)):
+        return "helper"
     tools = payload.get("tools")
-    if not isinstance(tools, list) or not tools:
+    if isinstance(tools, list) and tools:
+        return None
+    cap = next((payload[f] for f in _MAX_TOKEN_FIELDS if isinstance(payload.get(f), int)), None)
+    if cap is not None and cap <= MAX_SIDE_ANSWER_TOKENS:
+        return "short_answer"
+    if not _answered(family, payload):
+        return "one_shot"
+    return None
+
+
+def _codex_side_request(metadata: str | None) -> bool:
+    if not metadata:
         return False
-    return len(_system_text(family, payload)) >= MIN_SYSTEM_CHARS
+    try:
+        kind = json.loads(metadata).get("request_kind")
+    except (ValueError, AttributeError):
+        return False
+    return kind not in (None, "turn")
 
 
-def _system_text(family: str, payload: Mapping[str, Any]) -> str:
+def _stops(payload: Mapping[str, Any]) -> list[str]:
+    """Anthropic's ``stop_sequences``, Chat's ``stop`` (a string or a list)."""
+    found: list[str] = []
+    for key in ("stop_sequences", "stop"):
+        value = payload.get(key)
+        if isinstance(value, str):
+            found.append(value)
+        elif isinstance(value, list):
+            found.extend(v for v in value if isinstance(v, str))
+    return found
+
+
+def _items(family: str, payload: Mapping[str, Any]) -> Any:
+    return payload.get("input" if family == "responses" else "messages")
+
+
+def _system_head(family: str, payload: Mapping[str, Any]) -> str:
+    """The opening of the request's instructions (system, instructions, the
+    leading system or developer items), at most ``HELPER_HEAD_CHARS``."""
     parts: list[str] = []
+    left = HELPER_HEAD_CHARS
+    for text in _system_texts(family, payload):
+        parts.append(text[:left])
+        left -= len(parts[-1]) + 1
+        if left <= 0:
+            break
+    return "\n".join(parts)
+
+
+def _system_texts(family: str, payload: Mapping[str, Any]) -> Iterator[str]:
     for key in ("system", "instructions"):
-        parts.extend(_texts(payload.get(key)))
-    items = payload.get("input" if family == "responses" else "messages")
+        yield from _texts(payload.get(key))
+    items = _items(family, payload)
     if isinstance(items, list):
         for item in items:
-            if isinstance(item, dict) and item.get("role") in ("system", "developer"):
-                parts.extend(_texts(item.get("content")))
-    return "\n".join(parts)
+            if not isinstance(item, dict) or item.get("role") not in ("system", "developer"):
+                break  # only the instructions before the conversation
+            yield from _texts(item.get("content"))
+
+
+def _answered(family: str, payload: Mapping[str, Any]) -> bool:
+    """Whether the request holds an assistant turn (or its tool traffic)."""
+    items = _items(family, payload)
+    if not isinstance(items, list):
+        return False
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        if item.get("role") == "assistant" or item.get("type") in (
+                "function_call", "function_call_output", "reasoning"):
+            return True
+    return False
 
 
 def _texts(value: Any) -> list[str]:

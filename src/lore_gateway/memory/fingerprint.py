@@ -52,15 +52,17 @@ BOILERPLATE_PREFIXES = (
 # one (aider 0.86, aider/coders/base_coder.py). What precedes it is the client's.
 RETRACTIONS = ("I switched to a new code base",)
 # The retraction follows the example exchange right after the system prompt
-# (aider: system, at most one example pair, the retraction and its "Ok."), so
-# only the head of a conversation is searched for it, never a long history.
+# (aider: the system prompt, as a message or a pair, two example pairs at most,
+# then the retraction: its 7th or 8th message), so only the head of a
+# conversation is searched for it, never a long history.
 RETRACTION_SCAN_ITEMS = 12
-# A client's canned acknowledgement of its own priming message. aider's longest
-# is 113 characters ("Ok, based on your requests I will suggest which files
-# need to be edited and then stop and wait for your approval."); a model's real
-# answer is hardly ever that short and opened by "Ok".
+# A client's canned acknowledgement of its own priming message: "Ok." or
+# "Ok, <what the assistant will do>", at most 113 characters in aider ("Ok,
+# based on your requests I will suggest which files need to be edited and then
+# stop and wait for your approval."). A model's own short reply ("ok", "OK",
+# "Okay, …") is not taken for one.
 ACK_MAX_CHARS = 160
-_ACK_RE = re.compile(r"ok(ay)?\b", re.IGNORECASE)
+_ACK_RE = re.compile(r"Ok(?:\.|,\s)")
 # Blank-line boundaries tried when looking for an appended reminder: a reminder
 # is a few paragraphs at the end, so a pasted log with thousands of blank lines
 # costs at most this many substring searches.
@@ -85,7 +87,31 @@ def first_user_text(body: Mapping[str, Any]) -> str:
         return items.strip()
     if not isinstance(items, list):
         return ""
-    primed: list[str] = []  # the client's own priming texts, skipped
+    found = _first_user(items)
+    if found is None:
+        return ""
+    _, text, primed = found
+    return _without_reminder(text, body, items, primed)
+
+
+def has_answer(items: Any) -> bool:
+    """Whether the conversation already holds an answer: an assistant item (or
+    tool traffic) after its user's first message. A client's example exchange
+    and its own "Ok." replies before that message are not answers (aider's
+    first request carries both)."""
+    if not isinstance(items, list):
+        return False
+    found = _first_user(items)
+    start = found[0] + 1 if found is not None else 0
+    return any(isinstance(item, dict) and (item.get("role") == "assistant" or item.get(
+        "type") in ("function_call", "function_call_output", "reasoning"))
+        for item in items[start:])
+
+
+def _first_user(items: list[Any]) -> tuple[int, str, list[str]] | None:
+    """Where the user's first message is, its text, and the client's priming
+    texts skipped on the way (None: no message of the user's)."""
+    primed: list[str] = []
     start = _after_retraction(items)
     for index, item in enumerate(items):
         if not _is_role(item, "user"):
@@ -97,8 +123,8 @@ def first_user_text(body: Mapping[str, Any]) -> str:
             continue
         for text in texts(item.get("content")):
             if text and not text.startswith(BOILERPLATE_PREFIXES):
-                return _without_reminder(text, body, items, primed)
-    return ""
+                return index, text, primed
+    return None
 
 
 def texts(content: Any) -> Iterator[str]:
