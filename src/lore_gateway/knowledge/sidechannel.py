@@ -38,10 +38,11 @@ agent with tools and a one-line prompt, Claude Code, Codex, OpenCode.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
+
+import orjson
 
 SideChannel = Literal["worker", "marked", "classifier", "helper", "short_answer", "one_shot"]
 
@@ -57,15 +58,16 @@ _CLOSING_TAG_RE = re.compile(r"</[A-Za-z][\w.-]*>\s*")
 # prompt opens with who it is ("You are Claude Code", "Act as an expert
 # software developer"), and may mention titles or summaries much later.
 HELPER_HEAD_CHARS = 600
+# Matched on the lower-cased head, and only when one of its words is there at
+# all: the pattern backtracks at every word, 0.16 ms on a coding agent's head.
+_HELPER_WORDS = ("title", "summar", " word", "yes or no", "true or false")
 _HELPER_RE = re.compile(
     r"\btitle generator\b"
     r"|\b(?:generate|write|create|suggest|give|produce|extract)s?\b[^.\n]{0,40}\btitle\b"
     r"|\bsummari[sz](?:e|es|ing)\b[^.\n]{0,40}\bconversations?\b[^.\n]{0,20}"
     r"\b(?:in|under|within)\b[^.\n]{0,12}\d+\s*(?:words?|characters?|sentences?)\b"
     r"|\b(?:in|with) (?:one|a single|1) word\b"
-    r"|\b(?:respond|answer|reply)\b[^.\n]{0,30}\b(?:yes or no|true or false)\b",
-    re.IGNORECASE,
-)
+    r"|\b(?:respond|answer|reply)\b[^.\n]{0,30}\b(?:yes or no|true or false)\b")
 
 
 def is_coding_turn(family: str, payload: Mapping[str, Any], headers: Mapping[str, str]) -> bool:
@@ -82,7 +84,7 @@ def side_channel_reason(family: str, payload: Mapping[str, Any],
         return "marked"
     if any(_CLOSING_TAG_RE.fullmatch(stop) for stop in _stops(payload)):
         return "classifier"
-    if _HELPER_RE.search(_system_head(family, payload)):
+    if _helper(_system_head(family, payload).lower()):
         return "helper"
     tools = payload.get("tools")
     if isinstance(tools, list) and tools:
@@ -95,11 +97,15 @@ def side_channel_reason(family: str, payload: Mapping[str, Any],
     return None
 
 
+def _helper(head: str) -> bool:
+    return any(word in head for word in _HELPER_WORDS) and _HELPER_RE.search(head) is not None
+
+
 def _codex_side_request(metadata: str | None) -> bool:
     if not metadata:
         return False
     try:
-        kind = json.loads(metadata).get("request_kind")
+        kind = orjson.loads(metadata).get("request_kind")
     except (ValueError, AttributeError):
         return False
     return kind not in (None, "turn")
