@@ -149,11 +149,15 @@ class ClaudeClient:
     def __init__(self, total: int) -> None:
         self.total = total
         self.history: list[dict[str, Any]] = []
+        self.turn_start = 0  # the number of the request that began the current turn
 
     def thinking(self, number: int) -> dict[str, Any] | None:
-        if number < self.total // 3:
+        """The thinking setting, changed only when a user turn begins (a client
+        does not switch it inside a tool loop; the API would refuse that)."""
+        start = min(number, self.turn_start)
+        if start < self.total // 3:
             return None
-        if number < 2 * self.total // 3:
+        if start < 2 * self.total // 3:
             return {"type": "adaptive"}
         return {"type": "enabled", "budget_tokens": 4096}
 
@@ -161,6 +165,8 @@ class ClaudeClient:
         return None if number < self.total // 2 else "1h"
 
     def request(self, number: int, turn: Turn) -> dict[str, Any]:
+        if any(kind == "user" for kind, _, _ in turn.inputs):
+            self.turn_start = number
         for kind, text, call in turn.inputs:
             if kind == "user":
                 self._append("user", [{"type": "text", "text": text}])
