@@ -20,13 +20,18 @@ from lore_gateway.server import Gateway
 from lore_gateway.testing import BackgroundServer, FakeUpstream, gateway_settings
 
 FACT = "The nightly backup runs from the walrus host."
+# A tool offered makes a turn the agent's own: a one-shot request without tools is a
+# side channel (knowledge/sidechannel.py), and search never returns those.
+TOOLS: Any = [{"type": "function", "name": "exec",
+               "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}]
 _register()
 
 
 def stored(gw: Any) -> None:
     client = openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-local-recall-01234567",
                            max_retries=0)
-    assert client.responses.create(model="gpt-x", input=f"Remember: {FACT}").output_text
+    assert client.responses.create(model="gpt-x", input=f"Remember: {FACT}",
+                                   tools=TOOLS).output_text
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         gw.memory.flush(timeout=10)
@@ -114,7 +119,8 @@ def test_team_mode_cli_recall_sends_lore_key(fake_upstream: FakeUpstream, tmp_pa
     try:
         client = openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-x-0123456789",
                                max_retries=0, default_headers={"X-Lore-Key": alice})
-        assert client.responses.create(model="gpt-x", input=f"Remember: {FACT}").output_text
+        assert client.responses.create(model="gpt-x", input=f"Remember: {FACT}",
+                                   tools=TOOLS).output_text
         deadline = time.monotonic() + 10
         while not gw.memory.count_turns("alice", project="unknown"):
             assert time.monotonic() < deadline, "the turn was not stored"

@@ -53,7 +53,10 @@ def test_personal_mode_two_credentials_share_one_memory(make_gateway: Any,
                                                         fake_upstream: FakeUpstream) -> None:
     gw = make_gateway()
     codex_like = openai.OpenAI(base_url=gw.url + "/v1", api_key=KEY_A, max_retries=0)
-    assert codex_like.responses.create(model="gpt-x", input=f"Remember: {FACT}").output_text
+    # A tool offered makes it the agent's own turn: a one-shot request without tools
+    # is a side channel (knowledge/sidechannel.py), and search never returns those.
+    assert codex_like.responses.create(model="gpt-x", input=f"Remember: {FACT}",
+                                      tools=[RESPONSES_TOOL]).output_text
     wait_stored(gw, FACT)
     claude_like = anthropic.Anthropic(base_url=gw.url, api_key=KEY_B, max_retries=0)
     answer = claude_like.messages.create(
@@ -108,7 +111,8 @@ def test_team_mode_the_key_selects_the_tenant_and_never_goes_upstream(
     gw, alice, bob = team_gateway
     as_alice = openai.OpenAI(base_url=gw.url + "/v1", api_key=KEY_A, max_retries=0,
                              default_headers={"X-Lore-Key": alice})
-    assert as_alice.responses.create(model="gpt-x", input=f"Remember: {FACT}").output_text
+    assert as_alice.responses.create(model="gpt-x", input=f"Remember: {FACT}",
+                                     tools=[RESPONSES_TOOL]).output_text  # see above
     wait_stored(gw, FACT, "alice")
     (upstream,) = fake_upstream.model_requests
     assert "x-lore-key" not in {k.lower() for k in upstream.headers}

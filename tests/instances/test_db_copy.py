@@ -110,9 +110,12 @@ def results(target: Database, tenant: str, *, by_content: bool = False) -> list[
     texts found (beside another tenant's memory, BM25's corpus statistics and so
     the scores and ties move, but what matches does not)."""
     searcher = Searcher(db.conn_factory(target), None)
+    # ``by_content`` asks from no project: from one, the other project's matches are
+    # demoted (memory/projects.py) among the weak ones the cut at 50 falls in.
+    project = "" if by_content else "/work/project-0"
     out = []
     for query in QUERIES:
-        found = searcher.search(query, tenant=tenant, project="/work/project-0",
+        found = searcher.search(query, tenant=tenant, project=project,
                                 session=f"{tenant}-session-0", scope="all",
                                 limit=50 if by_content else 10)
         out.append(sorted((h.content, h.role) for h in found.hits) if by_content

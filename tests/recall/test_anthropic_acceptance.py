@@ -48,8 +48,11 @@ def client(gw: Any, session: str, scenario: str | None = None) -> anthropic.Anth
 
 def seed(gw: Any) -> None:
     """Run one ordinary turn that states the fact, and wait until it is stored."""
+    # A tool offered makes it the agent's own turn: a one-shot request without tools
+    # is a side channel (knowledge/sidechannel.py), and search never returns those.
     reply = client(gw, "seed").messages.create(
-        model="claude-x", max_tokens=64, messages=[{"role": "user", "content": FACT}])
+        model="claude-x", max_tokens=64, messages=[{"role": "user", "content": FACT}],
+        tools=TOOLS)
     assert reply.content
     deadline = time.monotonic() + 10
     while gw.memory.count_turns(None, session="seed") == 0 and time.monotonic() < deadline:

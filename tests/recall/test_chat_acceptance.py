@@ -57,8 +57,10 @@ def stored(gw: Any, session: str) -> list[tuple[str, str, bool]]:
 
 
 def seed(gw: Any) -> None:
+    # A tool offered makes it the agent's own turn: a one-shot request without tools
+    # is a side channel (knowledge/sidechannel.py), and search never returns those.
     reply = client(gw, "seed").chat.completions.create(
-        model="gpt-x", messages=[{"role": "user", "content": FACT}])
+        model="gpt-x", messages=[{"role": "user", "content": FACT}], tools=TOOLS)
     assert reply.choices[0].message.content
     assert stored(gw, "seed")
 

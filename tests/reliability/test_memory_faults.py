@@ -48,10 +48,14 @@ def test_a_poison_request_is_stored_and_later_turns_are_found_by_recall(
     )
     assert poisoned.content
     gw.memory.flush(timeout=10)
+    # A tool offered makes it the agent's own turn: a one-shot request without tools
+    # is a side channel (knowledge/sidechannel.py), and search never returns those.
     client.messages.create(
         model="claude-x", max_tokens=50,
         extra_headers={"x-lore-session-id": "after-poison"},
         messages=[{"role": "user", "content": "the zanzibar deployment key rotates weekly"}],
+        tools=[{"name": "read_file", "description": "Read a file.",
+                "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}],
     )
     wait_stored(gw, "after-poison")
     tenant = gw.memory.sessions(None)[0].tenant

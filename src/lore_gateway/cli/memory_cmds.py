@@ -30,6 +30,7 @@ from lore_gateway.cli.scope import (
 )
 from lore_gateway.config import Settings
 from lore_gateway.memory import catalog
+from lore_gateway.memory.hits import distinct
 from lore_gateway.memory.records import Identity
 from lore_gateway.memory.service import SCOPES, Memory
 
@@ -96,7 +97,9 @@ def recall_command(
         tenants = [t.tenant for t in memory.tenants()] if chosen is None else [chosen]
         results = [memory.search_sync(query, identity=Identity(t, project, session or ""),
                                       scope=scope, limit=limit) for t in tenants]
-        hits = sorted((h for r in results for h in r.hits), key=lambda h: -h.score)[:limit]
+        # Tenants' results merged: still one hit per message text (``hit_load``).
+        hits = distinct(sorted((h for r in results for h in r.hits),
+                               key=lambda h: -h.score))[:limit]
         if as_json:
             typer.echo(json.dumps({
                 "query": query, "scope": scope, "tenants": tenants,
@@ -107,7 +110,8 @@ def recall_command(
             typer.echo("No results found for this query.")
             return
         merged = results[0] if len(results) == 1 else type(results[0])(
-            query=query, scope=scope, hits=hits, total=sum(r.total for r in results))
+            query=query, scope=scope, hits=hits, total=sum(r.total for r in results),
+            project=project)
         output.prose(memory.render(merged))
 
 

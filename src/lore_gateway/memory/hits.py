@@ -4,10 +4,11 @@ embedding process) and must not import the search stack (~15 MiB) to do so."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Hit", "SearchResult"]
+__all__ = ["Hit", "SearchResult", "distinct", "text_key"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,5 +38,26 @@ class SearchResult:
     scope: str
     hits: list[Hit]
     total: int
+    # The asking project: hits of another project are labelled with theirs
+    # (``render``); empty when the search asked from no project.
+    project: str = ""
     # Private coverage info (lore-spec B.9): the message ids considered. Never rendered.
     _candidates: tuple[int, ...] = field(default=(), repr=False)
+
+
+def text_key(content: str) -> str:
+    """What makes two stored messages the same message to a reader: their text,
+    whitespace aside (a history stored twice, a prompt quoted by a side call)."""
+    return " ".join(content.split())
+
+
+def distinct(hits: Iterable[Hit]) -> list[Hit]:
+    """``hits`` in order, each message text once (the first, best-ranked, stays)."""
+    seen: set[str] = set()
+    out = []
+    for hit in hits:
+        key = text_key(hit.content)
+        if key not in seen:
+            seen.add(key)
+            out.append(hit)
+    return out

@@ -1,7 +1,8 @@
 """Search results as the text of a ``recall`` tool result (lore-spec B.4).
 
 The model reads this, so it is compact and stable: tiers by score, one line per
-message with its role, age and ``t:<id>`` reference, each line cut to a per-result
+message with its role, age (and its project, when not the asking one:
+``projects.label``) and ``t:<id>`` reference, each line cut to a per-result
 budget that favours strong matches (showing the part that holds the query's words,
 so a detail deep in a long tool output is visible), and the whole block kept
 within ``budget_chars``. Truncated lines keep their id so the model can fetch the
@@ -14,6 +15,7 @@ import re
 import time
 from typing import TYPE_CHECKING
 
+from lore_gateway.memory.projects import label
 from lore_gateway.memory.query import parse_query
 
 if TYPE_CHECKING:
@@ -40,17 +42,28 @@ RECALL_CALL_PREFIX = "[tool_call:recall] "
 _TOOL_RESULT = re.compile(r"\[tool:[^\]\n]*\] ")
 
 
+# What a recall tool result starts with, besides the search block (HEADER,
+# NO_RESULTS): a detail or a batch of details (``catalog.detail_text``, the
+# executor's "## Recall Details"), and the executor's own answers when nothing was
+# found or memory could not answer (``recall/core/executor.py``).
+RECALL_RESULT_PREFIXES = (HEADER, NO_RESULTS, "## Recall Detail", "[No results found.]",
+                          "Recall search failed.", "Recall is unavailable right now:",
+                          "Recall timed out:")
+
+
 def is_recall_traffic(content: str) -> bool:
     """A stored recall call, or a recall result a client sent back as a tool result.
 
-    Search never returns these (schema v5 indexes them as empty text; this check
-    catches a neighbour or an older vector). Keep in step with
-    ``schema._RECALL_TRAFFIC``.
+    Search never returns these: schema v5 indexes the call and the search block
+    (HEADER, NO_RESULTS) as empty text (keep in step with
+    ``schema._RECALL_TRAFFIC``), and ``hit_load`` drops any row this matches that
+    a neighbour, an older vector or the index (detail blocks, the executor's
+    failure texts) brings in.
     """
     if content.startswith(RECALL_CALL_PREFIX):
         return True
     match = _TOOL_RESULT.match(content)
-    return match is not None and content.startswith((HEADER, NO_RESULTS), match.end())
+    return match is not None and content.startswith(RECALL_RESULT_PREFIXES, match.end())
 
 _SPACE = re.compile(r"\s+")
 
@@ -147,7 +160,9 @@ def render(result: SearchResult, budget_chars: int = DEFAULT_BUDGET_CHARS,
         lines = []
         if tier != current_tier:
             lines += ["", f"### {tier}", "#### Conversation"]
-        lines.append(f"- ({hit.role}, {age(hit.created_at, now)}) {text} ({hit.ref})")
+        where = label(hit.project, result.project)
+        lines.append(f"- ({hit.role}, {age(hit.created_at, now)}"
+                     f"{f', project {where}' if where else ''}) {text} ({hit.ref})")
         size = sum(len(x) + 1 for x in lines)
         if used + size > room and count >= 1:
             truncated_any = truncated_any or count < len(shown)

@@ -43,11 +43,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-import orjson
 
 from lore_gateway.memory.embed import Embedder
+from lore_gateway.memory.hit_load import load_hits
 from lore_gateway.memory.hits import Hit as Hit
 from lore_gateway.memory.hits import SearchResult as SearchResult
+from lore_gateway.memory.projects import favour
 from lore_gateway.memory.query import (
     MatchPlan,
     ParsedQuery,
@@ -59,7 +60,6 @@ from lore_gateway.memory.query import (
     plan_match,
     prefix_eligible,
 )
-from lore_gateway.memory.render import is_recall_traffic
 from lore_gateway.memory.rerank import Reranker
 from lore_gateway.memory.termstats import TermStats
 from lore_gateway.memory.textindex import Table, TextIndex, text_index
@@ -113,8 +113,6 @@ QUESTION_TAIL = 32
 SHORT_CHARS = 500
 SHORT_POWER = 0.25
 MAX_LIMIT = 100
-# Candidates loaded beyond ``limit`` so skipped rows (recall traffic) leave no gap.
-SPARE_HITS = 10
 # Candidates checked for the question's intent (``query.intent_phrases``) and the
 # factor a match gets: enough to lift the message that made an edit above the ones
 # that merely discuss the same code, not enough to lift an unrelated edit.
@@ -249,10 +247,12 @@ class Searcher:
                 scores[mid] *= _brevity(len(turn))
         _boost_intent(conn, index, scores, intent)
         _boost_dates(conn, scores, dates.cues)
+        if scope == "all":  # the asking project first (``projects``)
+            favour(conn, scores, query, project)
         ranked = sorted(scores.items(), key=lambda kv: (-kv[1], -kv[0]))
-        # A few spare candidates: rows of another tenant or recall traffic are skipped.
+        # Duplicates, side channels and recall traffic are skipped (``hit_load``).
         wanted = max(limit, RERANK_CANDIDATES) if self._reranker is not None else limit
-        hits = _load_hits(conn, index, ranked[:wanted + SPARE_HITS], tenant)
+        hits = load_hits(conn, index, ranked, tenant, wanted)
         if self._reranker is not None:
             hits = _rerank(self._reranker, query, hits)
         hits = hits[:limit]
@@ -264,7 +264,7 @@ class Searcher:
         hits = [replace(h, score=round(confidence * h.score / top, 4)) for h in hits]
         hits = [h for h in hits if h.score >= MIN_SCORE]
         return SearchResult(query=query, scope=scope, hits=hits,
-                            total=len(ranked) if hits else 0,
+                            total=len(ranked) if hits else 0, project=project,
                             _candidates=tuple(int(h.ref[2:]) for h in hits))
 
     def _match(self, conn: Connection, index: TextIndex, parsed: ParsedQuery, scope: Scope,
@@ -527,27 +527,3 @@ def _neighbours(conn: Connection, own: dict[int, float],
         f" FROM messages m WHERE m.id IN ({marks})", best).fetchall()
     return {int(mid): (int(prev) if prev is not None else None,
                        int(nxt) if nxt is not None else None) for mid, prev, nxt in rows}
-
-
-def _load_hits(conn: Connection, index: TextIndex, ranked: list[tuple[int, float]],
-               tenant: str) -> list[Hit]:
-    if not ranked:
-        return []
-    ids = [mid for mid, _ in ranked]
-    marks = ",".join("?" * len(ids))
-    rows: dict[int, tuple[Any, ...]] = {int(r[0]): r for r in conn.execute(
-        f"SELECT id, role, content, created_at, session, project, meta FROM messages"
-        f" WHERE id IN ({marks}) AND {index.tenant_column} = ?", (*ids, tenant))}
-    top = max(ranked[0][1], 1e-9)
-    hits = []
-    for mid, score in ranked:
-        row = rows.get(mid)
-        if row is None:  # deleted since it was indexed, or another tenant's
-            continue
-        if is_recall_traffic(str(row[2])):  # lifted as a neighbour, or an old vector
-            continue
-        meta = orjson.loads(str(row[6])) if row[6] else None
-        hits.append(Hit(ref=f"t:{mid}", score=float(np.clip(score / top, 0.0, 1.0)),
-                        role=str(row[1]), content=str(row[2]), created_at=float(row[3]),
-                        session=str(row[4]), project=str(row[5]), meta=meta))
-    return hits
