@@ -268,16 +268,17 @@ class CodexClient:
         items = [{k: v for k, v in item.items() if k != "id"}
                  for item in answer.get("output") or []
                  if isinstance(item, dict) and item.get("type") == "message"]
+        self.history.extend(items)
         if reply is not None and reply.call is not None:
+            # The reasoning behind the call, after what the model said (the fake
+            # answered with text alone): a recall anchor in that text expands
+            # where the follow-up had the recall, so the next request extends it.
             rs_id = f"rs_{number:06d}"
             self.history.append({"type": "reasoning", "id": rs_id, "summary": [],
                                  "encrypted_content": seal_reasoning(rs_id, "")})
-            self.history.extend(items)
             self.history.append({"type": "function_call", "call_id": reply.call,
                                  "name": "shell",
                                  "arguments": orjson.dumps({"command": reply.command}).decode()})
-        else:
-            self.history.extend(items)
 
 
 Client = ClaudeClient | CodexClient
