@@ -98,6 +98,12 @@ def test_the_natural_set_is_left_out_when_its_file_is_absent(tmp_path: Path) -> 
     assert set(figures["sets"]) == {RULE}
 
 
+def test_without_noise_the_sessions_are_stored_alone(tmp_path: Path) -> None:
+    figures = _run("--data", str(_sample(tmp_path)), "--no-noise")
+    assert figures["stored_rows"] == figures["messages"] == 18
+    assert not figures["noise_rows"]
+
+
 def test_a_store_is_reused_and_a_foreign_directory_refused(tmp_path: Path) -> None:
     data = _sample(tmp_path)
     store = tmp_path / "store"

@@ -22,9 +22,9 @@ legacy figures are defined in ``coding_score``; the held-out part (8 sessions,
 fixed before any tuning) in ``coding_data``.
 
 ``store``: a directory to keep the ingested memory in. Storing and embedding the
-sessions is most of a run (about 25 minutes on this 2-core machine); a later run
-with the same directory and data asks its questions at once, so a ranking change
-can be measured in a minute or two. A change to what is stored or indexed needs
+sessions is most of a run (649 s on this 2-core machine beside other work); a
+later run with the same directory and data asks its questions at once, so a
+ranking change is measured in a minute or two. A change to what is stored or indexed needs
 a fresh directory (or ``NOISE_VERSION`` bumped).
 """
 
@@ -94,6 +94,7 @@ class CodingReport:
     stored_rows: int = 0
     ingest_s: float = 0.0
     store_reused: bool = False
+    noise_rows: bool = True  # the noise rows were stored (``--no-noise``: not)
     embeddings: bool = False
     rerank: bool = False
     projects: dict[str, list[str]] = field(default_factory=dict)
@@ -132,6 +133,7 @@ class CodingReport:
             "stored_rows": self.stored_rows,
             "ingest_s": round(self.ingest_s, 2),
             "store_reused": self.store_reused,
+            "noise_rows": self.noise_rows,
             "embeddings": self.embeddings,
             "rerank": self.rerank,
             "projects": self.projects,
@@ -157,19 +159,21 @@ def resolve_data_path(path: Path | None) -> Path:
 
 
 def run(data: Path | None = None, *, natural: Path | None = None, embeddings: bool = True,
-        rerank: bool = False, store: Path | None = None,
+        rerank: bool = False, store: Path | None = None, noise: bool = True,
         progress: Progress | None = None) -> CodingReport:
     """Store the sessions (or reuse ``store``), ask every question in every mode with
-    both systems, score. ``natural`` defaults to the file beside ``data``."""
+    both systems, score. ``natural`` defaults to the file beside ``data``; ``noise``
+    False stores the sessions without the noise rows (``coding_data``)."""
     from lore_gateway.memory.service import Memory
 
     path = resolve_data_path(data)
     sets = load(path, natural if natural is not None else path.parent / NATURAL_FILE)
-    report = CodingReport(embeddings=embeddings, rerank=rerank)
+    report = CodingReport(embeddings=embeddings, rerank=rerank, noise_rows=noise)
     for sid, project in sorted(sets.projects.items()):
         report.projects.setdefault(project, []).append(sid)
     report.messages = sum(len(s.messages) for s in sets.sessions)
-    with _store_dir(store, sets, embeddings) as (directory, fresh):
+    mark = _mark_value(sets, embeddings, noise)
+    with _store_dir(store, mark) as (directory, fresh):
         settings = Settings(data_dir=directory, embeddings=embeddings, rerank=rerank)
         # A reused store is embedded already: no embedding process to start.
         memory = Memory.open(settings, embedder="auto" if embeddings else None,
@@ -177,10 +181,10 @@ def run(data: Path | None = None, *, natural: Path | None = None, embeddings: bo
         try:
             report.embeddings = memory.embeddings
             if fresh:
-                records = list(turn_records(sets))
+                records = list(turn_records(sets, noise))
                 report.ingest_s = ingest(memory, settings, iter(records), len(records),
                                          progress)
-                memory.write_job(lambda conn: _mark(conn, _mark_value(sets, embeddings)))
+                memory.write_job(lambda conn: _mark(conn, mark))
             report.store_reused = not fresh
             stored = memory.read(_stored_rows)
             report.stored_rows = len(stored)
@@ -243,8 +247,9 @@ def _stored_rows(conn: Any) -> list[tuple[str, Found]]:
                 (TENANT,))]
 
 
-def _mark_value(sets: CodingSets, embeddings: bool) -> str:
-    return f"{sets.fingerprint}:{'hybrid' if embeddings else 'bm25'}"
+def _mark_value(sets: CodingSets, embeddings: bool, noise: bool) -> str:
+    return (f"{sets.fingerprint}:{'hybrid' if embeddings else 'bm25'}"
+            f"{'' if noise else ':no-noise'}")
 
 
 def _mark(conn: Any, value: str) -> None:
@@ -268,8 +273,7 @@ def _read_mark(database: Path) -> str | None:
 
 
 @contextmanager
-def _store_dir(store: Path | None, sets: CodingSets,
-               embeddings: bool) -> Iterator[tuple[Path, bool]]:
+def _store_dir(store: Path | None, mark: str) -> Iterator[tuple[Path, bool]]:
     """(directory, whether it must be filled): a throw-away directory, or ``store``,
     reused when its mark matches and rebuilt when it is an outdated bench store."""
     if store is None:
@@ -279,11 +283,11 @@ def _store_dir(store: Path | None, sets: CodingSets,
     store.mkdir(parents=True, exist_ok=True)
     database = store / "lore.db"
     if database.exists():
-        mark = _read_mark(database)
-        if mark is None:
+        found = _read_mark(database)
+        if found is None:
             raise ValueError(f"{store} holds a lore.db that is not a `lore bench coding` "
                              "store; give an empty or new directory")
-        if mark == _mark_value(sets, embeddings):
+        if found == mark:
             yield store, False
             return
         for stale in store.glob("lore.db*"):

@@ -164,8 +164,9 @@ def identity(sets: CodingSets, session_id: str) -> Identity:
     return Identity(TENANT, sets.projects[session_id], session_id)
 
 
-def turn_records(sets: CodingSets) -> Iterator[TurnRecord]:
-    """Every session, one turn per message (its index in the meta), then the noise."""
+def turn_records(sets: CodingSets, noise: bool = True) -> Iterator[TurnRecord]:
+    """Every session, one turn per message (its index in the meta), then the noise
+    (``noise`` False: the sessions alone, as the bench stored them before issue 33)."""
     by_session: dict[str, list[Question]] = {}
     for q in sets.questions:
         by_session.setdefault(q.session_id, []).append(q)
@@ -175,7 +176,10 @@ def turn_records(sets: CodingSets) -> Iterator[TurnRecord]:
             yield TurnRecord(identity=ident, protocol="bench:coding", model=None,
                              messages=(Message(ROLES.get(role, "user"), content),),
                              created_at=EPOCH + index, metas=({"index": index},))
-        yield from _recall_traces(session, ident, by_session.get(session.session_id, []))
+        if noise:
+            yield from _recall_traces(session, ident, by_session.get(session.session_id, []))
+    if not noise:
+        return
     side = Identity(TENANT, SIDE_CHANNEL_PROJECT, SIDE_CHANNEL_SESSION)
     for number, session in enumerate(sets.sessions):
         task = session.messages[0][2] if session.messages else ""

