@@ -163,3 +163,10 @@ def test_a_plain_word_names_a_project_only_next_to_a_project_word(query: str,
     chosen = projects.favoured(query, HOME, {HOME, "/work/main", OTHER})
     assert chosen is not None
     assert (chosen != {HOME}) is named
+
+
+def test_paths_relate_when_one_holds_the_other() -> None:
+    assert projects.related(HOME, HOME + "/src") and projects.related(HOME + "/", HOME)
+    assert not projects.related(HOME, HOME + "-old") and not projects.related("/", HOME)
+    assert projects.label(OTHER, HOME) == OTHER and projects.label(HOME + "/x", HOME) == ""
+    assert projects.label(OTHER, "") == "" and projects.label("/p/" + "x" * 100, HOME)[0] == "…"

@@ -66,9 +66,10 @@ def is_path(project: str) -> bool:
 
 
 def contains(outer: str, inner: str) -> bool:
-    """Whether path ``inner`` is path ``outer`` or lies inside it."""
-    outer = outer.rstrip("/")
-    return inner == outer or inner.startswith(outer + "/")
+    """Whether path ``inner`` is path ``outer`` or lies inside it (the root holds
+    nothing but itself: an agent started in ``/`` is not every project)."""
+    stem = outer.rstrip("/")
+    return inner == outer or (stem != "" and inner.startswith(stem + "/"))
 
 
 def related(a: str, b: str) -> bool:
