@@ -10,12 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-
-from lore_gateway.config import Settings
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
 from lore_gateway.protocols.common import Message
@@ -27,13 +22,6 @@ IDENT = Identity("personal", "/work/app", "s1")
 def turn(n: int) -> TurnRecord:
     return TurnRecord(identity=IDENT, protocol="chat", model="m",
                       messages=(Message("user", f"question {n}"),), created_at=float(n))
-
-
-@pytest.fixture
-def memory(tmp_path: Path) -> Iterator[Memory]:
-    mem = Memory.open(Settings(data_dir=tmp_path, embeddings=False), embedder=None)
-    yield mem
-    mem.close()
 
 
 async def test_a_full_writer_queue_holds_new_requests_back_instead_of_dropping(

@@ -8,12 +8,8 @@ another project are labelled with it in the recall text.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
-from lore_gateway.config import Settings
 from lore_gateway.memory import projects
 from lore_gateway.memory.hits import text_key
 from lore_gateway.memory.records import Identity, TurnRecord
@@ -32,13 +28,6 @@ def _turn(project: str, session: str, *pairs: tuple[Role, str],
     return TurnRecord(identity=Identity(TENANT, project, session), protocol="responses",
                       model="m", messages=tuple(Message(r, t) for r, t in pairs),
                       created_at=1.7e9, metas=(SIDE,) * len(pairs) if side else None)
-
-
-@pytest.fixture
-def memory(tmp_path: Path) -> Iterator[Memory]:
-    mem = Memory.open(Settings(data_dir=tmp_path, embeddings=False), embedder=None)
-    yield mem
-    mem.close()
 
 
 def _store(memory: Memory, *turns: TurnRecord) -> None:

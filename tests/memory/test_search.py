@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -32,13 +31,6 @@ ALICE = Identity("tenant-a", "proj-x", "s1")
 def _turn(ident: Identity, *pairs: tuple[Role, str], at: float = 1.7e9) -> TurnRecord:
     return TurnRecord(identity=ident, protocol="responses", model="m",
                       messages=tuple(Message(r, t) for r, t in pairs), created_at=at)
-
-
-@pytest.fixture
-def memory(tmp_path: Path) -> Iterator[Memory]:
-    mem = Memory.open(Settings(data_dir=tmp_path, embeddings=False), embedder=None)
-    yield mem
-    mem.close()
 
 
 def _store(memory: Memory, *turns: TurnRecord) -> None:

