@@ -12,6 +12,7 @@ import orjson
 
 from lore_gateway.compaction import answers, summary
 from lore_gateway.compaction.detect import Flow, detect
+from lore_gateway.distill.format import HIGH, LOW, MEDIUM, Observation
 from lore_gateway.knowledge.sidechannel import is_coding_turn
 from lore_gateway.memory.records import Identity
 from lore_gateway.protocols.anthropic import AnthropicAccumulator
@@ -75,10 +76,15 @@ def test_codex_flows_are_detected() -> None:
     assert detect("chat", {"messages": [prompt]}, {}) is None
 
 
+def _dated(mark: str, text: str, clock: str = "09:14") -> summary.Dated:
+    return summary.Dated("Date: Dec 1, 2026", Observation(mark, clock, text))
+
+
 MEMORY = summary.SessionMemory(
-    distillations=("Date: Dec 1, 2026\n* 🔴 (09:14) User: deploy from the tangerine branch",),
-    undistilled_log="Date: Dec 1, 2026\n* 🟢 (09:30) Files: src/app.py",
-    recent=(("user", "Read both notes files."), ("assistant", "Both files are build logs.")),
+    observations=(_dated(HIGH, "User: deploy from the tangerine branch"),
+                  _dated(LOW, "Files: src/app.py", "09:30")),
+    messages=40, source_chars=200_000,
+    last_request="Read both notes files.", last_reply="Both files are build logs.",
     knowledge="## Long-term knowledge (lore-gateway)\n* **Tabs**: tabs in src/",
 )
 
@@ -86,18 +92,33 @@ MEMORY = summary.SessionMemory(
 def test_summary_holds_every_layer_of_memory_and_points_at_recall() -> None:
     text = summary.render(MEMORY)
     assert text.startswith(summary.SUMMARY_HEADING)
-    for part in ("tangerine branch", "src/app.py", "Both files are build logs", "**Tabs**",
-                 "recall"):
+    for part in ("tangerine branch", "src/app.py", "Both files are build logs",
+                 "Read both notes files", "**Tabs**", "`recall`", "2 observations, all of them"):
         assert part in text
-    assert summary.SessionMemory((), "", ()).empty
+    assert "nothing was lost" not in text
+    assert summary.SessionMemory((), 0, 0).empty
 
 
-def test_long_memory_keeps_the_first_and_latest_distillations() -> None:
-    many = tuple(f"distillation {i} " + "x" * 5_000 for i in range(40))
-    text = summary.render(summary.SessionMemory(many, "", ()))
-    assert len(text) <= summary.MAX_SUMMARY_CHARS
-    assert "distillation 0 " in text and "distillation 39 " in text
-    assert "distillation 5 " not in text
+def test_a_summary_takes_a_tenth_of_the_session_and_keeps_findings_over_minor_lines() -> None:
+    findings = tuple(_dated(MEDIUM, f"Error in `pytest`: ValueError_{i} in src/m{i}.py")
+                     for i in range(200))
+    minor = tuple(_dated(LOW, f"Ran `ls dir{i}`") for i in range(200))
+    memory = summary.SessionMemory(findings + minor, 400, 60_000)
+    text = summary.render(memory)
+    assert len(text) <= 6_000  # a tenth of the session
+    assert 20 < text.count("ValueError_") < 200  # as many as fit, not all
+    assert "Ran `ls" not in text  # no minor line while a finding is left out
+    assert "chosen for the facts they carry" in text
+    huge = summary.SessionMemory(findings, 400, 10_000_000)
+    assert len(summary.render(huge)) <= summary.MAX_SUMMARY_CHARS
+
+
+def test_early_and_late_findings_both_survive_the_cut() -> None:
+    early = _dated(MEDIUM, "Error in `make`: KeyError: 'tangerine_config'", "08:00")
+    filler = tuple(_dated(MEDIUM, f"Output of `run`: value {i}", "09:00") for i in range(300))
+    late = _dated(MEDIUM, "Result in `pytest -q`: 12 passed, 1 failed in 0.41s", "17:00")
+    text = summary.render(summary.SessionMemory((early, *filler, late), 500, 40_000))
+    assert "tangerine_config" in text and "12 passed, 1 failed" in text
 
 
 def _events(body: bytes) -> list[Any]:

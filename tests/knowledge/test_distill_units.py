@@ -40,7 +40,8 @@ def test_extractive_log_keeps_the_user_errors_results_and_identifiers() -> None:
     assert lines[1].startswith("* 🔴 (") and "3f2a9c1" in lines[1] and "<cwd>" not in log
     assert "* 🟡" in log and "root cause is the stale cache in src/cache.py" in log
     assert "KeyError: 'user_id'" in log and "1 failed, 1 passed" in log
-    assert "`refresh_entries` at src/cache.py:42" in log
+    # A short output is kept verbatim (less its progress dots): the line is the fact.
+    assert "src/cache.py:42:def refresh_entries(self):" in log and "| F. |" not in log
     assert "Ran `python -m pytest tests/test_cache.py -q`" in log
     date, observations = fmt.parse(log)
     assert date == lines[0] and len(observations) == len(lines) - 1
@@ -61,6 +62,32 @@ def test_merge_collapses_duplicates_and_keeps_the_first_date() -> None:
     merged = fmt.merge([a, b])
     assert merged.splitlines()[0] == "Date: Jan 2, 2026"
     assert merged.count("User: x") == 1 and "Error: boom" in merged
+
+
+def test_consolidation_keeps_every_finding_before_any_minor_line() -> None:
+    logs = [f"Date: Jan 2, 2026\n* 🟡 (10:{i:02d}) Error in `make`: E{i}Error at src/f{i}.c"
+            + "".join(f"\n* 🟢 (10:{i:02d}) Ran `ls /tmp/dir{i}_{j}`" for j in range(6))
+            for i in range(12)]
+    merged = fmt.merge(logs, source_tokens=12 * 2_048)
+    assert all(f"E{i}Error" in merged for i in range(12))
+    assert fmt.estimate_tokens(merged) <= fmt.consolidation_budget(
+        12 * 2_048, sum(fmt.estimate_tokens(log) for log in logs)) + 1
+
+
+def test_consolidation_budget_is_proportional_to_what_it_merges() -> None:
+    # As dense as one full segment's log, whatever the number of logs merged.
+    one = fmt.consolidation_budget(fmt.SEGMENT_TOKENS, 10_000)
+    assert one == fmt.budget_tokens(fmt.SEGMENT_TOKENS)
+    assert fmt.consolidation_budget(10 * fmt.SEGMENT_TOKENS, 100_000) == 10 * one
+    assert fmt.consolidation_budget(10 * fmt.SEGMENT_TOKENS, 500) == 500  # never grows
+
+
+def test_fit_prefers_new_facts_to_a_name_said_again() -> None:
+    same = [fmt.Observation(fmt.MEDIUM, "10:00", f"Ran into `reproduce.py` again ({i})")
+            for i in range(10)]
+    new = fmt.Observation(fmt.MEDIUM, "10:30", "Error: `TimeoutError` in `net/pool.py`")
+    kept = fmt.fit([*same, new], budget_chars=3 * len(new.line()) + 3)
+    assert new in kept and len(kept) <= 3
 
 
 def test_source_refs_are_compact_recall_ids() -> None:

@@ -71,7 +71,8 @@ from lore_gateway.memory.records import Identity
 if TYPE_CHECKING:
     from lore_gateway.memory.service import Memory
 
-__all__ = ["MODES", "CodingReport", "held_out", "resolve_data_path", "run"]
+__all__ = ["MODES", "CodingReport", "held_out", "mark_value", "resolve_data_path", "run",
+           "store_dir", "write_mark"]
 
 LORE, NAIVE, LEGACY = "lore", "naive", "legacy"
 MODES = ("session", "all", "multi_project")
@@ -172,8 +173,8 @@ def run(data: Path | None = None, *, natural: Path | None = None, embeddings: bo
     for sid, project in sorted(sets.projects.items()):
         report.projects.setdefault(project, []).append(sid)
     report.messages = sum(len(s.messages) for s in sets.sessions)
-    mark = _mark_value(sets, embeddings, noise)
-    with _store_dir(store, mark) as (directory, fresh):
+    mark = mark_value(sets, embeddings, noise)
+    with store_dir(store, mark) as (directory, fresh):
         settings = Settings(data_dir=directory, embeddings=embeddings, rerank=rerank)
         # A reused store is embedded already: no embedding process to start.
         memory = Memory.open(settings, embedder="auto" if embeddings else None,
@@ -184,7 +185,7 @@ def run(data: Path | None = None, *, natural: Path | None = None, embeddings: bo
                 records = list(turn_records(sets, noise))
                 report.ingest_s = ingest(memory, settings, iter(records), len(records),
                                          progress)
-                memory.write_job(lambda conn: _mark(conn, mark))
+                memory.write_job(lambda conn: write_mark(conn, mark))
             report.store_reused = not fresh
             stored = memory.read(_stored_rows)
             report.stored_rows = len(stored)
@@ -247,12 +248,12 @@ def _stored_rows(conn: Any) -> list[tuple[str, Found]]:
                 (TENANT,))]
 
 
-def _mark_value(sets: CodingSets, embeddings: bool, noise: bool) -> str:
+def mark_value(sets: CodingSets, embeddings: bool, noise: bool) -> str:
     return (f"{sets.fingerprint}:{'hybrid' if embeddings else 'bm25'}"
             f"{'' if noise else ':no-noise'}")
 
 
-def _mark(conn: Any, value: str) -> None:
+def write_mark(conn: Any, value: str) -> None:
     with conn:
         conn.execute("DELETE FROM kv WHERE key = ?", (STORE_MARK,))
         conn.execute("INSERT INTO kv(key, value) VALUES (?, ?)", (STORE_MARK, value))
@@ -273,7 +274,7 @@ def _read_mark(database: Path) -> str | None:
 
 
 @contextmanager
-def _store_dir(store: Path | None, mark: str) -> Iterator[tuple[Path, bool]]:
+def store_dir(store: Path | None, mark: str) -> Iterator[tuple[Path, bool]]:
     """(directory, whether it must be filled): a throw-away directory, or ``store``,
     reused when its mark matches and rebuilt when it is an outdated bench store."""
     if store is None:

@@ -58,6 +58,7 @@ def _register(argv: Sequence[str] = ()) -> None:
         bench_import,
         bench_memory,
         bench_reliability,
+        bench_retention,
         config_cmd,
         db_cmds,
         doctor,

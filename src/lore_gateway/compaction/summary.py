@@ -1,84 +1,116 @@
 """The summary a compaction is answered with, assembled from memory (pure).
 
-No model call: the session's distillations (in order), an extractive log of
-what was not distilled yet, the last raw exchanges verbatim, and the project's
-knowledge. The text says where it came from and points at ``recall`` for
-anything older, so the agent's next turn knows the full history is one call away.
+No model call. The agent loses its whole context to this text, so every character
+goes to facts: the session's observations over its whole length (its distillations'
+and what its raw messages show, ``store.session_memory``), chosen by the facts they
+carry when they do not all fit (``format.fit_indices``: findings before minor
+context, then facts per character); then where things stand (the last request and
+the last reply, prose only: no raw tool output); then the project's knowledge. The
+text says what it kept and what it left out, and points at ``recall`` for the rest.
+
+Its size is a tenth of the session it replaces (at least ``MIN_SUMMARY_CHARS``,
+at most ``MAX_SUMMARY_CHARS``): the agent gets its window back (≥ 10×
+compression), and a short session is not padded to a fixed size.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lore_gateway.distill import format as fmt
+from lore_gateway.distill.format import Observation
+
 SUMMARY_HEADING = "# Session summary (lore-gateway)"
-SUMMARY_INTRO = ("lore-gateway assembled this summary from its memory of the session; nothing "
-                 "was lost. Earlier details (exact commands, outputs, file contents) are one "
-                 "`recall` tool call away.")
 # Claude Code's summary output is capped at 20K tokens; stay well inside it.
 MAX_SUMMARY_CHARS = 48_000
-# The verbatim tail of the conversation (Lore caps its "recent activity" at 4,000).
-RECENT_CHARS = 4_000
-RECENT_MESSAGE_CHARS = 1_000
+# The summary takes at most 1/COMPRESSION of the session's characters.
+COMPRESSION = 10
+# Below this a summary cannot say much; a session this small is barely compacted.
+MIN_SUMMARY_CHARS = 2_000
+# Where things stand: the last request and reply, cut to these many characters.
+LAST_REQUEST_CHARS = 1_000
+LAST_REPLY_CHARS = 1_500
+# The knowledge block may take at most this share of the summary.
+KNOWLEDGE_SHARE = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class Dated:
+    """An observation and the date line of the log it belongs to."""
+
+    date: str
+    observation: Observation
 
 
 @dataclass(frozen=True, slots=True)
 class SessionMemory:
     """What the gateway remembers of one session, oldest first."""
 
-    distillations: tuple[str, ...]
-    undistilled_log: str  # extractive log of the messages no distillation covers yet
-    recent: tuple[tuple[str, str], ...]  # (role, text) of the last raw messages
+    observations: tuple[Dated, ...]
+    messages: int  # the session's raw messages
+    source_chars: int  # their characters: what the summary replaces
+    last_request: str = ""  # the user's newest words
+    last_reply: str = ""  # the assistant's newest prose
     knowledge: str = ""
 
     @property
     def empty(self) -> bool:
-        return not self.distillations and not self.undistilled_log.strip() and not self.recent
+        return not self.observations and not self.last_request and not self.last_reply
+
+
+def budget(memory: SessionMemory, max_chars: int = MAX_SUMMARY_CHARS) -> int:
+    return min(max_chars, max(MIN_SUMMARY_CHARS, memory.source_chars // COMPRESSION))
 
 
 def render(memory: SessionMemory, max_chars: int = MAX_SUMMARY_CHARS) -> str:
-    """The summary text; the oldest distillations after the first give way first."""
-    recent = _recent(memory.recent)
-    fixed = [SUMMARY_HEADING, SUMMARY_INTRO]
-    tail: list[str] = []
-    if memory.undistilled_log.strip():
-        tail += ["## Not yet distilled", memory.undistilled_log.strip()]
-    if recent:
-        tail += ["## Recent activity (verbatim)", recent]
-    if memory.knowledge.strip():
-        tail.append(memory.knowledge.strip())
-    room = max_chars - sum(len(p) + 2 for p in (*fixed, *tail)) - 40
-    history = _fit(list(memory.distillations), room)
-    body = fixed + (["## Conversation history", *history] if history else []) + tail
-    return "\n\n".join(body)[:max_chars]
+    room = budget(memory, max_chars)
+    standing = _standing(memory)
+    knowledge = memory.knowledge.strip()
+    if len(knowledge) > room * KNOWLEDGE_SHARE:
+        knowledge = ""
+    tail = [part for part in (standing, knowledge) if part]
+    # The intro's longest form (its counts are known once the history is chosen).
+    intro_room = len(_intro(memory, 0)) + 2
+    left = room - len(SUMMARY_HEADING) - intro_room - sum(len(p) + 2 for p in tail) - 40
+    every = [d.observation for d in memory.observations]
+    chosen = fmt.fit_indices(every, max(0, left))
+    history = _history([memory.observations[i] for i in chosen])
+    body = [SUMMARY_HEADING, _intro(memory, len(chosen)),
+            *(["## Conversation history", history] if history else []), *tail]
+    return "\n\n".join(body)[:room]
 
 
-def _fit(texts: list[str], room: int) -> list[str]:
-    """Keep the first text (the session's start) and as many of the latest as fit."""
-    if sum(len(t) + 2 for t in texts) <= room:
-        return texts
-    if not texts:
-        return []
-    kept = [texts[0][: max(0, room)]]
-    used = len(kept[0]) + 2
-    latest: list[str] = []
-    for text in reversed(texts[1:]):
-        if used + len(text) + 2 > room:
-            break
-        latest.append(text)
-        used += len(text) + 2
-    return [*kept, "(… earlier distillations: use recall …)", *reversed(latest)]
+def _intro(memory: SessionMemory, kept: int) -> str:
+    total = len(memory.observations)
+    held = ("all of them" if kept == total else
+            f"{kept} of them, chosen for the facts they carry")
+    return (f"lore-gateway assembled this summary from its memory of this session "
+            f"({memory.messages} messages): {total} observations, {held}. It is not the "
+            "whole session: exact outputs, file contents and anything not listed here "
+            "are one `recall` tool call away (search for a file, an error, a command or "
+            "a decision).")
 
 
-def _recent(messages: tuple[tuple[str, str], ...]) -> str:
+def _history(items: list[Dated]) -> str:
     lines: list[str] = []
-    used = 0
-    for role, text in reversed(messages):
-        one = " ".join(text.split())
-        if len(one) > RECENT_MESSAGE_CHARS:
-            one = one[:RECENT_MESSAGE_CHARS] + " …"
-        line = f"- {role}: {one}"
-        if used + len(line) > RECENT_CHARS:
-            break
-        lines.append(line)
-        used += len(line) + 1
-    return "\n".join(reversed(lines))
+    date = None
+    for item in items:
+        if item.date != date:
+            date = item.date
+            lines.append(date)
+        lines.append(item.observation.line())
+    return "\n".join(lines)
+
+
+def _standing(memory: SessionMemory) -> str:
+    lines = []
+    if memory.last_request.strip():
+        lines.append("- Last request (user): " + _cut(memory.last_request, LAST_REQUEST_CHARS))
+    if memory.last_reply.strip():
+        lines.append("- Last reply (assistant): " + _cut(memory.last_reply, LAST_REPLY_CHARS))
+    return "## Where things stand\n" + "\n".join(lines) if lines else ""
+
+
+def _cut(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from lore_gateway.distill import format as fmt
-from lore_gateway.distill.format import HIGH, LOW, MEDIUM, Observation
+from lore_gateway.distill import prose
+from lore_gateway.distill.format import LOW, MEDIUM, Observation
 
 # Longest single observation, in characters: one user statement or error line.
 MAX_OBSERVATION_CHARS = 400
@@ -29,9 +30,6 @@ MAX_DEFINITIONS = 12
 _BOILERPLATE_RE = re.compile(
     r"<(environment_context|user_instructions|system-reminder|permissions instructions|"
     r"skills_instructions|command-[\w-]+|local-command-[\w-]+)>.*?</\1>", re.S)
-_DECISION_RE = re.compile(
-    r"\b(decid\w*|chose|choose|instead of|switch(?:ed)? to|we(?:'ll| will) use|going with|"
-    r"root cause|the (?:bug|problem|issue) (?:is|was)|fix(?:ed)? by|because|prefer)\b", re.I)
 _ERROR_RE = re.compile(
     r"\b[A-Z]\w*(?:Error|Exception|Failure)\b(?::|$)|"
     r"^(?:FAILED |FAIL: |ERROR: |fatal: |panic: |error(?:\[\w+\])?: )")
@@ -59,6 +57,17 @@ def distill(messages: list[SourceMessage], *, budget_tokens: int | None = None) 
     """The observation log for ``messages`` (oldest first), within the budget."""
     if not messages:
         return ""
+    input_tokens = sum(fmt.estimate_tokens(m.content) for m in messages)
+    budget = budget_tokens if budget_tokens is not None else fmt.budget_tokens(input_tokens)
+    date = fmt.date_line(messages[0].created_at)
+    kept = fmt.fit(candidates(messages), budget * fmt.CHARS_PER_TOKEN - len(date) - 1)
+    return fmt.render(date, kept)
+
+
+def candidates(messages: list[SourceMessage]) -> list[Observation]:
+    """Every observation ``messages`` offer (deduplicated, in order), before any budget."""
+    if not messages:
+        return []
     observations = list(_observations(messages))
     files = _files(messages)
     if files:
@@ -66,41 +75,43 @@ def distill(messages: list[SourceMessage], *, budget_tokens: int | None = None) 
         more = f" (+{len(files) - len(listed)} more)" if len(files) > len(listed) else ""
         observations.append(Observation(LOW, fmt.clock(messages[-1].created_at),
                                         "Files: " + ", ".join(listed) + more))
-    input_tokens = sum(fmt.estimate_tokens(m.content) for m in messages)
-    budget = budget_tokens if budget_tokens is not None else fmt.budget_tokens(input_tokens)
-    date = fmt.date_line(messages[0].created_at)
-    kept = fmt.fit(_dedupe(observations), budget * fmt.CHARS_PER_TOKEN - len(date) - 1)
-    return fmt.render(date, kept)
+    return _dedupe(observations)
 
 
 def _observations(messages: list[SourceMessage]) -> Iterable[Observation]:
     last_command = ""
-    for message in messages:
+    for index, message in enumerate(messages):
         at = fmt.clock(message.created_at)
         text = message.content
         if message.role == "user":
-            said = _user_words(text)
-            if said:
-                yield Observation(HIGH, at, "User: " + _one_line(said))
+            said = prose.user_observation(user_text(text), at)
+            if said is not None:
+                yield said
         elif message.role == "assistant":
             call = _TOOL_CALL_RE.match(text.strip())
             if call:
                 last_command = _command_of(call.group(2)) or last_command
                 if last_command:
-                    yield Observation(LOW, at, f"Ran `{_one_line(last_command, 200)}`")
+                    yield prose.command_observation(last_command, at)
                 continue
-            for sentence in _sentences(text):
-                if _DECISION_RE.search(sentence):
-                    yield Observation(MEDIUM, at, _one_line(sentence))
+            yield from prose.assistant_observations(text, at,
+                                                    closing=_closes_turn(messages, index))
             for block in _COMMAND_RE.findall(text):
                 last_command = block.strip()
-                yield Observation(LOW, at, f"Ran `{_one_line(last_command, 200)}`")
+                yield prose.command_observation(last_command, at)
         elif message.role == "tool":
-            yield from _tool_findings(text, at, last_command)
+            short = prose.short_output(text, at, last_command)
+            if short is not None:
+                yield short
+            else:
+                yield from _tool_findings(text, at, last_command)
 
 
-def _user_words(text: str) -> str:
-    return " ".join(user_text(text).split())
+def _closes_turn(messages: list[SourceMessage], index: int) -> bool:
+    """Whether the assistant spoke last before the user's next words (its summary)."""
+    following = messages[index + 1] if index + 1 < len(messages) else None
+    return following is not None and following.role == "user" and bool(
+        user_text(following.content))
 
 
 def user_text(text: str) -> str:
@@ -185,11 +196,6 @@ def _files(messages: list[SourceMessage]) -> list[str]:
                 if not path.startswith(("http", "//")) and "://" not in path:
                     seen.setdefault(path.removeprefix("./"), None)
     return list(seen)
-
-
-def _sentences(text: str) -> list[str]:
-    flat = _COMMAND_RE.sub(" ", text)
-    return [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n{2,}", flat) if len(s.strip()) > 12]
 
 
 def _one_line(text: str, limit: int = MAX_OBSERVATION_CHARS) -> str:

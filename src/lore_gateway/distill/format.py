@@ -15,6 +15,7 @@ kept verbatim. Pure functions only.
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 import time
@@ -29,6 +30,8 @@ CHARS_PER_TOKEN = 3
 BUDGET_FACTOR = 10
 BUDGET_MIN_TOKENS = 256
 BUDGET_MAX_TOKENS = 4096
+# The largest segment one log is distilled from (distill/store.py cuts at it).
+SEGMENT_TOKENS = 16_384
 
 _BULLET_RE = re.compile(r"^\* (🔴|🟡|🟢) \((\d\d:\d\d)\) (.+)$")
 _DATE_RE = re.compile(r"^Date: .+$")
@@ -87,24 +90,61 @@ def parse(text: str) -> tuple[str | None, list[Observation]]:
     return date, found
 
 
-def fit(observations: list[Observation], budget_chars: int) -> list[Observation]:
-    """Keep the most important observations that fit, in their original order.
+# What a question about a session asks for: code spans, quoted values, paths and
+# dotted names, calls, snake_case and camelCase identifiers, error names, numbers.
+_FACT_RE = re.compile(
+    r"`[^`\n]+`|'[^'\n]{2,}'|\"[^\"\n]{2,}\"|\b\w+(?:[./:\\]\w+)+\b|\b[A-Za-z_]\w*\(|"
+    r"\b\w*_\w+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z]+[A-Z]\w*\b|\b\d+(?:\.\d+)?\b")
+# What an observation is worth before the facts it names, by its mark: a user's
+# statement is what the agent was asked to do; a finding says what was learned.
+MARK_VALUE = {HIGH: 2, MEDIUM: 1, LOW: 0.5}
 
-    Fills by priority (🔴, then 🟡, then 🟢), each level oldest first, so an early
-    user decision survives a late flood of minor detail.
+
+def facts(text: str) -> int:
+    """How many distinct fact-bearing tokens ``text`` carries (see ``_FACT_RE``)."""
+    return len(set(_FACT_RE.findall(text)))
+
+
+def fit(observations: list[Observation], budget_chars: int) -> list[Observation]:
+    """Keep the observations worth most within the budget, in their original order."""
+    return [observations[i] for i in fit_indices(observations, budget_chars)]
+
+
+def fit_indices(observations: list[Observation], budget_chars: int) -> list[int]:
+    """The indices (ascending) of the observations ``fit`` keeps.
+
+    🔴 and 🟡 observations come before any 🟢 one (a command or a file list never
+    takes a finding's room). Within each of the two tiers, a greedy cover by value
+    per character (a knapsack's greedy order): an observation is worth its mark's
+    value plus each fact it names that no kept observation names yet, so the tenth
+    line naming the same test file is worth little and a line naming a new error is
+    worth much. Ties go to the oldest, so an early decision is not crowded out.
     """
-    chosen: set[int] = set()
+    names = [frozenset(_FACT_RE.findall(o.text)) for o in observations]
+    costs = [len(o.line()) + 1 for o in observations]
+    covered: set[str] = set()
+    chosen: list[int] = []
     used = 0
-    for mark in MARKS:
-        for index, obs in enumerate(observations):
-            if obs.mark != mark:
+
+    def value(index: int) -> float:
+        fresh = len(names[index] - covered)
+        return (MARK_VALUE[observations[index].mark] + fresh) / costs[index]
+
+    for tier in ((HIGH, MEDIUM), (LOW,)):
+        heap = [(-value(i), i) for i, o in enumerate(observations) if o.mark in tier]
+        heapq.heapify(heap)
+        while heap:
+            _, index = heapq.heappop(heap)
+            if used + costs[index] > budget_chars:
                 continue
-            cost = len(obs.line()) + 1
-            if used + cost > budget_chars:
+            current = -value(index)
+            if heap and current > heap[0][0] + 1e-12:
+                heapq.heappush(heap, (current, index))  # lazy greedy: worth less now
                 continue
-            chosen.add(index)
-            used += cost
-    return [o for i, o in enumerate(observations) if i in chosen]
+            chosen.append(index)
+            used += costs[index]
+            covered.update(names[index])
+    return sorted(chosen)
 
 
 def source_refs(ids: list[int]) -> str:
@@ -129,11 +169,23 @@ def _span(start: int, end: int | None) -> str:
     return f"t:{start}" if end is None or end == start else f"t:{start}–t:{end}"
 
 
-def merge(logs: list[str], budget_tokens_: int | None = None) -> str:
+def consolidation_budget(source_tokens: int, log_tokens: int) -> int:
+    """The tokens a consolidated log may take: as dense as the log of one full
+    segment (``SEGMENT_TOKENS`` in, ``budget_tokens`` of it out, about 1:13) over the
+    raw messages it covers, never more than the logs it merges. Proportional to what
+    it merges: nine small logs must not be squeezed into the square-root budget of
+    their own size, and a long session's history is not capped at one log's room."""
+    share = budget_tokens(SEGMENT_TOKENS) / SEGMENT_TOKENS
+    return max(1, min(log_tokens, math.ceil(source_tokens * share)))
+
+
+def merge(logs: list[str], source_tokens: int | None = None) -> str:
     """Consolidate several logs into one (the extractive consolidation pass).
 
     Duplicate observations collapse to their first occurrence; the result is fitted
-    to the budget of the combined input, keeping the earliest date line.
+    to ``consolidation_budget`` of ``source_tokens`` (the raw messages the logs came
+    from; None: unknown, the square-root budget of the logs' own size), keeping the
+    earliest date line.
     """
     date: str | None = None
     seen: set[str] = set()
@@ -146,6 +198,7 @@ def merge(logs: list[str], budget_tokens_: int | None = None) -> str:
                 seen.add(obs.text)
                 merged.append(obs)
     total = sum(estimate_tokens(text) for text in logs)
-    budget = budget_tokens_ if budget_tokens_ is not None else budget_tokens(total)
+    budget = (consolidation_budget(source_tokens, total) if source_tokens is not None
+              else budget_tokens(total))
     head = date or "Date: unknown"
     return render(head, fit(merged, budget * CHARS_PER_TOKEN - len(head) - 1))

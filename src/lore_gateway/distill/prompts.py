@@ -69,14 +69,15 @@ words win over anything else on the same topic). Keep exact identifiers: paths, 
 commands, errors, SHAs, numbers. Fixes from early in the session matter as much as \
 late ones. Stay within {budget} tokens."""
 
-# The consolidated log's budget: a quarter of its input, within these bounds.
+# The fewest output tokens a consolidation call is allowed (a model needs room
+# to write even a short log).
 REFLECTOR_MIN_TOKENS = 1_024
-REFLECTOR_MAX_TOKENS = 8_192
 
 
-def reflector_prompt(logs: list[str]) -> tuple[str, str, int]:
-    """(system, user, max output tokens) for merging ``logs``."""
+def reflector_prompt(logs: list[str], source_tokens: int) -> tuple[str, str, int]:
+    """(system, user, max output tokens) for merging ``logs`` (distilled from
+    ``source_tokens`` of raw messages): the extractive merge's budget."""
     n_in = sum(fmt.estimate_tokens(text) for text in logs)
-    budget = max(REFLECTOR_MIN_TOKENS, min(n_in // 4, REFLECTOR_MAX_TOKENS))
+    budget = max(REFLECTOR_MIN_TOKENS, fmt.consolidation_budget(source_tokens, n_in))
     user = "\n\n".join(f"<log {i}>\n{text}\n</log {i}>" for i, text in enumerate(logs, 1))
     return REFLECTOR_SYSTEM.format(budget=budget), user, budget

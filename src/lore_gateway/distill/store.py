@@ -25,7 +25,7 @@ OBSERVATIONS_ROLE = "observations"
 DISTILL_PROTOCOL = "lore-distill"
 # A segment is cut at this many tokens even when more are undistilled, so one
 # distillation never has to read an unbounded input.
-MAX_SEGMENT_TOKENS = 16_384
+MAX_SEGMENT_TOKENS = fmt.SEGMENT_TOKENS
 # Messages read per segment query (each capped at the store's message size).
 MAX_SEGMENT_MESSAGES = 2_000
 # Side-channel turns (titles, classifier calls) are stored but never distilled.
@@ -142,24 +142,33 @@ def save(conn: Connection, *, tenant: str, project: str, session: str, text: str
 
 def distill_extractive(conn: Connection, tenant: str, session: str,
                        max_tokens: int = MAX_SEGMENT_TOKENS,
-                       consolidate_after: int | None = None) -> list[int]:
-    """Distill every undistilled segment of a session without a model (then merge
-    the first-level logs past ``consolidate_after``); new row ids."""
+                       consolidate_after: int | None = None, *,
+                       whole_segments: bool = False) -> list[int]:
+    """Distill a session's undistilled segments without a model; new row ids.
+
+    As the worker does: after each log, the first-level logs are merged once there
+    are more than ``consolidate_after`` of them. ``whole_segments``: only while a
+    full segment of ``max_tokens`` is waiting (the worker's token trigger), so the
+    newest messages stay undistilled; otherwise everything (the idle trigger).
+    """
     project = project_of(conn, tenant, session)
     made: list[int] = []
     while project is not None:
+        if whole_segments and undistilled_tokens(conn, tenant, session) < max_tokens:
+            break
         segment = next_segment(conn, tenant, session, max_tokens)
         if not segment:
             break
         text = extractive.distill(segment)
         row = save(conn, tenant=tenant, project=project, session=session, text=text,
                    sources=segment, generation=0, method="extractive")
-        if row is not None:
-            made.append(row)
-    if consolidate_after is not None and made:
-        merged = consolidate_extractive(conn, tenant, session, consolidate_after)
-        if merged is not None:
-            made.append(merged)
+        if row is None:
+            continue
+        made.append(row)
+        if consolidate_after is not None:
+            merged = consolidate_extractive(conn, tenant, session, consolidate_after)
+            if merged is not None:
+                made.append(merged)
     return made
 
 
@@ -201,7 +210,7 @@ def consolidate_extractive(conn: Connection, tenant: str, session: str,
     gen0 = active(conn, tenant, session, 0)
     if len(gen0) <= threshold:
         return None
-    text = fmt.merge([d.text for d in gen0])
+    text = fmt.merge([d.text for d in gen0], sum(d.input_tokens for d in gen0))
     sources = [SourceMessage(i, "", "", 0.0) for d in gen0 for i in d.source_ids]
     return save(conn, tenant=tenant, project=gen0[-1].project, session=session, text=text,
                 sources=sources, generation=1, method="extractive",

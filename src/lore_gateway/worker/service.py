@@ -312,7 +312,8 @@ class BackgroundWorker:
         method = "extractive"
         if use_model:
             try:
-                system, user, budget = prompts.reflector_prompt([d.text for d in gen0])
+                system, user, budget = prompts.reflector_prompt(
+                    [d.text for d in gen0], sum(d.input_tokens for d in gen0))
                 answer = await self.caller.ask(job.tenant, self._upstream_for(job),
                                                "consolidate", system, user, budget)
                 date, observations = fmt.parse(answer)
@@ -323,7 +324,7 @@ class BackgroundWorker:
             except WorkerUnavailable as exc:
                 log.info("worker: consolidation falls back to the extractive merge: %s", exc)
         if method == "extractive":
-            text = fmt.merge([d.text for d in gen0])
+            text = fmt.merge([d.text for d in gen0], sum(d.input_tokens for d in gen0))
         sources = [SourceMessage(i, "", "", 0.0) for d in gen0 for i in d.source_ids]
         n_in = sum(d.output_tokens for d in gen0) + 1
 
