@@ -15,31 +15,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from lore_gateway.distill import format as fmt
-from lore_gateway.distill import prose
-from lore_gateway.distill.format import LOW, MEDIUM, Observation
+from lore_gateway.distill import prose, tool_output
+from lore_gateway.distill.format import LOW, Observation
 
 # Longest single observation, in characters: one user statement or error line.
 MAX_OBSERVATION_CHARS = 400
 # Files listed per "Files" line; the rest are counted.
 MAX_FILES_LISTED = 12
-# Failed tests and definitions named per tool output.
-MAX_FAILED_TESTS = 12
-MAX_DEFINITIONS = 12
 
 # Harness blocks in user turns that no person typed.
 _BOILERPLATE_RE = re.compile(
     r"<(environment_context|user_instructions|system-reminder|permissions instructions|"
     r"skills_instructions|command-[\w-]+|local-command-[\w-]+)>.*?</\1>", re.S)
-_ERROR_RE = re.compile(
-    r"\b[A-Z]\w*(?:Error|Exception|Failure)\b(?::|$)|"
-    r"^(?:FAILED |FAIL: |ERROR: |fatal: |panic: |error(?:\[\w+\])?: )")
-# A failed test as pytest (FAILED path::test) or unittest (FAIL: / ERROR: test (Class)) names it.
-_FAILED_TEST_RE = re.compile(r"^(?:FAILED|FAIL:|ERROR:)\s+((?:\S+::\S+)|(?:test\w* \([\w.]+\)))")
-_TEST_SUMMARY_RE = re.compile(
-    r"^(?:=+ .*\b(?:passed|failed|error)\b.* =+|Ran \d+ tests? in .+|OK(?: \(.*\))?|"
-    r"FAILED \((?:failures|errors)=.+\)|test result: .+|Tests?:? +\d+ .*(?:passed|failed).*)$")
-_DEF_RE = re.compile(r"^(?:(\S+\.\w+):)?(\d+):\s*(?:async\s+)?(?:def|class|fn|func|function)\s+"
-                     r"(\w+)")
 _PATH_RE = re.compile(r"(?<![\w/.-])((?:\.{0,2}/)?(?:[\w.-]+/)+[\w.-]+\.[A-Za-z]\w{0,5})\b")
 _COMMAND_RE = re.compile(r"```(?:bash|sh|shell|console)?\n(.+?)```", re.S)
 _TOOL_CALL_RE = re.compile(r"^\[tool_call:(\w+)\]\s*(.*)$", re.S)
@@ -122,55 +109,9 @@ def user_text(text: str) -> str:
 
 
 def _tool_findings(text: str, at: str, command: str) -> Iterable[Observation]:
-    """Results, failed tests, the decisive error and definitions in one output."""
-    where = f" in `{_one_line(command, 120)}`" if command else ""
-    errors: list[str] = []
-    failed: dict[str, None] = {}
-    defined: list[str] = []
-    summary: list[str] = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line:
-            continue
-        test = _FAILED_TEST_RE.match(line)
-        if test:
-            failed.setdefault(test.group(1).strip(), None)
-        elif _TEST_SUMMARY_RE.match(line):
-            summary.append(line.strip("= "))
-        elif _ERROR_RE.search(line) and not line.startswith("Traceback"):
-            errors.append(line)
-        else:
-            found = _DEF_RE.match(line)
-            if found and found.group(3) and not found.group(3).startswith("test"):
-                path = found.group(1) or _single_path(command) or "?"
-                defined.append(f"`{found.group(3)}` at {path}:{found.group(2)}")
-    if summary:
-        yield Observation(MEDIUM, at, f"Result{where}: {_one_line(_summary(summary), 240)}")
-    if failed:
-        names = list(failed)[:MAX_FAILED_TESTS]
-        more = f" (+{len(failed) - len(names)} more)" if len(failed) > len(names) else ""
-        yield Observation(MEDIUM, at, "Failed: " + "; ".join(names) + more)
-    if errors:
-        # The last error line of an output is the one that names what went wrong.
-        yield Observation(MEDIUM, at, f"Error{where}: {_one_line(errors[-1], 300)}")
-    if defined:
-        yield Observation(MEDIUM, at, "Defined: " + "; ".join(defined[:MAX_DEFINITIONS]))
-
-
-def _summary(lines: list[str]) -> str:
-    """unittest's two summary lines as one: ``Ran 3 tests; OK (skipped=1) (in 0.2s)``."""
-    out: list[str] = []
-    for line in lines:
-        ran = re.match(r"Ran (\d+ tests?) in (\S+)$", line)
-        if ran:
-            out.append(f"Ran {ran.group(1)}")
-            timing = f" (in {ran.group(2)})"
-            continue
-        if out and out[-1].startswith("Ran ") and line.startswith(("OK", "FAILED")):
-            out[-1] += f"; {line}{timing}"
-        else:
-            out.append(line)
-    return "; ".join(out)
+    """Results, failed tests, the decisive errors and definitions in one output (the
+    rules per ecosystem: ``distill/tool_output.py``)."""
+    return tool_output.observations(text, at, command)
 
 
 def _command_of(arguments: str) -> str:
@@ -181,11 +122,6 @@ def _command_of(arguments: str) -> str:
     if value.startswith("["):
         return " ".join(re.findall(r'"((?:[^"\\]|\\.)*)"', value))
     return value[1:-1].encode().decode("unicode_escape", errors="replace")
-
-
-def _single_path(command: str) -> str | None:
-    paths = [p for p in _PATH_RE.findall(command) if p.endswith(".py")]
-    return paths[0] if len(set(paths)) == 1 else None
 
 
 def _files(messages: list[SourceMessage]) -> list[str]:
