@@ -215,6 +215,10 @@ class _Error:
     text: str
     kind: str  # "decisive", "generic", or awaiting a location: "warning", "lint"
     located: bool = True
+    # Errors with one key are one error. A trace's key is its message alone: the
+    # same message raised again under another name (Python's "During handling of
+    # the above exception", a wrapper re-raising) is the same failure.
+    key: str = ""
 
 
 @dataclass
@@ -249,7 +253,7 @@ class _Reader:
 
     def close(self) -> Findings:
         for trace in self.traces.close():
-            self.errors.append(_Error(trace.at, str(trace), "decisive"))
+            self.errors.append(_Error(trace.at, str(trace), "decisive", key=_message(str(trace))))
         if self.mocha_summary:
             for name in self.mocha.values():
                 self.failed.setdefault(name, None)
@@ -296,12 +300,12 @@ class _Reader:
             self._locate(index, arrow.group("at"))
             return True
         if any(p.match(text) for p in _DIAGNOSTICS):
-            self.errors.append(_Error(index, text, "decisive"))
+            self.errors.append(_Error(index, _squeezed(text), "decisive"))
             return True
         for kind, pattern in _PENDING:
             if pattern.match(text):
                 if not _BOILERPLATE_RE.search(text):
-                    self.errors.append(_Error(index, text, kind, located=False))
+                    self.errors.append(_Error(index, _squeezed(text), kind, located=False))
                 return True
         return self._eslint(index, text)
 
@@ -342,13 +346,14 @@ def _chosen(errors: list[_Error]) -> tuple[str, ...]:
     decisive = [e for e in errors if e.kind == "decisive"]
     generic = [e for e in errors if e.kind == "generic"]
     pool, limit = (decisive, MAX_ERRORS) if decisive else (generic, MAX_GENERIC_ERRORS)
-    # One message raised again under another name (Python's "During handling of the
-    # above exception", a wrapper re-raising): the last, outermost one stands.
-    by_message: dict[str, str] = {}
+    by_key: dict[str, str] = {}
     for error in sorted(pool, key=lambda e: e.at):
-        by_message.pop(_message(error.text), None)
-        by_message[_message(error.text)] = error.text
-    texts = list(dict.fromkeys(by_message.values()))
+        if error.key:  # a trace raised again: the last one stands, in its place
+            by_key.pop(error.key, None)
+            by_key[error.key] = error.text
+        else:
+            by_key.setdefault(error.text, error.text)
+    texts = list(by_key.values())
     if len(texts) <= limit:
         return tuple(texts)
     return (*texts[: limit - 1], texts[-1])
