@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -89,12 +90,15 @@ async def test_the_hidden_recall_tool(gateway: Any, fake_upstream: FakeUpstream,
     output = str(follow[-1]["output"])
     lines = [line for line in output.splitlines() if line.startswith("- (")]
     assert_clean([_line_text(line) for line in lines])
+    # The fact stored twice is one hit that names its copy (``memory/dedupe.py``).
+    assert re.search(r" \(t:\d+\) \(\+1 identical: t:\d+\)$", lines[0]), lines[0]
     for line in lines:  # another project's hit says whose it is; the asking one's not
         assert (f", project {other}) " in line) == (ELSEWHERE in line), line
 
 
 def _line_text(line: str) -> str:
-    """The message text of a rendered result line ``- (role, age[, project p]) text (t:N)``."""
+    """The message text of a rendered result line ``- (role, age[, project p]) text (t:N)``
+    (and the copies folded into it after that)."""
     return line.split(") ", 1)[1].rsplit(" (t:", 1)[0]
 
 
@@ -108,6 +112,7 @@ def test_the_local_recall_route_and_lore_recall_through_it(
             "scope": "all", "project": home}
     answer = httpx.post(gw.url + LOCAL_RECALL_PATH, json=body, timeout=120).json()
     assert_clean([h["content"] for h in answer["hits"]])
+    assert len(answer["hits"][0]["folded"]) == 1
     assert f", project {other}) {ELSEWHERE}" in answer["rendered"]
     for name, value in (("LORE_DATA_DIR", str(gw.settings.data_dir)),
                         ("LORE_HOST", "127.0.0.1"), ("LORE_PORT", str(gw.port))):

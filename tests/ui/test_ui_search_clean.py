@@ -1,6 +1,6 @@
-"""The UI's search shows each message once, and never a side-channel call or the
-recall tool's own traffic (issue 33; the other paths: tests/memory/
-test_clean_results_paths.py)."""
+"""The UI's search shows each message once (its copies named under it), and never a
+side-channel call or the recall tool's own traffic (issue 33; the other paths:
+tests/memory/test_clean_results_paths.py)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,10 @@ def test_search_shows_each_message_once_without_side_channels_or_recall_traffic(
             page = response.read().decode()
         refs = re.findall(r'class="ref" href="/ui/message\?id=(\d+)"', page)
         assert len(refs) == 1, page
+        # The second copy of the fact is named under the first (``memory/dedupe.py``).
+        copies = re.findall(r'class="copy" href="/ui/message\?id=(\d+)">t:(\d+)</a>', page)
+        assert "+1 identical: " in page and len(copies) == 1, page
+        assert copies[0][0] == copies[0][1] != refs[0]
         assert "Write a title" not in page and "Osprey camera battery" not in page
         assert "Recall Results" not in page and "tool_call:recall" not in page
     finally:

@@ -30,7 +30,7 @@ from lore_gateway.cli.scope import (
 )
 from lore_gateway.config import Settings
 from lore_gateway.memory import catalog
-from lore_gateway.memory.hits import distinct
+from lore_gateway.memory.dedupe import fold
 from lore_gateway.memory.records import Identity
 from lore_gateway.memory.service import SCOPES, Memory
 
@@ -58,7 +58,7 @@ def open_memory(embedder: Literal["auto"] | None = None, *,
 def _hit_json(hit: Any) -> dict[str, Any]:
     return {"ref": hit.ref, "score": round(hit.score, 4), "role": hit.role,
             "content": hit.content, "created_at": hit.created_at, "session": hit.session,
-            "project": hit.project}
+            "project": hit.project, "folded": list(hit.folded)}
 
 
 # --- lore recall ---------------------------------------------------------------------
@@ -97,9 +97,9 @@ def recall_command(
         tenants = [t.tenant for t in memory.tenants()] if chosen is None else [chosen]
         results = [memory.search_sync(query, identity=Identity(t, project, session or ""),
                                       scope=scope, limit=limit) for t in tenants]
-        # Tenants' results merged: still one hit per message text (``hit_load``).
-        hits = distinct(sorted((h for r in results for h in r.hits),
-                               key=lambda h: -h.score))[:limit]
+        # Tenants' results merged: still one hit per output, copies folded (``dedupe``).
+        hits = fold(sorted((h for r in results for h in r.hits),
+                           key=lambda h: -h.score))[:limit]
         if as_json:
             typer.echo(json.dumps({
                 "query": query, "scope": scope, "tenants": tenants,

@@ -4,8 +4,9 @@ Every path that searches (the hidden recall tool, ``lore recall`` locally and
 through the gateway, the UI's search) gets its hits here, so none of them shows:
 
 - **the same message twice**: the same text stored twice (a history sent again
-  under a new session, a prompt a side call quoted, a command's identical
-  output) says nothing new the second time; the best-ranked copy stays;
+  under a new session, a prompt a side call quoted, a command's output each time
+  it ran, timings aside: ``dedupe``) says nothing new the second time; the
+  best-ranked copy stays and names the others (``Hit.folded``);
 - **a side channel**: a title or classifier call is stored for the record
   (``meta.side_channel``) but is not the conversation, and its prompt quotes the
   conversation's words, so it would crowd the real messages out;
@@ -15,7 +16,9 @@ through the gateway, the UI's search) gets its hits here, so none of them shows:
 The ranking may hold many such rows (OpenCode's title calls all share one
 session), so rows are read in slices until ``wanted`` hits are found, never
 more than ``MAX_READ`` candidates, and the result stays full rather than
-short by the rows skipped.
+short by the rows skipped. The rows of the last slice read after it is full
+still fold into the hits they copy, so a copy's count does not hang on where
+the slice ended.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from lore_gateway.memory.hits import Hit, text_key
+from lore_gateway.memory.dedupe import Folder
+from lore_gateway.memory.hits import Hit
 from lore_gateway.memory.render import is_recall_traffic
 from lore_gateway.memory.textindex import TextIndex
 from lore_gateway.storage.base import Connection
@@ -46,8 +50,7 @@ def load_hits(conn: Connection, index: TextIndex, ranked: list[tuple[int, float]
     if not ranked:
         return []
     top = max(ranked[0][1], 1e-9)
-    hits: list[Hit] = []
-    seen: set[str] = set()
+    hits = Folder()
     start = 0
     size = wanted + SPARE_HITS
     while len(hits) < wanted and start < min(len(ranked), MAX_READ):
@@ -61,17 +64,14 @@ def load_hits(conn: Connection, index: TextIndex, ranked: list[tuple[int, float]
                 continue
             content = str(row[2])
             meta = orjson.loads(str(row[6])) if row[6] else None
-            key = text_key(content)
-            if (is_recall_traffic(content) or key in seen
-                    or (isinstance(meta, dict) and meta.get("side_channel"))):
+            if is_recall_traffic(content) or (isinstance(meta, dict)
+                                              and meta.get("side_channel")):
                 continue
-            seen.add(key)
-            hits.append(Hit(ref=f"t:{mid}", score=float(np.clip(score / top, 0.0, 1.0)),
-                            role=str(row[1]), content=content, created_at=float(row[3]),
-                            session=str(row[4]), project=str(row[5]), meta=meta))
-            if len(hits) == wanted:
-                break
-    return hits
+            hits.add(Hit(ref=f"t:{mid}", score=float(np.clip(score / top, 0.0, 1.0)),
+                         role=str(row[1]), content=content, created_at=float(row[3]),
+                         session=str(row[4]), project=str(row[5]), meta=meta),
+                     keep=len(hits) < wanted)
+    return hits.hits()
 
 
 def _rows(conn: Connection, index: TextIndex, ids: list[int],

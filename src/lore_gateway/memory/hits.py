@@ -4,11 +4,10 @@ embedding process) and must not import the search stack (~15 MiB) to do so."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Hit", "SearchResult", "distinct", "text_key"]
+__all__ = ["Hit", "SearchResult", "text_key"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +27,11 @@ class Hit:
     session: str
     project: str
     meta: dict[str, Any] | None
+    # The ids of the copies of this hit the search folded into it, best first
+    # (``memory/dedupe.py``), and whether every one is identical to it (else some
+    # differ in a time, a duration or an address).
+    folded: tuple[str, ...] = ()
+    folded_identical: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,14 +54,3 @@ def text_key(content: str) -> str:
     whitespace aside (a history stored twice, a prompt quoted by a side call)."""
     return " ".join(content.split())
 
-
-def distinct(hits: Iterable[Hit]) -> list[Hit]:
-    """``hits`` in order, each message text once (the first, best-ranked, stays)."""
-    seen: set[str] = set()
-    out = []
-    for hit in hits:
-        key = text_key(hit.content)
-        if key not in seen:
-            seen.add(key)
-            out.append(hit)
-    return out

@@ -2,7 +2,8 @@
 
 The model reads this, so it is compact and stable: tiers by score, one line per
 message with its role, age (and its project, when not the asking one:
-``projects.label``) and ``t:<id>`` reference, each line cut to a per-result
+``projects.label``) and ``t:<id>`` reference, then the copies folded into it
+(``(+3 identical: t:12, t:40, t:77)``: ``dedupe``), each line cut to a per-result
 budget that favours strong matches (showing the part that holds the query's words,
 so a detail deep in a long tool output is visible), and the whole block kept
 within ``budget_chars``. Truncated lines keep their id so the model can fetch the
@@ -36,6 +37,9 @@ NO_RESULTS = "No results found for this query."
 # common to place the window, and a few occurrences of each are enough to find it.
 EXCERPT_MIN_TERM = 3
 EXCERPT_OCCURRENCES = 20
+# Folded copies named on a hit's line: enough to fetch a few and see when they
+# happened; the count says how many there are.
+MAX_FOLDED_REFS = 8
 HEADER = "## Recall Results"
 RECALL_CALL_PREFIX = "[tool_call:recall] "
 
@@ -124,6 +128,16 @@ def _select(hits: list[Hit]) -> list[Hit]:
     return kept[:MAX_RESULTS]
 
 
+def folded_note(hit: Hit) -> str:
+    """`` (+3 identical: t:12, t:40, t:77)`` for a hit with copies folded into it."""
+    if not hit.folded:
+        return ""
+    kind = "identical" if hit.folded_identical else "near-identical"
+    refs = ", ".join(hit.folded[:MAX_FOLDED_REFS])
+    more = len(hit.folded) - MAX_FOLDED_REFS
+    return f" (+{len(hit.folded)} {kind}: {refs}{f' and {more} more' if more > 0 else ''})"
+
+
 def render(result: SearchResult, budget_chars: int = DEFAULT_BUDGET_CHARS,
            now: float | None = None) -> str:
     """The B.4 result block for ``result``, at most ``budget_chars`` characters."""
@@ -162,7 +176,8 @@ def render(result: SearchResult, budget_chars: int = DEFAULT_BUDGET_CHARS,
             lines += ["", f"### {tier}", "#### Conversation"]
         where = label(hit.project, result.project)
         lines.append(f"- ({hit.role}, {age(hit.created_at, now)}"
-                     f"{f', project {where}' if where else ''}) {text} ({hit.ref})")
+                     f"{f', project {where}' if where else ''}) {text} ({hit.ref})"
+                     f"{folded_note(hit)}")
         size = sum(len(x) + 1 for x in lines)
         if used + size > room and count >= 1:
             truncated_any = truncated_any or count < len(shown)
