@@ -4,10 +4,16 @@ The model reads this, so it is compact and stable: tiers by score, one line per
 message with its role, age (and its project, when not the asking one:
 ``projects.label``) and ``t:<id>`` reference, then the copies folded into it
 (``(+3 identical: t:12, t:40, t:77)``: ``dedupe``), each line cut to a per-result
-budget that favours strong matches (showing the part that holds the query's words,
-so a detail deep in a long tool output is visible), and the whole block kept
-within ``budget_chars``. Truncated lines keep their id so the model can fetch the
-rest.
+budget that favours strong matches, and the whole block kept within
+``budget_chars``. A cut message shows whole lines around the query's words
+(``passage``), so a detail deep in a long tool output is visible and its lines
+are not cut in half. Truncated lines keep their id so the model can fetch the rest.
+
+The per-result budget is lore-spec B.4's (the block's room shared out, weighted
+by tier, clamped to 80-1,200 characters); what short hits leave of the room goes
+to the cut ones, best first, up to ``MAX_RESULT_CHARS`` times their tier weight:
+a strong match's passage may take 3,600 characters when the rest of the result is
+short (few hits, short messages, copies folded away).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import re
 import time
 from typing import TYPE_CHECKING
 
+from lore_gateway.memory.passage import passage
 from lore_gateway.memory.projects import label
 from lore_gateway.memory.query import parse_query
 
@@ -33,13 +40,14 @@ MAX_RESULT_CHARS = 1200
 RAW_SOURCE_WEIGHT = 0.8
 TIERS = (("Strong Matches", 0.6, 3.0), ("Supporting", 0.3, 1.5), ("Peripheral", 0.0, 0.7))
 NO_RESULTS = "No results found for this query."
-# A cut result shows the part holding the query's words; shorter words are too
-# common to place the window, and a few occurrences of each are enough to find it.
+# A cut result shows the lines holding the query's words; shorter words are too
+# common to place them.
 EXCERPT_MIN_TERM = 3
-EXCERPT_OCCURRENCES = 20
 # Folded copies named on a hit's line: enough to fetch a few and see when they
 # happened; the count says how many there are.
 MAX_FOLDED_REFS = 8
+# Room kept for the footer line.
+FOOTER_ROOM = 160
 HEADER = "## Recall Results"
 RECALL_CALL_PREFIX = "[tool_call:recall] "
 
@@ -69,8 +77,6 @@ def is_recall_traffic(content: str) -> bool:
     match = _TOOL_RESULT.match(content)
     return match is not None and content.startswith(RECALL_RESULT_PREFIXES, match.end())
 
-_SPACE = re.compile(r"\s+")
-
 
 def age(created_at: float, now: float) -> str:
     seconds = max(0.0, now - created_at)
@@ -83,37 +89,6 @@ def age(created_at: float, now: float) -> str:
 
 def _excerpt_terms(query: str) -> list[str]:
     return [t for t in parse_query(query).terms if len(t) >= EXCERPT_MIN_TERM]
-
-
-def excerpt(text: str, terms: list[str], cap: int) -> str:
-    """At most ``cap`` characters of ``text``: its head, or, when the query's words
-    first appear further in (a detail deep in a long tool output), the window
-    around them that holds the most distinct query words, marked with "…"."""
-    lowered = text.lower()
-    starts: list[tuple[int, str]] = []
-    for term in terms:
-        at, found = 0, 0
-        while found < EXCERPT_OCCURRENCES and (at := lowered.find(term, at)) >= 0:
-            starts.append((at, term))
-            at += len(term)
-            found += 1
-    head = text[:cap - 1].rstrip() + "…"
-    if not starts:
-        return head
-    starts.sort()
-
-    def words_in(lo: int) -> int:
-        return len({t for at, t in starts if lo <= at and at + len(t) <= lo + cap - 2})
-
-    best_lo = 0
-    best = words_in(0)
-    for at, _ in starts:
-        lo = max(0, min(at - cap // 4, len(text) - (cap - 2)))
-        if (n := words_in(lo)) > best:
-            best, best_lo = n, lo
-    if best_lo == 0:
-        return head
-    return "…" + text[best_lo:best_lo + cap - 2].strip() + "…"
 
 
 def _tier(score: float) -> tuple[str, float]:
@@ -138,6 +113,17 @@ def folded_note(hit: Hit) -> str:
     return f" (+{len(hit.folded)} {kind}: {refs}{f' and {more} more' if more > 0 else ''})"
 
 
+def _caps(needs: list[int], bases: list[int], ceilings: list[int], spare: int) -> list[int]:
+    """Each result's content budget: its base, and what ``spare`` holds given to the
+    results cut at their base, best first, up to their ceiling."""
+    caps = []
+    for need, base, ceiling in zip(needs, bases, ceilings, strict=True):
+        extra = max(0, min(spare, min(need, ceiling) - base))
+        caps.append(base + extra)
+        spare -= extra
+    return caps
+
+
 def render(result: SearchResult, budget_chars: int = DEFAULT_BUDGET_CHARS,
            now: float | None = None) -> str:
     """The B.4 result block for ``result``, at most ``budget_chars`` characters."""
@@ -153,39 +139,43 @@ def render(result: SearchResult, budget_chars: int = DEFAULT_BUDGET_CHARS,
         f"Found {total} results, showing top {len(shown)} "
         f"(score range: {min(scores):.2f}–{max(scores):.2f}).",
     ]
-    footer_room = 160
-    room = max(0, budget_chars - sum(len(x) + 1 for x in header) - footer_room)
+    room = max(0, budget_chars - sum(len(x) + 1 for x in header) - FOOTER_ROOM)
     per_result = room / max(1, len(shown))
+
+    tiers = [_tier(hit.score) for hit in shown]
+    heads, tails = [], []
+    for i, hit in enumerate(shown):
+        where = label(hit.project, result.project)
+        heading = ["", f"### {tiers[i][0]}", "#### Conversation"] \
+            if i == 0 or tiers[i][0] != tiers[i - 1][0] else []
+        heads.append([*heading, f"- ({hit.role}, {age(hit.created_at, now)}"
+                                f"{f', project {where}' if where else ''}) "])
+        tails.append(f" ({hit.ref}){folded_note(hit)}")
+    needs = [len(" ".join(hit.content.split())) for hit in shown]
+    bases = [int(min(MAX_RESULT_CHARS, max(MIN_RESULT_CHARS,
+                                           per_result * weight * RAW_SOURCE_WEIGHT)))
+             for _, weight in tiers]
+    ceilings = [int(MAX_RESULT_CHARS * max(1.0, weight)) for _, weight in tiers]
+    fixed = sum(sum(len(x) + 1 for x in head) + len(tail)
+                for head, tail in zip(heads, tails, strict=True))
+    spare = room - fixed - sum(min(n, b) for n, b in zip(needs, bases, strict=True))
+    caps = _caps(needs, bases, ceilings, spare)
 
     body: list[str] = []
     used = 0
     count = 0
     truncated_any = False
-    current_tier = None
-    for hit in shown:
-        tier, weight = _tier(hit.score)
-        cap = int(min(MAX_RESULT_CHARS, max(MIN_RESULT_CHARS,
-                                              per_result * weight * RAW_SOURCE_WEIGHT)))
-        text = _SPACE.sub(" ", hit.content).strip()
-        cut = len(text) > cap
-        if cut:
-            text = excerpt(text, terms, cap)
-            truncated_any = True
-        lines = []
-        if tier != current_tier:
-            lines += ["", f"### {tier}", "#### Conversation"]
-        where = label(hit.project, result.project)
-        lines.append(f"- ({hit.role}, {age(hit.created_at, now)}"
-                     f"{f', project {where}' if where else ''}) {text} ({hit.ref})"
-                     f"{folded_note(hit)}")
+    for hit, head, tail, need, cap in zip(shown, heads, tails, needs, caps, strict=True):
+        text = passage(hit.content, terms, cap)
+        lines = [*head[:-1], head[-1] + text + tail]
         size = sum(len(x) + 1 for x in lines)
         if used + size > room and count >= 1:
-            truncated_any = truncated_any or count < len(shown)
+            truncated_any = True
             break
+        truncated_any = truncated_any or need > cap
         body += lines
         used += size
         count += 1
-        current_tier = tier
     if count < len(shown):
         header[1] = (f"Found {total} results, showing top {count} "
                      f"(score range: {min(scores[:count]):.2f}–{max(scores[:count]):.2f}).")
