@@ -12,6 +12,7 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
+from lore_gateway.distill import prompts
 from lore_gateway.distill import store as dstore
 from lore_gateway.knowledge import export as ex
 from lore_gateway.knowledge import store as kstore
@@ -439,3 +440,39 @@ def test_a_contradiction_resolved_mid_session_reaches_the_session_as_an_update(
     assert entry.id == old.id and "mandarin" in entry.content
     update = second["messages"][-3]
     assert UPDATE_HEADING in update["content"][0]["text"] and "mandarin" in json.dumps(update)
+
+
+def test_worker_logs_keep_their_budget_and_shape_and_consolidation_keeps_findings(
+        make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+    """The LLM path (issue 32): each request asks for the budget the extractive
+    path would use, an answer cut at it still stores a well-formed log within it,
+    and the merge keeps the user's statements and findings over minor lines."""
+    from lore_gateway.distill import format as fmt
+
+    project = git_project(tmp_path / "repo")
+    gw = make_gateway(**(FAST | {"distill_consolidate_after": 2}))
+    session = AnthropicSession(gw, project, "long-winded")
+    # Far more user lines than a log's budget holds: the scripted model writes one
+    # 🔴 observation per line and is cut at max_tokens.
+    many = "\n".join(f"Decision {i}: the cache key for tenant_{i} is region_{i}."
+                     for i in range(400))
+    for n, text in enumerate([many, DECISION, "Look at src/billing.py next."]):
+        session.say(text)
+        wait_until(lambda n=n: len(worker_requests(fake_upstream, "distill")) > n, "a distill")
+    (top,) = wait_until(lambda: [d for d in distillations(gw) if d.generation == 1],
+                        "the consolidated log")
+    first = worker_requests(fake_upstream, "distill")[0]
+    assert first.json["max_tokens"] >= fmt.BUDGET_MIN_TOKENS
+    logs = read(gw, lambda c: dstore.for_scope(c, None, include_archived=True))
+    for log in logs:
+        date, bullets = fmt.parse(log.text)
+        assert date is not None and bullets, log.text[:300]
+        assert log.text.splitlines() == [date, *(b.line() for b in bullets)]
+        assert log.method == "worker"
+    big = next(d for d in logs if "tenant_0 " in d.text)
+    assert len(big.text) <= first.json["max_tokens"] * fmt.CHARS_PER_TOKEN
+    merge = worker_requests(fake_upstream, "consolidate")[0]
+    gen0 = [d for d in logs if d.generation == 0]
+    assert merge.json["max_tokens"] == max(prompts.REFLECTOR_MIN_TOKENS, fmt.consolidation_budget(
+        sum(d.input_tokens for d in gen0), sum(fmt.estimate_tokens(d.text) for d in gen0)))
+    assert "tangerine branch" in top.text and "src/billing.py" in top.text

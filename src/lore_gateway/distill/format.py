@@ -97,7 +97,7 @@ _FACT_RE = re.compile(
     r"\b\w*_\w+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z]+[A-Z]\w*\b|\b\d+(?:\.\d+)?\b")
 # What an observation is worth before the facts it names, by its mark: a user's
 # statement is what the agent was asked to do; a finding says what was learned.
-MARK_VALUE = {HIGH: 2, MEDIUM: 1, LOW: 0.5}
+MARK_VALUE = {HIGH: 3, MEDIUM: 1, LOW: 1}
 
 
 def facts(text: str) -> int:

@@ -9,6 +9,8 @@ request itself, so tests can check what reached the store:
   (``Decision: <title>. <details>``) or a preference (``always`` / ``never`` /
   ``prefer``); the title is the text before the first period;
 - ``consolidate``: every distinct bullet of the logs, under the first date.
+
+Like a real model, an answer stops at the request's output cap.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import orjson
 
+CHARS_PER_TOKEN = 4
 _LINE_RE = re.compile(
     r"^\[(\d\d:\d\d)\] (user|assistant|tool): (.*?)(?=^\[\d\d:\d\d\] |</segment>|\Z)",
     re.M | re.S)
@@ -43,14 +46,20 @@ def prompt_text(body: dict[str, Any]) -> str:
 
 
 def answer(job: str, body: dict[str, Any]) -> str:
+    """The scripted answer, cut at the request's output cap as a real model's is
+    (``max_tokens`` / ``max_output_tokens``; 4 characters a token, the strict
+    provider's estimate): a log longer than its budget ends mid-line."""
     text = prompt_text(body)
     if job == "distill":
-        return _observations(text)
-    if job == "curate":
-        return _curate(text)
-    if job == "consolidate":
-        return _consolidate(text)
-    return "ok"
+        out = _observations(text)
+    elif job == "curate":
+        return _curate(text)  # JSON: the worker's own cap is far above it
+    elif job == "consolidate":
+        out = _consolidate(text)
+    else:
+        out = "ok"
+    cap = body.get("max_tokens", body.get("max_output_tokens"))
+    return out[: int(cap) * CHARS_PER_TOKEN] if isinstance(cap, int) else out
 
 
 def _consolidate(text: str) -> str:
@@ -67,11 +76,11 @@ def _observations(text: str) -> str:
     date = _DATE_RE.search(text)
     lines = [f"Date: {date.group(1) if date else 'Jan 1, 2026'}"]
     for at, role, said in _LINE_RE.findall(text):
-        said = " ".join(said.split())
-        if role == "user" and said:
-            lines.append(f"* 🔴 ({at}) User: {said}")
+        if role == "user":
+            lines += [f"* 🔴 ({at}) User: {' '.join(line.split())}"
+                      for line in said.splitlines() if line.strip()]
         elif role == "assistant" and _DECISION_RE.search(said):
-            lines.append(f"* 🟡 ({at}) {said}")
+            lines.append(f"* 🟡 ({at}) {' '.join(said.split())}")
     return "<observations>\n" + "\n".join(lines) + "\n</observations>"
 
 
