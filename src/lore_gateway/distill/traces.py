@@ -131,7 +131,7 @@ class TraceReader:
         self._finish()
         if self._python is not None and self._py_frame is not None:
             # A traceback cut off before its exception line still says where.
-            self._done.append(Trace(self._python_at, "Traceback", self._py_frame))
+            self._done.append(Trace(self._python_at, "Traceback (cut off)", self._py_frame))
         self._python = None
         return sorted(self._done, key=lambda t: t.at)
 
