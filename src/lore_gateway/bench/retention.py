@@ -37,19 +37,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from lore_gateway.bench import locomo
 from lore_gateway.bench import retention_score as score
-from lore_gateway.bench.coding import mark_value, resolve_data_path, store_dir, write_mark
-from lore_gateway.bench.coding_data import (
-    NATURAL_FILE,
-    TENANT,
-    CodingSets,
-    Question,
-    held_out,
-    identity,
-    load,
-    turn_records,
-)
+from lore_gateway.bench.coding import resolve_data_path, store_dir, write_mark
+from lore_gateway.bench.coding_data import NATURAL_FILE, TENANT, Question, held_out, load
 from lore_gateway.bench.ingest import Progress, ingest
+from lore_gateway.bench.retention_data import Corpus, Session, coding, with_locomo
 from lore_gateway.compaction import detect
 from lore_gateway.compaction.service import CompactionService
 from lore_gateway.config import Settings
@@ -66,6 +59,7 @@ __all__ = ["DEFAULT_SEGMENTS", "RetentionReport", "resolve_data_path", "run"]
 DEFAULT_SEGMENTS = (dstore.MAX_SEGMENT_TOKENS, 2_048)
 MEASURES = ("first_level", "distillations", "consolidated", "compaction_claude",
             "compaction_codex", "after_recall")
+CODING_SETS = ("rule", "natural")
 CLAUDE_HEADERS = {"user-agent": "claude-cli/2.0.14 (external, cli)",
                   "x-claude-code-session-id": "bench"}
 # Claude Code's compaction request: the conversation, then its summary prompt.
@@ -78,6 +72,7 @@ class RetentionReport:
     segments: tuple[int, ...]
     consolidate_after: int
     messages: int = 0
+    sessions: int = 0
     ingest_s: float | None = None
     store_reused: bool = False
     # regime → measure → set → part → Retention (ours, then "<baseline>" keys)
@@ -91,7 +86,7 @@ class RetentionReport:
         parts = ["all", "held_out" if held_out(q.session_id) else "tuning"]
         if q.position:
             parts.append(f"position:{q.position}")
-        for name in (q.set, "both"):
+        for name in (q.set, "coding") if q.set in CODING_SETS else (q.set,):
             for part in parts:
                 yield sets.setdefault(name, {}).setdefault(part, {}).setdefault(
                     system, score.Retention())
@@ -99,7 +94,8 @@ class RetentionReport:
     def as_dict(self) -> dict[str, Any]:
         return {
             "segments": list(self.segments), "consolidate_after": self.consolidate_after,
-            "messages": self.messages, "ingest_s": self.ingest_s,
+            "messages": self.messages, "sessions": self.sessions,
+            "ingest_s": self.ingest_s,
             "store_reused": self.store_reused,
             "consolidated_sessions": self.consolidated_sessions,
             "regimes": {regime: {measure: {name: {part: {system: t.as_dict()
@@ -125,24 +121,31 @@ class SessionTexts:
 
 
 def run(data: Path | None = None, *, natural: Path | None = None,
-        store: Path | None = None, segments: tuple[int, ...] = DEFAULT_SEGMENTS,
-        consolidate_after: int | None = None, embeddings: bool = True,
-        progress: Progress | None = None) -> RetentionReport:
+        locomo_data: Path | None = None, store: Path | None = None,
+        segments: tuple[int, ...] = DEFAULT_SEGMENTS, consolidate_after: int | None = None,
+        embeddings: bool = True, progress: Progress | None = None) -> RetentionReport:
+    """Store the corpora (or reuse ``store``), then per segment size: distill in a
+    copy, answer the compactions, score. ``locomo_data`` None: the default LoCoMo
+    file when it is there, else the coding sessions alone."""
     from lore_gateway.memory.service import Memory
 
     path = resolve_data_path(data)
-    sets = load(path, natural if natural is not None else path.parent / NATURAL_FILE)
+    corpus = coding(load(path, natural if natural is not None else path.parent / NATURAL_FILE))
+    conversations = locomo_data or _default_locomo()
+    if conversations is not None:
+        corpus = with_locomo(corpus, conversations)
     after = consolidate_after if consolidate_after is not None else \
         Settings().distill_consolidate_after
     report = RetentionReport(tuple(sorted(segments, reverse=True)), after)
-    report.messages = sum(len(s.messages) for s in sets.sessions)
-    mark = mark_value(sets, embeddings, noise=False)
+    report.messages = sum(len(s.messages) for s in corpus.sessions)
+    report.sessions = len(corpus.sessions)
+    mark = f"{corpus.fingerprint}:{'hybrid' if embeddings else 'bm25'}"
     with store_dir(store, mark) as (directory, fresh):
         if fresh:
             settings = Settings(data_dir=directory, embeddings=embeddings)
             memory = Memory.open(settings, embedder="auto" if embeddings else None)
             try:
-                records = list(turn_records(sets, noise=False))
+                records = list(corpus.records())
                 report.ingest_s = ingest(memory, settings, iter(records), len(records),
                                          progress)
                 memory.write_job(lambda conn: write_mark(conn, mark))
@@ -155,11 +158,18 @@ def run(data: Path | None = None, *, natural: Path | None = None,
             try:
                 # The largest segment last: the recall measure runs on its distillations.
                 for tokens in sorted(segments):
-                    _regime(report, sets, memory, settings, tokens, after,
+                    _regime(report, corpus, memory, settings, tokens, after,
                             recall=tokens == max(segments), progress=progress)
             finally:
                 memory.close()
     return report
+
+
+def _default_locomo() -> Path | None:
+    try:
+        return locomo.resolve_data_path(None)
+    except FileNotFoundError:
+        return None
 
 
 @contextmanager
@@ -174,27 +184,27 @@ def _working_copy(directory: Path) -> Iterator[Path]:
         yield Path(tmp)
 
 
-def _regime(report: RetentionReport, sets: CodingSets, memory: Memory, settings: Settings,
+def _regime(report: RetentionReport, corpus: Corpus, memory: Memory, settings: Settings,
             tokens: int, after: int, *, recall: bool, progress: Progress | None) -> None:
     regime = f"segments_{tokens}"
     memory.write_job(_forget_distillations)
-    for done, session in enumerate(sets.sessions, 1):
+    for done, session in enumerate(corpus.sessions, 1):
         memory.write_job(partial(_distill, session=session.session_id, tokens=tokens,
                                  after=after))
         if progress is not None:
-            progress(f"distilling ({tokens}-token segments)", done, len(sets.sessions))
+            progress(f"distilling ({tokens}-token segments)", done, len(corpus.sessions))
     memory.flush()  # the observations are searchable (and embedded) before recall runs
     compaction = CompactionService(settings, memory)
     consolidated = 0
-    for done, session in enumerate(sets.sessions, 1):
+    for done, session in enumerate(corpus.sessions, 1):
         sid = session.session_id
-        texts = _session_texts(memory, compaction, sets, sid)
+        texts = _session_texts(memory, compaction, session)
         consolidated += texts.consolidated
         messages = [(role, content) for _, role, content in session.messages]
         whole = sum(len(c) for _, c in messages)
         distilled = [(r, c) for i, r, c in session.messages if i <= texts.last_index]
-        for q in (q for q in sets.questions if q.session_id == sid):
-            recall_text = _recall_text(memory, sets, q) if recall else ""
+        for q in (q for q in corpus.questions if q.session_id == sid):
+            recall_text = _recall_text(memory, session, q) if recall else ""
             for measure in MEASURES:
                 if not _applies(measure, texts, q, recall):
                     continue
@@ -214,7 +224,7 @@ def _regime(report: RetentionReport, sets: CodingSets, memory: Memory, settings:
                         tally.add(score.kept(q.facts, base))
                         tally.size(source_chars, own)
         if progress is not None:
-            progress(f"scoring ({tokens}-token segments)", done, len(sets.sessions))
+            progress(f"scoring ({tokens}-token segments)", done, len(corpus.sessions))
     report.consolidated_sessions[regime] = consolidated
 
 
@@ -242,9 +252,9 @@ def _measure_text(texts: SessionTexts, measure: str, recall_text: str) -> str:
     return str(getattr(texts, measure))
 
 
-def _session_texts(memory: Memory, compaction: CompactionService, sets: CodingSets,
-                   sid: str) -> SessionTexts:
-    ident = identity(sets, sid)
+def _session_texts(memory: Memory, compaction: CompactionService,
+                   session: Session) -> SessionTexts:
+    ident, sid = session.identity, session.session_id
 
     def read(conn: Any) -> tuple[str, str, bool, int, int]:
         rows = conn.execute("SELECT generation, text, archived FROM distillations"
@@ -300,10 +310,10 @@ def _codex_summary(body: bytes | None) -> str:
     return "\n".join(parts)
 
 
-def _recall_text(memory: Memory, sets: CodingSets, q: Question) -> str:
+def _recall_text(memory: Memory, session: Session, q: Question) -> str:
     """The recall tool's text for the question asked as its query (the executor's
     limit and budget), in the question's session."""
-    result = memory.search_sync(q.question, identity=identity(sets, q.session_id),
+    result = memory.search_sync(q.question, identity=session.identity,
                                 scope="session", limit=SEARCH_LIMIT)
     return memory.render(result, SEARCH_BUDGET_CHARS)
 

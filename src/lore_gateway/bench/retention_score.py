@@ -79,7 +79,8 @@ def _ends(text: str, chars: int) -> str:
     if chars <= 0:
         return ""
     head = chars // 2
-    return text[:head] + "\n" + text[len(text) - (chars - head):]
+    tail = chars - head - 1  # the newline between the two ends counts too
+    return text[:head] + "\n" + text[len(text) - tail:]
 
 
 @dataclass

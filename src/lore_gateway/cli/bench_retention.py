@@ -41,10 +41,15 @@ def retention(
         "--natural", help="Natural questions [default: natural_questions.json beside "
                           "--data; left out when absent].",
     )] = None,
+    locomo: Annotated[Path | None, typer.Option(
+        "--locomo", help="LoCoMo conversations, each replayed as one long session "
+                         "[default: ../shared/data/locomo/locomo10_dev.json; left out "
+                         "when absent].",
+    )] = None,
     store: Annotated[Path | None, typer.Option(
-        "--store", help="Keep the ingested sessions in this directory and reuse them "
-                        "(the same store as `lore bench coding --no-noise --store`); "
-                        "distillations are made in a copy on every run.",
+        "--store", help="Keep the ingested sessions in this directory and reuse them on "
+                        "the next run with the same data; distillations are made in a "
+                        "copy on every run.",
     )] = None,
     segments: Annotated[str, typer.Option(
         "--segments", help="Distillation segment sizes in tokens, one regime each: the "
@@ -66,21 +71,24 @@ def retention(
     path = _data_path(bench.resolve_data_path, data)
     if natural is not None and not natural.is_file():
         raise output.UserError(f"natural questions not found at {natural}")
+    if locomo is not None and not locomo.is_file():
+        raise output.UserError(f"LoCoMo data not found at {locomo}")
     with output.stages() as update:
         try:
-            report = bench.run(path, natural=natural, store=store,
+            report = bench.run(path, natural=natural, locomo_data=locomo, store=store,
                                segments=_segments(segments), embeddings=embeddings,
                                progress=update)
         except ValueError as exc:
             raise output.UserError(str(exc)) from None
     figures = report.as_dict()
     _table(figures, PARTS if detail else PARTS[:3])
-    merged = ", ".join(f"{r.removeprefix('segments_')}-token segments: {n} of 30"
+    merged = ", ".join(f"{r.removeprefix('segments_')}-token segments: {n} of "
+                       f"{figures['sessions']}"
                        for r, n in figures["consolidated_sessions"].items())
     stored = ("store reused" if figures["store_reused"]
               else f"ingested in {figures['ingest_s']:.0f} s")
     typer.echo(f"sessions with a consolidated log: {merged}; {figures['messages']} "
-               f"messages, {stored}")
+               f"messages in {figures['sessions']} sessions, {stored}")
     if as_json:
         typer.echo(json.dumps(figures))
 
@@ -94,7 +102,7 @@ def _table(figures: dict[str, Any], parts: tuple[str, ...]) -> None:
     rows = []
     for regime, measures in figures["regimes"].items():
         for measure, sets in measures.items():
-            for name in ("both", "natural", "rule"):
+            for name in ("coding", "natural", "rule", "locomo"):
                 for part in parts:
                     systems = sets.get(name, {}).get(part)
                     if not systems:

@@ -28,8 +28,8 @@ COMPRESSION = 10
 # Below this a summary cannot say much; a session this small is barely compacted.
 MIN_SUMMARY_CHARS = 2_000
 # Where things stand: the last request and reply, cut to these many characters.
-LAST_REQUEST_CHARS = 1_000
-LAST_REPLY_CHARS = 1_500
+LAST_REQUEST_CHARS = 600
+LAST_REPLY_CHARS = 600
 # The knowledge block may take at most this share of the summary.
 KNOWLEDGE_SHARE = 0.25
 

@@ -87,11 +87,12 @@ def _observations(messages: list[SourceMessage]) -> Iterable[Observation]:
                 last_command = block.strip()
                 yield prose.command_observation(last_command, at)
         elif message.role == "tool":
+            # A short output is also kept whole: its lines are the values asked
+            # about later; the fit keeps whichever of the two carries new facts.
+            yield from _tool_findings(text, at, last_command)
             short = prose.short_output(text, at, last_command)
             if short is not None:
                 yield short
-            else:
-                yield from _tool_findings(text, at, last_command)
 
 
 def _closes_turn(messages: list[SourceMessage], index: int) -> bool:

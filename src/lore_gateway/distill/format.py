@@ -91,10 +91,12 @@ def parse(text: str) -> tuple[str | None, list[Observation]]:
 
 
 # What a question about a session asks for: code spans, quoted values, paths and
-# dotted names, calls, snake_case and camelCase identifiers, error names, numbers.
+# dotted names, calls, snake_case and camelCase identifiers, error names, numbers,
+# and names (a capitalised word inside a sentence: a person, a place, a product).
 _FACT_RE = re.compile(
     r"`[^`\n]+`|'[^'\n]{2,}'|\"[^\"\n]{2,}\"|\b\w+(?:[./:\\]\w+)+\b|\b[A-Za-z_]\w*\(|"
-    r"\b\w*_\w+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z]+[A-Z]\w*\b|\b\d+(?:\.\d+)?\b")
+    r"\b\w*_\w+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z]+[A-Z]\w*\b|\b\d+(?:\.\d+)?\b|"
+    r"(?<=[a-z,] )[A-Z][a-z]+(?: [A-Z][a-z]+)*")
 # What an observation is worth before the facts it names, by its mark: a user's
 # statement is what the agent was asked to do; a finding says what was learned.
 MARK_VALUE = {HIGH: 3, MEDIUM: 1, LOW: 1}
