@@ -7,6 +7,7 @@ where each came from (the tool, its version and the command, or the page).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from lore_gateway.distill import extractive, tool_output
 from lore_gateway.distill.extractive import SourceMessage
@@ -364,30 +365,36 @@ def test_http_status_line_and_curl_error() -> None:
 # Definitions
 
 
+def _where(d: Any) -> str:
+    """A definition's name and place (its rendering also quotes its signature)."""
+    return f"`{d.name}` at {d.path}:{d.line}"
+
+
 def test_definitions_take_the_file_from_a_one_file_command_in_any_language() -> None:
     assert log("grep_python_single_file.txt", 'grep -n "def \\|class " calc.py').endswith(
-        "Defined: `add` at calc.py:5; `Parser` at calc.py:9; `parse` at calc.py:10; "
-        "`load` at calc.py:14; `total` at calc.py:18")
+        "Defined: calc.py:5:def add(a, b):; calc.py:9:class Parser:; "
+        "calc.py:10:def parse(self, text: str) -> int:; calc.py:14:def load(path):; "
+        "calc.py:18:def total(items: list[int]) -> int:")
     go = read("grep_go_single_file.txt", 'grep -n "^func \\|^type " server.go')
-    assert [str(d) for d in go.definitions] == [
+    assert [_where(d) for d in go.definitions] == [
         "`Handler` at server.go:5", "`Router` at server.go:9", "`New` at server.go:13",
         "`ServeHTTP` at server.go:17"]  # TestNothing is a test
     ts = read("grep_ts_single_file.txt", 'grep -n "export" src/money.ts')
-    assert [str(d) for d in ts.definitions] == [
+    assert [_where(d) for d in ts.definitions] == [
         "`Money` at src/money.ts:1", "`Rate` at src/money.ts:6", "`convert` at src/money.ts:8",
         "`format` at src/money.ts:12", "`Wallet` at src/money.ts:14"]
-    # Without a file in the command the line number stands alone.
-    assert str(read("grep_python_single_file.txt").definitions[0]) == "`add` at ?:5"
+    # Without a file in the command the line number stands alone, as grep -n shows it.
+    assert str(read("grep_python_single_file.txt").definitions[0]) == "5:def add(a, b):"
     assert str(read("grep_python_single_file.txt", "grep -n def a.py b.py").definitions[0]) \
-        == "`add` at ?:5"
+        == "5:def add(a, b):"
 
 
 def test_definitions_from_cat_n_views_include_methods() -> None:
     ts = read("cat_n_typescript.txt", "cat -n src/money.ts")
-    assert [str(d) for d in ts.definitions][-2:] == ["`add` at src/money.ts:16",
+    assert [_where(d) for d in ts.definitions][-2:] == ["`add` at src/money.ts:16",
                                                      "`total` at src/money.ts:19"]
     rust = read("cat_n_rust.txt", "cat -n src/lib.rs | head -26")
-    assert [str(d) for d in rust.definitions] == [
+    assert [_where(d) for d in rust.definitions] == [
         "`Account` at src/lib.rs:1", "`Op` at src/lib.rs:5", "`Ledger` at src/lib.rs:10",
         "`apply` at src/lib.rs:11", "`impl Ledger for Account` at src/lib.rs:14",
         "`apply` at src/lib.rs:15", "`parse_amount` at src/lib.rs:23"]
@@ -396,12 +403,12 @@ def test_definitions_from_cat_n_views_include_methods() -> None:
 
 def test_definitions_from_recursive_grep_name_their_files() -> None:
     js = read("grep_js_definitions.txt", "grep -rn function src")
-    assert [str(d) for d in js.definitions] == [
+    assert [_where(d) for d in js.definitions] == [
         "`pick` at src/util.js:3", "`total` at src/cart.js:1", "`discount` at src/cart.js:5",
         "`Cart` at src/cart.js:7"]
-    rust = [str(d) for d in read("grep_rust_definitions.txt").definitions]
+    rust = [_where(d) for d in read("grep_rust_definitions.txt").definitions]
     assert "`main` at src/bin/run.rs:3" in rust and "`consume` at src/lib.rs:51" in rust
-    java = [str(d) for d in read("grep_java_definitions.txt").definitions]
+    java = [_where(d) for d in read("grep_java_definitions.txt").definitions]
     assert java == ["`Broken` at src/com/acme/Broken.java:3",
                     "`name` at src/com/acme/Broken.java:4",
                     "`Orders` at src/com/acme/Orders.java:5",
@@ -413,7 +420,7 @@ def test_definitions_from_recursive_grep_name_their_files() -> None:
 
 def test_definitions_after_a_sed_range_count_from_its_first_line() -> None:
     found = read("sed_range_grep_rust.txt", "sed -n '10,25p' src/lib.rs | grep -n \"fn \"")
-    assert [str(d) for d in found.definitions] == [
+    assert [_where(d) for d in found.definitions] == [
         "`apply` at src/lib.rs:11", "`apply` at src/lib.rs:15", "`parse_amount` at src/lib.rs:23"]
 
 

@@ -82,13 +82,22 @@ _METHOD_RE = re.compile(
 _SCRIPT_EXT_RE = re.compile(r"\.[cm]?[jt]sx?$")
 
 
+# A signature longer than this is cut (a definition's name and parameters come first).
+MAX_SIGNATURE_CHARS = 120
+
+
 @dataclass(frozen=True, slots=True)
 class Definition:
     name: str
     path: str  # UNKNOWN_PATH when neither the listing nor the command names the file
     line: int
+    signature: str = ""  # the defining line as written (cut), without its indent
 
     def __str__(self) -> str:
+        # As grep -n shows it: a later question quotes the signature, or the line.
+        if self.signature:
+            where = "" if self.path == UNKNOWN_PATH else f"{self.path}:"
+            return f"{where}{self.line}:{self.signature}"
         return f"`{self.name}` at {self.path}:{self.line}"
 
 
@@ -125,7 +134,10 @@ def definition(line: str, listing: Listing) -> Definition | None:
     name = _name(text, path if path != UNKNOWN_PATH else listing.path or "")
     if name is None or name.lower().startswith("test"):
         return None
-    return Definition(name, path, number)
+    signature = " ".join(text.split())
+    if len(signature) > MAX_SIGNATURE_CHARS:
+        signature = signature[: MAX_SIGNATURE_CHARS - 1] + "…"
+    return Definition(name, path, number, signature)
 
 
 def _name(text: str, path: str) -> str | None:
