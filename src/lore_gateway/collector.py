@@ -232,7 +232,7 @@ def resolve_turn(raw: RawTurn) -> TurnRecord | None:
     messages = (*turn.messages, *raw_outputs(raw.output))
     if not messages:
         return None
-    metas = ({"side_channel": True},) * len(messages) if raw.side_channel else None
+    metas = ({"side_channel": raw.side_channel},) * len(messages) if raw.side_channel else None
     return TurnRecord(identity=turn.identity, protocol=turn.protocol, model=turn.model,
                       messages=messages, created_at=turn.created_at, complete=turn.complete,
                       metas=metas)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
 
+from lore_gateway.knowledge.sidechannel import SideChannel
 from lore_gateway.memory.records import Identity
 from lore_gateway.routing import Protocol, Route
 
@@ -37,6 +38,10 @@ class Exchange:
     # system item (a quarter of a millisecond on a long session), for the turn's
     # storage, knowledge, context and the background worker. False without memory.
     coding: bool = False
+    # Why it is a side channel (``side_channel_reason``), stored with the turn so a
+    # search can tell a helper's call from a tool-less app's first exchange; None
+    # for a coding turn and without memory.
+    side_channel: SideChannel | None = None
     # The upstream request as a dict when the gateway changed it (else None), and
     # whether the change includes the hidden recall tool.
     upstream_payload: dict[str, Any] | None = None

@@ -29,7 +29,7 @@ from lore_gateway.context.service import ContextService
 from lore_gateway.errors import GatewayError, error_body, invalid_request
 from lore_gateway.exchange import Exchange
 from lore_gateway.headers import client_response_headers, header_map, upstream_request_headers
-from lore_gateway.knowledge.sidechannel import is_coding_turn
+from lore_gateway.knowledge.sidechannel import side_channel_reason
 from lore_gateway.memory.records import RAW_OUTPUT_MAX_BYTES
 from lore_gateway.memory.sanitize import redact_credentials, storable
 from lore_gateway.protocols.common import ProtocolError
@@ -207,7 +207,9 @@ class Proxy:
         assert route.protocol is not None
         payload = await _parse_json(body, route.protocol)
         identity = self.turns.identify(route, hmap, payload)
-        coding = identity is not None and is_coding_turn(family_of(route.protocol), payload, hmap)
+        side = (side_channel_reason(family_of(route.protocol), payload, hmap)
+                if identity is not None else None)
+        coding = identity is not None and side is None
         compaction = None
         if self.compaction is not None:
             compaction = await self.compaction.answer(route.protocol, payload, hmap, identity)
@@ -230,6 +232,7 @@ class Proxy:
             upstream_stream=upstream_stream,
             identity=identity,
             coding=coding,
+            side_channel=side,
             upstream_payload=upstream_payload,
             recall=prepared is not None and prepared.inject,
         ), compaction

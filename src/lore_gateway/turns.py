@@ -97,7 +97,7 @@ class TurnSink:
             inputs = []
         return self.memory.begin_turn(
             exchange.identity, protocol=exchange.protocol.value, model=exchange.model,
-            inputs=inputs, side_channel=not exchange.coding,
+            inputs=inputs, side_channel=exchange.side_channel,
         )
 
     @staticmethod

@@ -122,7 +122,7 @@ def test_a_turn_crosses_the_pipe_as_builtins_and_comes_back_equal() -> None:
     raw = RawTurn(turn(3), RawOutputs("anthropic", b"event: x\ndata: {}\n\n",
                                       recalls=(RecallRow("a-1", Message("assistant", "c")),
                                                RecallRow(None, Message("assistant", "d")))),
-                  side_channel=True)
+                  side_channel="helper")
     for original in (record, raw, turn(4)):
         wire = turn_to_wire(original)
         data = pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL)

@@ -16,9 +16,9 @@ For each question and each top 10 (``Found`` rows, best first):
 
 Noise in a top 10: a **duplicate** is a row whose text (whitespace aside) an
 earlier row of the same top 10 already showed; a **side channel** is a row of a
-side-channel call (a title or classifier request, ``meta.side_channel``); **recall
-traffic** is the recall tool's own stored call or a recall result
-(``render.is_recall_traffic``).
+side-channel call a result never shows (a title or classifier request,
+``hits.hidden_side_channel``); **recall traffic** is the recall tool's own stored
+call or a recall result (``render.is_recall_traffic``).
 
 The naive baseline (``NaiveBaseline``) is the shared ``baseline_natural_fts5.py``
 recipe, computed here over the bench's own stored messages: one SQLite FTS5
@@ -37,6 +37,7 @@ from typing import Any
 import apsw
 
 from lore_gateway.bench.coding_data import Question, held_out
+from lore_gateway.memory.hits import hidden_side_channel
 from lore_gateway.memory.render import is_recall_traffic
 
 KS = (1, 5, 10)
@@ -74,7 +75,7 @@ class Found:
         meta = meta or {}
         index = meta.get("index")
         return cls(session, int(index) if isinstance(index, int) else None, content,
-                   side_channel=bool(meta.get("side_channel")),
+                   side_channel=hidden_side_channel(meta),
                    recall=meta.get("noise") == "recall" or is_recall_traffic(content))
 
 

@@ -9,7 +9,9 @@ through the gateway, the UI's search) gets its hits here, so none of them shows:
   best-ranked copy stays and names the others (``Hit.folded``);
 - **a side channel**: a title or classifier call is stored for the record
   (``meta.side_channel``) but is not the conversation, and its prompt quotes the
-  conversation's words, so it would crowd the real messages out;
+  conversation's words, so it would crowd the real messages out; a tool-less
+  app's first exchange (a one-shot) is the conversation's and is shown
+  (``hits.hidden_side_channel``);
 - **recall traffic**: the recall tool's own calls and results
   (``render.is_recall_traffic``), which repeat the question or earlier results.
 
@@ -29,7 +31,7 @@ import numpy as np
 import orjson
 
 from lore_gateway.memory.dedupe import Folder
-from lore_gateway.memory.hits import Hit
+from lore_gateway.memory.hits import Hit, hidden_side_channel
 from lore_gateway.memory.render import is_recall_traffic
 from lore_gateway.memory.textindex import TextIndex
 from lore_gateway.storage.base import Connection
@@ -64,8 +66,7 @@ def load_hits(conn: Connection, index: TextIndex, ranked: list[tuple[int, float]
                 continue
             content = str(row[2])
             meta = orjson.loads(str(row[6])) if row[6] else None
-            if is_recall_traffic(content) or (isinstance(meta, dict)
-                                              and meta.get("side_channel")):
+            if is_recall_traffic(content) or hidden_side_channel(meta):
                 continue
             hits.add(Hit(ref=f"t:{mid}", score=float(np.clip(score / top, 0.0, 1.0)),
                          role=str(row[1]), content=content, created_at=float(row[3]),

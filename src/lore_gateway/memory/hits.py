@@ -7,7 +7,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Hit", "SearchResult", "text_key"]
+__all__ = ["SHOWN_SIDE_CHANNELS", "Hit", "SearchResult", "hidden_side_channel", "text_key"]
+
+# The side channels a search still shows. ``meta.side_channel`` holds why a call
+# is one (``knowledge.sidechannel.SideChannel``). A tool-less chat app's first
+# request is a one-shot, the shape of a helper's call, so it gets no knowledge
+# (nothing says yet that a conversation starts there); but it is that
+# conversation's own first question and answer, and the recall that cannot find
+# it loses the app's opening. A title, classifier, worker or short-answer call
+# quotes the conversation instead (OpenCode's titles all land in one session),
+# and so does a row stored before the reason was (``true``): never a hit.
+SHOWN_SIDE_CHANNELS = frozenset({"one_shot"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +57,14 @@ class SearchResult:
     project: str = ""
     # Private coverage info (lore-spec B.9): the message ids considered. Never rendered.
     _candidates: tuple[int, ...] = field(default=(), repr=False)
+
+
+def hidden_side_channel(meta: object) -> bool:
+    """Whether a stored row's ``meta`` marks a side channel no result shows."""
+    if not isinstance(meta, dict):
+        return False
+    reason = meta.get("side_channel")
+    return bool(reason) and reason not in SHOWN_SIDE_CHANNELS
 
 
 def text_key(content: str) -> str:

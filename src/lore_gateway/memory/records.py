@@ -89,7 +89,7 @@ class RawTurn:
 
     turn: TurnRecord
     output: RawOutputs
-    side_channel: bool = False
+    side_channel: str | None = None
 
 
 # What crosses the pipe to the storage process (``turn_to_wire``): builtins only.

@@ -54,14 +54,16 @@ class PendingTurn:
                  "protocol", "side_channel")
 
     def __init__(self, memory: Memory, identity: Identity, protocol: str, model: str | None,
-                 inputs: Sequence[Message], side_channel: bool = False) -> None:
+                 inputs: Sequence[Message], side_channel: str | None = None) -> None:
         self._memory = memory
         self.identity = identity
         self.protocol = protocol
         self.model = model
         self.inputs = tuple(inputs)
         self.created_at = time.time()
-        # A side-channel call (title, classifier): stored, but never distilled.
+        # Why the call is a side channel (``knowledge.sidechannel.SideChannel``: a
+        # title, a classifier, a one-shot), or None: stored, but never distilled,
+        # and a helper's call never a search hit (``hits.hidden_side_channel``).
         self.side_channel = side_channel
         self._lock = threading.Lock()
         self._ended = False
@@ -89,7 +91,8 @@ class PendingTurn:
             ), raw, self.side_channel))
         if not messages:
             return False
-        metas = ({"side_channel": True},) * len(messages) if self.side_channel else None
+        metas = (({"side_channel": self.side_channel},) * len(messages)
+                 if self.side_channel else None)
         return self._memory.submit_turn(TurnRecord(
             identity=self.identity, protocol=self.protocol, model=self.model,
             messages=messages, created_at=self.created_at, complete=complete, metas=metas,
@@ -239,7 +242,7 @@ class Memory:
         return Identity(storable(found.tenant), storable(found.project), storable(found.session))
 
     def begin_turn(self, ident: Identity, *, protocol: str, model: str | None,
-                   inputs: Sequence[Message], side_channel: bool = False) -> PendingTurn:
+                   inputs: Sequence[Message], side_channel: str | None = None) -> PendingTurn:
         return PendingTurn(self, ident, protocol, model, inputs, side_channel)
 
     def submit_turn(self, turn: TurnRecord | RawTurn, *, wait: bool = False) -> bool:
