@@ -30,6 +30,9 @@ MIN_SUMMARY_CHARS = 2_000
 # Where things stand: the last request and reply, cut to these many characters.
 LAST_REQUEST_CHARS = 600
 LAST_REPLY_CHARS = 600
+# "* 🟡 " before each observation's text; its clock time is a line of its own,
+# once per minute (what happened in one minute shares it).
+BULLET_OVERHEAD = 5
 # The knowledge block may take at most this share of the summary.
 KNOWLEDGE_SHARE = 0.25
 
@@ -73,7 +76,7 @@ def render(memory: SessionMemory, max_chars: int = MAX_SUMMARY_CHARS) -> str:
     intro_room = len(_intro(memory, 0)) + 2
     left = room - len(SUMMARY_HEADING) - intro_room - sum(len(p) + 2 for p in tail) - 40
     every = [d.observation for d in memory.observations]
-    chosen = fmt.fit_indices(every, max(0, left))
+    chosen = fmt.fit_indices(every, max(0, left), overhead=BULLET_OVERHEAD)
     history = _history([memory.observations[i] for i in chosen])
     body = [SUMMARY_HEADING, _intro(memory, len(chosen)),
             *(["## Conversation history", history] if history else []), *tail]
@@ -92,13 +95,17 @@ def _intro(memory: SessionMemory, kept: int) -> str:
 
 
 def _history(items: list[Dated]) -> str:
+    """Date lines, then clock times, each shown once above what happened then."""
     lines: list[str] = []
-    date = None
+    date = clock = None
     for item in items:
         if item.date != date:
-            date = item.date
+            date, clock = item.date, None
             lines.append(date)
-        lines.append(item.observation.line())
+        if item.observation.time != clock:
+            clock = item.observation.time
+            lines.append(f"({clock})")
+        lines.append(f"* {item.observation.mark} {item.observation.text}")
     return "\n".join(lines)
 
 

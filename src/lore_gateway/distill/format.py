@@ -112,8 +112,12 @@ def fit(observations: list[Observation], budget_chars: int) -> list[Observation]
     return [observations[i] for i in fit_indices(observations, budget_chars)]
 
 
-def fit_indices(observations: list[Observation], budget_chars: int) -> list[int]:
+def fit_indices(observations: list[Observation], budget_chars: int, *,
+                overhead: int | None = None) -> list[int]:
     """The indices (ascending) of the observations ``fit`` keeps.
+
+    ``overhead``: the characters each observation costs besides its text, when it
+    is not rendered as a full ``line`` (the compaction answer shows a time once).
 
     🔴 and 🟡 observations come before any 🟢 one (a command or a file list never
     takes a finding's room). Within each of the two tiers, a greedy cover by value
@@ -123,7 +127,8 @@ def fit_indices(observations: list[Observation], budget_chars: int) -> list[int]
     worth much. Ties go to the oldest, so an early decision is not crowded out.
     """
     names = [frozenset(_FACT_RE.findall(o.text)) for o in observations]
-    costs = [len(o.line()) + 1 for o in observations]
+    costs = [(len(o.line()) if overhead is None else len(o.text) + overhead) + 1
+             for o in observations]
     covered: set[str] = set()
     chosen: list[int] = []
     used = 0
