@@ -63,6 +63,10 @@ _HEADER_RE = re.compile(
     r"Cloning test database|Destroying test database|Using existing test database|"
     r"System check identified no issues|Found \d+ test\(s\)\.$|"
     r"\S*(?:\[\d+\])?\s*[.FEsxXfw]+\s*(?:\[\s*\d+%\])?$)")
+# A short output that names no identifier is still kept when it complains: a
+# tool's own error ("grep: Unmatched [", "bash: psql: command not found").
+_COMPLAINT_RE = re.compile(r"\b(?:error|fail\w*|not found|unmatched|denied|invalid|"
+                           r"cannot|can't|no such|unknown|refused|timed? ?out)\b", re.I)
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(])|\n+")
 
 
@@ -110,7 +114,8 @@ def short_output(text: str, at: str, command: str) -> Observation | None:
     if not lines or len(lines) > SHORT_OUTPUT_LINES:
         return None
     joined = " | ".join(lines)
-    if len(joined) > SHORT_OUTPUT_CHARS or fmt.facts(joined) == 0:
+    if len(joined) > SHORT_OUTPUT_CHARS or (fmt.facts(joined) == 0
+                                             and not _COMPLAINT_RE.search(joined)):
         return None
     return Observation(MEDIUM, at, f"Output{label(command)}: {joined}")
 
