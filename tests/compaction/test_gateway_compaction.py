@@ -229,7 +229,12 @@ def test_the_summary_holds_the_sessions_distillations_and_knowledge(
     text = "".join(e["delta"].get("text", "") for e in _events(raw)
                    if e["type"] == "content_block_delta")
     assert "## Conversation history" in text
-    assert distilled[0].text.splitlines()[-1] in text
+    from lore_gateway.distill import format as fmt
+
+    # The worker's log, each observation shown under its clock time.
+    _, observations = fmt.parse(distilled[0].text)
+    for obs in observations:
+        assert f"({obs.time})" in text and f"* {obs.mark} {obs.text}" in text
 
 
 async def test_compaction_trigger_without_memory_goes_upstream_with_memory_ours(

@@ -75,11 +75,11 @@ def test_consolidation_keeps_every_finding_before_any_minor_line() -> None:
 
 
 def test_consolidation_budget_is_proportional_to_what_it_merges() -> None:
-    # As dense as one full segment's log, whatever the number of logs merged.
-    one = fmt.consolidation_budget(fmt.SEGMENT_TOKENS, 10_000)
-    assert one == fmt.budget_tokens(fmt.SEGMENT_TOKENS)
-    assert fmt.consolidation_budget(10 * fmt.SEGMENT_TOKENS, 100_000) == 10 * one
-    assert fmt.consolidation_budget(10 * fmt.SEGMENT_TOKENS, 500) == 500  # never grows
+    # A fixed share of the raw messages covered, whatever the number of logs merged.
+    one = fmt.consolidation_budget(11_000, 10_000)
+    assert one == 1_000
+    assert fmt.consolidation_budget(10 * 11_000, 100_000) == 10 * one
+    assert fmt.consolidation_budget(10 * 11_000, 500) == 500  # never grows
 
 
 def test_fit_prefers_new_facts_to_a_name_said_again() -> None:

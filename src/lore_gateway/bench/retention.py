@@ -26,6 +26,7 @@ part (``coding_data.held_out``, fixed before any tuning) is reported on its own.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -113,9 +114,15 @@ class SessionTexts:
 
     first_level: str
     distillations: str
-    consolidated: bool
+    merged: str  # the consolidated (generation ≥ 1) logs alone
+    merged_indices: frozenset[int]  # the messages they cover
+    merged_chars: int  # and those messages' characters
     last_index: int  # the newest message a distillation covers (-1: none)
     distilled_chars: int  # the characters of the messages up to it
+
+    @property
+    def consolidated(self) -> bool:
+        return bool(self.merged)
     compaction_claude: str
     compaction_codex: str
 
@@ -203,6 +210,7 @@ def _regime(report: RetentionReport, corpus: Corpus, memory: Memory, settings: S
         messages = [(role, content) for _, role, content in session.messages]
         whole = sum(len(c) for _, c in messages)
         distilled = [(r, c) for i, r, c in session.messages if i <= texts.last_index]
+        merged = [(r, c) for i, r, c in session.messages if i in texts.merged_indices]
         for q in (q for q in corpus.questions if q.session_id == sid):
             recall_text = _recall_text(memory, session, q) if recall else ""
             for measure in MEASURES:
@@ -210,9 +218,8 @@ def _regime(report: RetentionReport, corpus: Corpus, memory: Memory, settings: S
                     continue
                 text = _measure_text(texts, measure, recall_text)
                 own = len(text) - (len(recall_text) + 1 if measure == "after_recall" else 0)
-                part = measure in ("first_level", "distillations", "consolidated")
-                source, source_chars = (distilled, texts.distilled_chars) if part else \
-                    (messages, whole)
+                source, source_chars = _source(measure, texts, messages, whole, distilled,
+                                               merged)
                 for tally in report.tally(regime, measure, "lore", q):
                     tally.add(score.kept(q.facts, text))
                     tally.size(source_chars, own)
@@ -228,6 +235,18 @@ def _regime(report: RetentionReport, corpus: Corpus, memory: Memory, settings: S
     report.consolidated_sessions[regime] = consolidated
 
 
+def _source(measure: str, texts: SessionTexts, messages: list[tuple[str, str]], whole: int,
+            distilled: list[tuple[str, str]], merged: list[tuple[str, str]]
+            ) -> tuple[list[tuple[str, str]], int]:
+    """What a measure's text stands for: the consolidated logs their sources, the
+    other logs what is distilled, an answer the whole session."""
+    if measure == "consolidated":
+        return merged, texts.merged_chars
+    if measure in ("first_level", "distillations"):
+        return distilled, texts.distilled_chars
+    return messages, whole
+
+
 def _distill(conn: Any, *, session: str, tokens: int, after: int) -> list[int]:
     return dstore.distill_extractive(conn, TENANT, session, max_tokens=tokens,
                                      consolidate_after=after, whole_segments=True)
@@ -240,7 +259,7 @@ def _applies(measure: str, texts: SessionTexts, q: Question, recall: bool) -> bo
     if measure in ("first_level", "distillations"):
         return q.gold <= texts.last_index
     if measure == "consolidated":
-        return texts.consolidated and q.gold <= texts.last_index
+        return q.gold in texts.merged_indices
     return True
 
 
@@ -248,7 +267,7 @@ def _measure_text(texts: SessionTexts, measure: str, recall_text: str) -> str:
     if measure == "after_recall":
         return f"{texts.compaction_claude}\n{recall_text}"
     if measure == "consolidated":
-        return texts.distillations
+        return texts.merged
     return str(getattr(texts, measure))
 
 
@@ -256,30 +275,37 @@ def _session_texts(memory: Memory, compaction: CompactionService,
                    session: Session) -> SessionTexts:
     ident, sid = session.identity, session.session_id
 
-    def read(conn: Any) -> tuple[str, str, bool, int, int]:
-        rows = conn.execute("SELECT generation, text, archived FROM distillations"
+    def read(conn: Any) -> SessionTexts:
+        rows = conn.execute("SELECT generation, text, archived, source_ids FROM distillations"
                             " WHERE tenant = ? AND session = ? ORDER BY id",
                             (TENANT, sid)).fetchall()
-        first = "\n".join(str(t) for g, t, _ in rows if int(g) == 0)
-        active = "\n".join(str(t) for _, t, a in rows if not a)
         last = dstore.last_source(conn, TENANT, sid)
-        covered = conn.execute(
-            "SELECT meta, length(content) FROM messages WHERE tenant = ? AND session = ?"
-            " AND id <= ? AND role != ?", (TENANT, sid, last, dstore.OBSERVATIONS_ROLE))
-        indices, chars = [-1], 0
-        for meta, length in covered.fetchall():
-            indices.append(int(orjson.loads(meta).get("index", -1)) if meta else -1)
-            chars += int(length)
-        return (first, active, any(int(g) > 0 and not a for g, _, a in rows), max(indices),
-                chars)
+        stored = {int(mid): (int(orjson.loads(meta).get("index", -1)) if meta else -1,
+                             int(length))
+                  for mid, meta, length in conn.execute(
+                      "SELECT id, meta, length(content) FROM messages WHERE tenant = ? AND"
+                      " session = ? AND role != ?", (TENANT, sid, dstore.OBSERVATIONS_ROLE))}
+        merged = [(str(t), orjson.loads(str(ids))) for g, t, a, ids in rows
+                  if int(g) > 0 and not a]
+        covered = {int(i) for _, ids in merged for i in ids if int(i) in stored}
+        upto = [v for k, v in stored.items() if k <= last]
+        return SessionTexts(
+            first_level="\n".join(str(t) for g, t, _, _ in rows if int(g) == 0),
+            distillations="\n".join(str(t) for _, t, a, _ in rows if not a),
+            merged="\n".join(t for t, _ in merged),
+            merged_indices=frozenset(stored[i][0] for i in covered),
+            merged_chars=sum(stored[i][1] for i in covered),
+            last_index=max((i for i, _ in upto), default=-1),
+            distilled_chars=sum(n for _, n in upto),
+            compaction_claude="", compaction_codex="")
 
-    first, active, merged, last_index, distilled_chars = memory.read(read)
+    texts = memory.read(read)
     claude = asyncio.run(compaction.answer(Protocol.ANTHROPIC, _claude_request(),
                                            CLAUDE_HEADERS, ident))
-    claude_text = _claude_summary(claude.body if claude is not None else None)
     codex = asyncio.run(compaction.compact_endpoint(ident))
-    return SessionTexts(first, active, merged, last_index, distilled_chars, claude_text,
-                        _codex_summary(codex))
+    return dataclasses.replace(
+        texts, compaction_claude=_claude_summary(claude.body if claude is not None else None),
+        compaction_codex=_codex_summary(codex))
 
 
 def _claude_request() -> dict[str, Any]:

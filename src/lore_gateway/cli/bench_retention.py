@@ -14,7 +14,7 @@ from lore_gateway.cli.main import bench_app
 
 MEASURE_LABELS = {
     "first_level": "first-level logs", "distillations": "active distillations",
-    "consolidated": "consolidated (sessions merged)",
+    "consolidated": "consolidated logs alone",
     "compaction_claude": "compaction: Claude Code",
     "compaction_codex": "compaction: Codex", "after_recall": "compaction + one recall"}
 PARTS = ("all", "tuning", "held_out", "position:early", "position:middle", "position:late")
