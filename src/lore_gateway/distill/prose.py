@@ -42,11 +42,10 @@ _CODE_BLOCK = re.compile(r"```[\w+-]*\n?(.*?)(?:```|$)", re.S)
 _FINDING_RE = re.compile(
     r"\b(decid\w*|chose|choose|instead|switch(?:ed)? to|we(?:'ll| will) use|going with|"
     r"root cause|the (?:bug|problem|issue|error|fix|reason) (?:is|was)|fix(?:ed|es)?\b|"
-    r"because|so that|prefer|seems?|looks? like|turns? out|means?|found|shows?|confirm\w*|"
-    r"works?|worked|fail\w*|broke\w*|breaks?|passe[sd]|wrong|instead|actually|realiz\w*|"
-    r"forgot|mistake|disaster|should(?:n't| not)?|must|cannot|can't|doesn't|didn't|"
-    r"not (?:called|used|set|found)|revert\w*|undo|restor\w*|abandon\w*|drop\w*|"
-    r"caus\w*|NOT|BUT|ah|oops|hmm|wait)\b", re.I)
+    r"because|so that|prefer|turns? out|found|confirm\w*|fail\w*|broke\w*|breaks?|"
+    r"passe[sd]|wrong|realiz\w*|forgot|mistake|disaster|"
+    r"not (?:called|used|set|found)|revert\w*|undo|"
+    r"restor\w*|abandon\w*|drop\w*|caus\w*)\b", re.I)
 _PLAN_RE = re.compile(r"^(?:THOUGHT:\s*)?(?:I will|I'll|Let me|Let's|Now,? (?:I|let)|"
                       r"Next,? I|First,? I|I need to|I am going to|I'm going to)\b", re.I)
 _EDIT_RE = re.compile(r"\bsed\s+(?:-\w+\s+)*-i|\bperl\s+-\w*i|\bpatch\b|\bgit apply\b|"
