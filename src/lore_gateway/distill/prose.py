@@ -66,6 +66,7 @@ _HEADER_RE = re.compile(
 # tool's own error ("grep: Unmatched [", "bash: psql: command not found").
 _COMPLAINT_RE = re.compile(r"\b(?:error|fail\w*|not found|unmatched|denied|invalid|"
                            r"cannot|can't|no such|unknown|refused|timed? ?out)\b", re.I)
+_PY_WARNING_RE = re.compile(r"^\S+:\d+: [A-Z]\w*Warning: ")
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(])|\n+")
 
 
@@ -108,7 +109,7 @@ def command_observation(command: str, at: str) -> Observation:
 
 def short_output(text: str, at: str, command: str) -> Observation | None:
     """A short output kept verbatim, its lines joined by `` | ``; None when long."""
-    lines = [_WRAPPER_RE.sub("", line).strip() for line in text.splitlines()]
+    lines = [_WRAPPER_RE.sub("", line).strip() for line in _without_warnings(text)]
     lines = [line for line in lines if line and not _HEADER_RE.match(line)]
     if not lines or len(lines) > SHORT_OUTPUT_LINES:
         return None
@@ -117,6 +118,23 @@ def short_output(text: str, at: str, command: str) -> Observation | None:
                                              and not _COMPLAINT_RE.search(joined)):
         return None
     return Observation(MEDIUM, at, f"Output{label(command)}: {joined}")
+
+
+def _without_warnings(text: str) -> list[str]:
+    """The output's lines less Python's warnings (``path:12: DeprecationWarning: …``
+    and the source line it quotes below it): the same in every run of a script."""
+    out: list[str] = []
+    skip_source = False
+    for line in text.splitlines():
+        if _PY_WARNING_RE.match(line):
+            skip_source = True
+            continue
+        if skip_source and line.startswith((" ", "\t")):
+            skip_source = False
+            continue
+        skip_source = False
+        out.append(line)
+    return out
 
 
 def label(command: str) -> str:
