@@ -18,18 +18,19 @@ MAIN_FIGURES = (("hit@10 ±2", "hit@10"), ("exact@10", "exact@10"), ("MRR", "mrr
 SCOPE_LABELS = {"session": "session", "all": "all",
                 "multi_project": "all, from its project"}
 PARTS = ("all", "tuning", "held_out")
+# The coding-session set and its natural questions (every bench that reads them).
+CodingData = Annotated[Path | None, typer.Option(
+    "--data", help="Coding-session set [default: "
+                   "../shared/data/coding-sessions/coding_eval.json].")]
+NaturalQuestions = Annotated[Path | None, typer.Option(
+    "--natural", help="Natural questions [default: natural_questions.json beside --data; "
+                      "left out when absent].")]
 
 
 @bench_app.command("coding")
 def coding(
-    data: Annotated[Path | None, typer.Option(
-        "--data", help="Coding-session set [default: "
-                       "../shared/data/coding-sessions/coding_eval.json].",
-    )] = None,
-    natural: Annotated[Path | None, typer.Option(
-        "--natural", help="Natural questions [default: natural_questions.json beside "
-                          "--data; left out when absent].",
-    )] = None,
+    data: CodingData = None,
+    natural: NaturalQuestions = None,
     store: Annotated[Path | None, typer.Option(
         "--store", help="Keep the ingested memory in this directory and reuse it on "
                         "the next run with the same data (a ranking change is then "

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from lore_gateway.cli import output
+from lore_gateway.cli.bench_coding import CodingData, NaturalQuestions
 from lore_gateway.cli.bench_memory import HYBRID_OPTION, _data_path
 from lore_gateway.cli.main import bench_app
 
@@ -33,14 +34,8 @@ def _segments(value: str) -> tuple[int, ...]:
 
 @bench_app.command("retention")
 def retention(
-    data: Annotated[Path | None, typer.Option(
-        "--data", help="Coding-session set [default: "
-                       "../shared/data/coding-sessions/coding_eval.json].",
-    )] = None,
-    natural: Annotated[Path | None, typer.Option(
-        "--natural", help="Natural questions [default: natural_questions.json beside "
-                          "--data; left out when absent].",
-    )] = None,
+    data: CodingData = None,
+    natural: NaturalQuestions = None,
     locomo: Annotated[Path | None, typer.Option(
         "--locomo", help="LoCoMo conversations, each replayed as one long session "
                          "[default: ../shared/data/locomo/locomo10_dev.json; left out "
