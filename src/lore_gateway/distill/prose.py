@@ -11,9 +11,10 @@ Tool output has its own rules (``tool_output``); this module covers the rest:
   summary that lists the commit, the PR, the files) is kept whole, 🟡;
 - **commands**: one that changes a file (``sed -i``, a heredoc into a file, a
   patch) is an edit, 🟡, with the command verbatim; any other is 🟢;
-- **short outputs**: a command's output of a few lines that no tool rule
-  recognised (a reproduction script's prints) is kept verbatim, 🟡: such lines
-  are the values a later question asks about.
+- **short outputs**: a command's output of a screenful or less (a reproduction
+  script's prints) is kept verbatim beside its findings, 🟡, less a test runner's
+  headers and progress lines and Python's warnings: such lines are the values a
+  later question asks about.
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ MAX_COMMAND_CHARS = 200
 MAX_EDIT_CHARS = 320
 # A command named as the source of an output: its first line, this long at most.
 MAX_LABEL_CHARS = 80
-# An output this short (non-blank lines, characters) is kept whole when nothing
-# else in it was recognised.
-SHORT_OUTPUT_LINES = 12
-SHORT_OUTPUT_CHARS = 700
+# An output this short (non-blank lines, characters: about a screenful, less its
+# headers) is kept whole beside its findings.
+SHORT_OUTPUT_LINES = 20
+SHORT_OUTPUT_CHARS = 1_000
 
 _CODE_BLOCK = re.compile(r"```[\w+-]*\n?(.*?)(?:```|$)", re.S)
 _FINDING_RE = re.compile(
