@@ -50,7 +50,7 @@ class GatewayApp:
         self.live = status_route.Live(memory=proxy.turns.memory,
                                       recall_active=proxy.recall is not None)
         self._memory_degraded = memory_degraded
-        self.ui = UiApp(proxy.settings, proxy.turns.memory, self.live)
+        self.ui = UiApp(proxy.settings, proxy.turns.memory, self.live, proxy.turns.amnesia)
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

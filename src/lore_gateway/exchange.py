@@ -46,6 +46,11 @@ class Exchange:
     # whether the change includes the hidden recall tool.
     upstream_payload: dict[str, Any] | None = None
     recall: bool = False
+    # Whether memory keeps anything of this turn: False under ``x-lore-no-store``
+    # or amnesia (``TurnSink.keeps``). Memory is still read (recall, knowledge,
+    # context); nothing is written: no turn, no recall anchors, no context or
+    # knowledge state, no background work. False without memory.
+    keep: bool = False
     started: float = field(default_factory=perf_counter)
 
     @property

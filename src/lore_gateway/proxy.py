@@ -190,7 +190,9 @@ class Proxy:
             # A no-op when the turn was already completed (PendingTurn ends once).
             self.turns.abandoned(pending)
         timing.status = client.status
-        if ended and self.on_response_ended is not None and 200 <= client.status < 300:
+        # Background work reads the stored turn: none for a turn memory does not keep.
+        if (ended and exchange.keep and self.on_response_ended is not None
+                and 200 <= client.status < 300):
             self.on_response_ended(exchange)
         return timing
 
@@ -210,13 +212,14 @@ class Proxy:
         side = (side_channel_reason(family_of(route.protocol), payload, hmap)
                 if identity is not None else None)
         coding = identity is not None and side is None
+        keep = self.turns.keeps(identity, hmap)
         compaction = None
         if self.compaction is not None:
             compaction = await self.compaction.answer(route.protocol, payload, hmap, identity)
         prepared: Prepared | None = None
         if self.recall is not None and identity is not None and compaction is None:
             prepared = await self.recall.prepare(route, hmap, payload, identity, body,
-                                                 coding=coding)
+                                                 coding=coding, keep=keep)
         changed = prepared.upstream_payload if prepared is not None else None
         upstream_payload, upstream_stream = _upstream_rules(route, payload, changed)
         return Exchange(
@@ -235,6 +238,7 @@ class Proxy:
             side_channel=side,
             upstream_payload=upstream_payload,
             recall=prepared is not None and prepared.inject,
+            keep=keep,
         ), compaction
 
     async def _forward(self, exchange: Exchange, client: ClientChannel, tail: _SentTail,
@@ -303,9 +307,10 @@ class Proxy:
         log.warning("upstream context overflow (ratio %s); retrying at a higher layer",
                     overflow.ratio)
         context.overflow(exchange.identity, overflow.ratio, overflow.limit,
-                         len(exchange.upstream_body))
+                         len(exchange.upstream_body), keep=exchange.keep)
         prepared = await recall.prepare(exchange.route, exchange.header_map, exchange.payload,
-                                        exchange.identity, exchange.body, coding=exchange.coding)
+                                        exchange.identity, exchange.body, coding=exchange.coding,
+                                        keep=exchange.keep)
         payload, _stream = _upstream_rules(exchange.route, exchange.payload,
                                            prepared.upstream_payload)
         exchange.upstream_payload = payload
@@ -319,7 +324,7 @@ class Proxy:
         context = self._context(exchange)
         if context is not None and usage is not None and exchange.identity is not None:
             context.observe(exchange.identity, len(exchange.upstream_body), usage.prompt_tokens,
-                            usage.cache_read or 0)
+                            usage.cache_read or 0, keep=exchange.keep)
 
     async def _deliver(self, exchange: Exchange, resp: UpstreamResponse, client: ClientChannel,
                        timing: RequestTiming, pending: Any,

@@ -22,6 +22,8 @@ import uvicorn
 from lore_gateway.app import GatewayApp
 from lore_gateway.config import Settings
 from lore_gateway.http_protocol import ConnectionLimits, protocol_class
+from lore_gateway.memory import db
+from lore_gateway.memory.amnesia import AmnesiaSwitch
 from lore_gateway.obs import metrics
 from lore_gateway.proxy import Proxy
 from lore_gateway.recall.service import RecallService
@@ -96,6 +98,7 @@ class Gateway:
         self._sock: socket.socket | None = None
         self._grace: asyncio.Task[None] | None = None
         self.proxy: Proxy | None = None
+        self.amnesia: AmnesiaSwitch | None = None
         self.port = settings.port
 
     @property
@@ -118,8 +121,13 @@ class Gateway:
         if self.memory is not None:
             memory = self.memory
             metrics.set_queue_depth_source(lambda: memory.queue_depth)
+        if self.memory is not None:
+            # `lore amnesia` and /ui's switch (memory/amnesia.py), read off the loop.
+            self.amnesia = await asyncio.to_thread(
+                AmnesiaSwitch, db.conn_factory(self.memory.database))
         turns = TurnSink(self.memory, max_json_bytes=self.settings.max_response_body_bytes,
-                         max_stored_chars=self.settings.store_max_message_bytes + 1)
+                         max_stored_chars=self.settings.store_max_message_bytes + 1,
+                         amnesia=self.amnesia)
         if self.memory is not None and self.settings.recall:
             self.recall = RecallService(self.memory, self.upstream)
         self.proxy = Proxy(self.settings, self.upstream, turns, self.recall)
@@ -204,6 +212,8 @@ class Gateway:
         metrics.set_queue_depth_source(None)
         if self.recall is not None:
             await asyncio.to_thread(self.recall.close)
+        if self.amnesia is not None:
+            await asyncio.to_thread(self.amnesia.close)
         if self.memory is not None and self._memory_arg == "auto":
             await asyncio.to_thread(self.memory.close)
         if self._sock is not None:

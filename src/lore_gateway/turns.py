@@ -20,9 +20,11 @@ from typing import Any
 from lore_gateway.collector import TurnCollector, model_of, report_usage, stream_usage
 from lore_gateway.errors import GatewayError
 from lore_gateway.exchange import Exchange
+from lore_gateway.memory.amnesia import AmnesiaSwitch
 from lore_gateway.memory.records import Identity, RawOutputs
 from lore_gateway.memory.service import Memory, PendingTurn
 from lore_gateway.obs.logging import bind_session
+from lore_gateway.privacy import NO_STORE_HEADER, no_store_requested
 from lore_gateway.protocols.common import Message
 from lore_gateway.protocols.usage import Usage
 from lore_gateway.routing import Protocol, Route
@@ -41,8 +43,11 @@ class TurnSink:
     """Where the proxy reports turns. Without memory every call is a no-op."""
 
     def __init__(self, memory: Memory | None, *, max_json_bytes: int,
-                 max_stored_chars: int | None = None) -> None:
+                 max_stored_chars: int | None = None,
+                 amnesia: AmnesiaSwitch | None = None) -> None:
         self.memory = memory
+        # Sessions kept out of memory (`lore amnesia`, /ui); None: none ever are.
+        self.amnesia = amnesia
         # The proxy marks each request's start and end here (memory/traffic.py).
         self.traffic = memory.traffic if memory is not None else None
         self._max_json_bytes = max_json_bytes
@@ -76,6 +81,21 @@ class TurnSink:
         bind_session(identity.session)
         return identity
 
+    def keeps(self, identity: Identity | None, headers: Mapping[str, str]) -> bool:
+        """Whether memory keeps this request's turn: not when it carries
+        ``x-lore-no-store`` or its session is under amnesia (never blocks)."""
+        if identity is None:
+            return False
+        if no_store_requested(headers):
+            log.debug("turn not kept: %s", NO_STORE_HEADER)
+            return False
+        if self.amnesia is not None:
+            covering = self.amnesia.active(identity.tenant, identity.session)
+            if covering is not None:
+                log.debug("turn not kept: amnesia (%s)", covering.scope)
+                return False
+        return True
+
     def collector(self, exchange: Exchange,
                   pending: PendingTurn | None) -> TurnCollector | None:
         """A collector when the response must be understood: for storage, or
@@ -87,8 +107,9 @@ class TurnSink:
                              max_text_chars=None if whole else self._max_stored_chars)
 
     def begin(self, exchange: Exchange) -> PendingTurn | None:
-        """Start a pending turn with this request's new input (None without memory)."""
-        if self.memory is None or exchange.identity is None:
+        """Start a pending turn with this request's new input (None without memory,
+        and for a turn memory does not keep: ``Exchange.keep``)."""
+        if self.memory is None or exchange.identity is None or not exchange.keep:
             return None
         try:
             inputs = model_of(exchange.protocol).module.new_input_messages(exchange.payload)

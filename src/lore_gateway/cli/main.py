@@ -52,6 +52,7 @@ def _register(argv: Sequence[str] = ()) -> None:
         from lore_gateway.cli import serve
         return
     from lore_gateway.cli import (  # noqa: F401
+        amnesia_cmd,
         bench_coding,
         bench_footprint,
         bench_gateway,

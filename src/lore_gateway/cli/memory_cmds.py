@@ -34,7 +34,7 @@ from lore_gateway.memory.dedupe import fold
 from lore_gateway.memory.records import Identity
 from lore_gateway.memory.service import SCOPES, Memory
 
-data_app = typer.Typer(help="Look inside the memory: list, show, delete and embed.",
+data_app = typer.Typer(help="Look inside the memory: list, show, delete, forget and embed.",
                        no_args_is_help=True)
 import_app = typer.Typer(help="Import existing agent histories into the memory.",
                          no_args_is_help=True)

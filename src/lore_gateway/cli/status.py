@@ -128,6 +128,16 @@ def _embeddings(document: dict[str, Any]) -> str:
     return f"on, backlog {output.plural(int(backlog or 0), 'message')}"
 
 
+def _amnesia(section: dict[str, Any]) -> str:
+    """Off, or what is kept out of memory (``lore amnesia``)."""
+    rows = section.get("entries") or []
+    if "error" in section:
+        return f"unknown ({section['error']})"
+    if not rows:
+        return "off"
+    return "on: " + "; ".join(str(r["covers"]) for r in rows) + " (nothing of them is stored)"
+
+
 def fields(document: dict[str, Any]) -> list[tuple[str, str]]:
     gateway = document["gateway"]
     if gateway.get("running"):
@@ -147,6 +157,8 @@ def fields(document: dict[str, Any]) -> list[tuple[str, str]]:
             ("embeddings", _embeddings(document)), ("worker", _worker(document.get("worker", {}))),
             ("context", _context(document.get("context", {}))),
             ("tenancy", str(document.get("tenancy", "personal")))]
+    if "amnesia" in document:
+        rows.append(("amnesia", _amnesia(document["amnesia"])))
     if "compaction" in document:
         rows.append(("compaction", _compaction(document["compaction"])))
     rows += [("settings", problem) for problem in document.get("settings_problems", [])]
@@ -180,8 +192,8 @@ def status_command(
     """Show whether the gateway is up, and what it holds.
 
     Version, uptime, listen address, upstreams, data dir, database size and counts,
-    embedding backlog, worker, recall, storage and tenancy; from the running gateway,
-    or from the disk when none answers."""
+    embedding backlog, worker, recall, storage, tenancy and amnesia; from the running
+    gateway, or from the disk when none answers."""
     settings, problems = lenient_settings()
     document = collect(settings)
     if problems:

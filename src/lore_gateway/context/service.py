@@ -54,10 +54,13 @@ class ContextService:
         return Limits(window, self.settings.context_budget_share)
 
     async def prepare(self, family: Family, payload: dict[str, Any], body_len: int,
-                      identity: Identity, *, coding: bool) -> SessionState | None:
+                      identity: Identity, *, coding: bool,
+                      keep: bool = True) -> SessionState | None:
         """The state the ``context`` slot renders this request with; None to
         pass the client's history through (layer 0, a side channel, disabled).
-        ``coding``: the request is a coding agent's turn (decided once per request)."""
+        ``coding``: the request is a coding agent's turn (decided once per request).
+        ``keep``: False for a turn memory does not keep (``Exchange.keep``): planned
+        as usual, the state held in this process only, nothing written."""
         if not self.settings.context or not coding:
             return None
         key = (identity.tenant, identity.session)
@@ -79,27 +82,30 @@ class ContextService:
             log.info("context: session %s rewritten at layer %d (%s, prefix %s), ~%d tokens",
                      identity.session[:16], result.state.layer, result.reason,
                      "re-rendered" if result.rendered else "kept", result.estimate)
-            self._persist(key, result.state)
+            if keep:
+                self._persist(key, result.state)
         if result.action in ("steady", "rewrite"):
             metrics.record_context_layer(result.state.layer)
         return result.state if result.action in ("steady", "rewrite") else None
 
     def observe(self, identity: Identity, sent_bytes: int, prompt_tokens: int,
-                cache_read: int) -> None:
-        """One upstream usage report (real, unscaled) for the session's last request."""
+                cache_read: int, *, keep: bool = True) -> None:
+        """One upstream usage report (real, unscaled) for the session's last request
+        (``keep``: False when that request's turn is not kept: calibrated here, not
+        written; the next kept turn's write carries it)."""
         key = (identity.tenant, identity.session)
         state = self._states.get(key)
         if state is None:
             return
         self._keep(key, planner.calibrate(state, sent_bytes, prompt_tokens, cache_read))
         count = self._unsaved.get(key, 0) + 1
-        if count >= PERSIST_EVERY or state.samples == 0:
+        if keep and (count >= PERSIST_EVERY or state.samples == 0):
             self._persist(key, self._states[key])
             count = 0
         self._unsaved[key] = count
 
     def overflow(self, identity: Identity, ratio: float | None, limit: int | None = None,
-                 sent_bytes: int = 0) -> None:
+                 sent_bytes: int = 0, *, keep: bool = True) -> None:
         """A context-length error for a request of ``sent_bytes``: the next
         request goes out at a higher layer (within the window the error
         reported, with the token count it reported, when it said)."""
@@ -108,16 +114,18 @@ class ContextService:
                                     sent_bytes)
         self._keep(key, state)
         metrics.record_context_overflow()
-        self._persist(key, state)
+        if keep:
+            self._persist(key, state)
 
-    def squeeze(self, identity: Identity, reserve_bytes: int) -> None:
+    def squeeze(self, identity: Identity, reserve_bytes: int, *, keep: bool = True) -> None:
         """A recall follow-up would not fit: the session's next plan leaves room
         for ``reserve_bytes`` more (the recall pairs), a self-caused rewrite
         like a budget one (nothing was refused)."""
         key = (identity.tenant, identity.session)
         state = planner.reserve(self._states.get(key, SessionState()), reserve_bytes)
         self._keep(key, state)
-        self._persist(key, state)
+        if keep:
+            self._persist(key, state)
 
     def fits(self, identity: Identity, model: str, sent_bytes: int) -> bool:
         """Whether a request of ``sent_bytes`` (a recall follow-up: the planned

@@ -91,10 +91,13 @@ class KnowledgeService:
             self._versions.pop(next(iter(self._versions)))
 
     async def view(self, family: Family, payload: dict[str, Any], identity: Identity, *,
-                   coding: bool) -> KnowledgeView | None:
+                   coding: bool, keep: bool = True) -> KnowledgeView | None:
         """What this request of the session carries; None for no knowledge.
         ``coding``: the request is a coding agent's turn
         (``knowledge.sidechannel.is_coding_turn``, decided once per request).
+        ``keep``: False for a turn memory does not keep (``Exchange.keep``): the
+        session's block is read, or rendered and held in this process only; no
+        row, no ``.lore.md`` import or export, no update appended.
 
         A request pipeline of pure transforms computes this before running them
         and hands it to ``inject_knowledge`` through its context.
@@ -104,8 +107,9 @@ class KnowledgeService:
             return None
         try:
             items = payload.get("input" if family == "responses" else "messages")
-            state = await self._state(identity, family, _underway(items))
-            await self._maybe_update(family, payload, identity, state)
+            state = await self._state(identity, family, _underway(items), keep)
+            if keep:
+                await self._maybe_update(family, payload, identity, state)
         except Exception:
             log.exception("knowledge: could not prepare the session's knowledge; the request"
                           " goes on without it")
@@ -113,7 +117,7 @@ class KnowledgeService:
         return KnowledgeView(state.block, tuple(state.deltas))
 
     async def _state(self, identity: Identity, family: Family,
-                     underway: bool) -> SessionKnowledge:
+                     underway: bool, keep: bool = True) -> SessionKnowledge:
         key = (identity.tenant, identity.session)
         state = self._sessions.get(key)
         if state is not None:
@@ -125,7 +129,7 @@ class KnowledgeService:
         async with lock:
             state = self._sessions.get(key)
             if state is None:
-                state = await asyncio.to_thread(self._open, identity, family, underway)
+                state = await asyncio.to_thread(self._open, identity, family, underway, keep)
                 self._sessions[key] = state
                 while len(self._sessions) > MAX_SESSIONS:
                     old, _ = self._sessions.popitem(last=False)
@@ -151,8 +155,10 @@ class KnowledgeService:
             (identity.tenant, identity.project)).fetchone()))
         return float(row[0]) if row and row[0] is not None else 0.0
 
-    def _open(self, identity: Identity, family: Family, underway: bool) -> SessionKnowledge:
-        """Load the session's persisted block, or start it (runs in a thread).
+    def _open(self, identity: Identity, family: Family, underway: bool,
+              keep: bool = True) -> SessionKnowledge:
+        """Load the session's persisted block, or start it (runs in a thread;
+        ``keep`` False: rendered from the entries as they are, nothing written).
 
         A session first seen ``underway`` (its history already has answers: the
         gateway was upgraded or its state deleted mid-session) gets no block, which
@@ -169,6 +175,14 @@ class KnowledgeService:
             seen = orjson.loads(row[1])
             return SessionKnowledge(project, str(row[0]), {str(k): float(v) for k, v in
                                                            seen.items()}, deltas,
+                                    version)
+        if not keep:
+            entries = self.memory.read(in_tenant(tenant, lambda c: store.entries(
+                c, tenant, project)))
+            text, _ = kblock.render_block(entries, self.settings.knowledge_block_tokens)
+            if underway:
+                return SessionKnowledge(project, "", {}, [], -1 if entries else version)
+            return SessionKnowledge(project, text, {e.id: e.updated_at for e in entries}, [],
                                     version)
         root = ex.work_tree_root(project) if self.settings.export else None
 

@@ -22,6 +22,7 @@ from lore_gateway.memory.keys import KeyRing
 from lore_gateway.memory.records import Identity, RawOutputs, RawTurn, TurnRecord
 from lore_gateway.memory.sanitize import storable
 from lore_gateway.memory.writer import TurnWriter
+from lore_gateway.privacy import has_private, redact_turn
 from lore_gateway.protocols.common import Message
 from lore_gateway.storage.base import Connection
 
@@ -83,7 +84,17 @@ class PendingTurn:
             if self._ended:
                 return False
             self._ended = True
-        messages = self.inputs + tuple(outputs)
+        if raw is not None and any(m.role == "user" and has_private(m.text)
+                                   for m in self.inputs):
+            # Private text may come back in the answer: parsed here (at most
+            # RAW_OUTPUT_MAX_BYTES, about a millisecond), so the answer is redacted
+            # too before anything leaves this process.
+            from lore_gateway.collector import raw_outputs
+
+            outputs, raw = (*outputs, *raw_outputs(raw)), None
+        # Private spans become [private] here, where the turn is made (privacy.py):
+        # nothing after this point ever holds them.
+        messages = redact_turn(self.inputs + tuple(outputs))
         if raw is not None:
             return self._memory.submit_turn(RawTurn(TurnRecord(
                 identity=self.identity, protocol=self.protocol, model=self.model,

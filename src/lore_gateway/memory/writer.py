@@ -36,6 +36,7 @@ from lore_gateway.memory.errors import StorageBusy, StorageError, StorageUnavail
 from lore_gateway.memory.identity import UNKNOWN_PROJECT
 from lore_gateway.memory.records import Identity, RawTurn, TurnRecord
 from lore_gateway.memory.sanitize import clean_for_storage, storable
+from lore_gateway.privacy import redact_turn
 from lore_gateway.storage.base import Connection, Cursor
 
 log = logging.getLogger(__name__)
@@ -550,11 +551,15 @@ def storable_turn(turn: TurnRecord) -> TurnRecord:
 
 def prepare_turn(turn: TurnRecord, max_message_bytes: int) -> PreparedTurn | None:
     """The turn made storable with its non-empty messages cleaned for storage
-    (role, content, truncated, meta); None when every message is empty."""
+    (role, content, truncated, meta); None when every message is empty.
+
+    Private spans are redacted again here (``privacy.redact_turn``; a live turn
+    was already redacted where it was made, so this finds nothing there): an
+    imported transcript or any other writer of turns gets the same rule."""
     turn = storable_turn(turn)
     metas = turn.metas if turn.metas is not None else (None,) * len(turn.messages)
     rows: list[tuple[str, str, bool, dict[str, Any] | None]] = []
-    for message, meta in zip(turn.messages, metas, strict=True):
+    for message, meta in zip(redact_turn(turn.messages), metas, strict=True):
         content, truncated = clean_for_storage(message.text, max_message_bytes)
         if content.strip():
             rows.append((message.role, content, truncated, meta))

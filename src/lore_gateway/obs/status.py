@@ -172,6 +172,29 @@ def _context(settings: Settings, live: Live | None) -> dict[str, Any]:
 register_section("context", _context)
 
 
+def _amnesia(settings: Settings, live: Live | None) -> dict[str, Any]:
+    """Sessions kept out of memory (``lore amnesia``, /ui; memory/amnesia.py), from
+    the database: the same rows a running gateway follows."""
+    if not settings.store:
+        return {"on": False}
+    from lore_gateway.memory import amnesia, db
+
+    database = settings.database
+    if database.backend == "sqlite" and not settings.db_path.exists():
+        return {"on": False, "entries": []}
+    conn = db.connect(database, readonly=True)
+    try:
+        rows = amnesia.entries(conn)
+    finally:
+        conn.close()
+    return {"on": bool(rows), "gateway_wide": any(a.scope == "all" for a in rows),
+            "entries": [{"covers": a.describe(), "scope": a.scope, "tenant": a.tenant,
+                         "session": a.session, "since": a.since, "by": a.by} for a in rows]}
+
+
+register_section("amnesia", _amnesia)
+
+
 # --- the route -----------------------------------------------------------------------
 
 _LOOPBACK = ("127.", "::1", "::ffff:127.")

@@ -36,8 +36,10 @@ class ContextFit:
     """Fits one request's recall follow-ups to its session's window."""
 
     def __init__(self, context: ContextService, identity: Identity, model: str, key: str,
-                 base_len: int, rebase: Rebase) -> None:
+                 base_len: int, rebase: Rebase, *, keep: bool = True) -> None:
         self.context = context
+        # False: the request's turn is not kept; re-plans change no stored state.
+        self.keep = keep
         self.identity = identity
         self.model = model
         self.key = key  # "messages" or "input"
@@ -54,7 +56,7 @@ class ContextFit:
                 break
             # Room for the pairs: the context is re-planned as if they were
             # already part of it (they will be, in the next client request).
-            self.context.squeeze(self.identity, len(orjson.dumps(extra)))
+            self.context.squeeze(self.identity, len(orjson.dumps(extra)), keep=self.keep)
             if not await self._replan():
                 break
             fitted = self._on_base(body, extra)
@@ -67,7 +69,8 @@ class ContextFit:
             return None
         self.retried = True
         extra = self._extra(body, len(self.base) if self.base is not None else self.base_len)
-        self.context.overflow(self.identity, found.ratio, found.limit, len(orjson.dumps(body)))
+        self.context.overflow(self.identity, found.ratio, found.limit, len(orjson.dumps(body)),
+                              keep=self.keep)
         if not await self._replan():
             return None
         return self._on_base(body, extra)

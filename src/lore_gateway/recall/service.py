@@ -105,11 +105,14 @@ class RecallService:
         self.context: ContextService | None = None
 
     async def prepare(self, route: Route, headers: Mapping[str, str], payload: dict[str, Any],
-                      identity: Identity, body: bytes, *, coding: bool) -> Prepared:
+                      identity: Identity, body: bytes, *, coding: bool,
+                      keep: bool = True) -> Prepared:
         """What goes upstream: the client's payload through the request pipeline
         (``pipeline.REQUEST_PIPELINE``: anchors expanded, the slots for later
         transforms, the recall tool injected when the request qualifies).
-        ``coding``: a coding agent's turn (knowledge and context serve only those)."""
+        ``coding``: a coding agent's turn (knowledge and context serve only those).
+        ``keep``: False for a turn memory does not keep (``Exchange.keep``): knowledge
+        and context shape the request as usual but write nothing."""
         assert route.protocol is not None
         family = family_of(route.protocol)
         anchors = await self.replay.session_for(identity, body)
@@ -121,12 +124,13 @@ class RecallService:
                 route.protocol, headers, identity, anchors))
         view = layout = None
         if self.knowledge is not None:
-            view = await self.knowledge.view(family, expanded, identity, coding=coding)
+            view = await self.knowledge.view(family, expanded, identity, coding=coding,
+                                             keep=keep)
         if self.context is not None:
             # Sized as it goes upstream: the recall pairs expansion restored count.
             size = replay.expanded_length(family, payload, expanded, len(body))
             layout = await self.context.prepare(family, expanded, size, identity,
-                                                coding=coding)
+                                                coding=coding, keep=keep)
         ctx = pipeline.request_context(route.protocol, headers, identity, body_bytes=len(body),
                                        knowledge=view, context=layout)
         upstream = pipeline.run(expanded, ctx)
@@ -259,16 +263,21 @@ class RecallService:
             assert identity is not None
             prepared = await self.prepare(exchange.route, exchange.header_map,
                                           exchange.payload, identity, exchange.body,
-                                          coding=exchange.coding)
+                                          coding=exchange.coding, keep=exchange.keep)
             new = prepared.upstream_payload
             base = new.get(key) if new is not None else None
             return base if isinstance(base, list) else None
 
         return ContextFit(self.context, identity, str(exchange.payload.get("model") or ""),
-                          key, len(items) if isinstance(items, list) else 0, rebase)
+                          key, len(items) if isinstance(items, list) else 0, rebase,
+                          keep=exchange.keep)
 
     def _delivered(self, exchange: Exchange, staged: list[StagedRecall]) -> None:
-        """The client has the whole answer: keep its recalls for expansion."""
+        """The client has the whole answer: keep its recalls for expansion (not for
+        a turn memory does not keep: its recall pairs are not replayed later, and
+        the client's history carries the marker line in their place)."""
+        if not exchange.keep:
+            return
         family = family_of(exchange.protocol)
         self.replay.commit(family, exchange.payload, exchange.identity, staged)
 

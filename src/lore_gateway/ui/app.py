@@ -27,6 +27,7 @@ from lore_gateway.ui.live import Streams
 from lore_gateway.ui.samples import Sampler
 
 if TYPE_CHECKING:
+    from lore_gateway.memory.amnesia import AmnesiaSwitch
     from lore_gateway.ui.pages import Pages
 
 log = logging.getLogger("lore.ui")
@@ -36,9 +37,11 @@ _TYPES = {".js": "text/javascript", ".css": "text/css", ".md": "text/plain"}
 
 
 class UiApp:
-    def __init__(self, settings: Settings, memory: Any, live: Any) -> None:
+    def __init__(self, settings: Settings, memory: Any, live: Any,
+                 amnesia: AmnesiaSwitch | None = None) -> None:
         self.settings = settings
         self.memory = memory
+        self.amnesia = amnesia
         self.access = Access(settings, memory)
         self.sampler: Sampler | None = None
         if memory is not None:
@@ -56,7 +59,7 @@ class UiApp:
             from lore_gateway.ui.pages import Pages
 
             self._pages = Pages(self.settings, self.memory, self._live, self.sampler,
-                                self.access)
+                                self.access, self.amnesia)
         return self._pages
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:

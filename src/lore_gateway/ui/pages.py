@@ -20,10 +20,11 @@ from markupsafe import Markup, escape
 
 from lore_gateway import __version__
 from lore_gateway.config import Settings
+from lore_gateway.memory.amnesia import AmnesiaSwitch
 from lore_gateway.memory.records import Identity
 from lore_gateway.obs import status as status_doc
 from lore_gateway.storage.base import in_tenant
-from lore_gateway.ui import queries, samples
+from lore_gateway.ui import amnesia_view, queries, samples
 from lore_gateway.ui.auth import Access, Viewer
 from lore_gateway.ui.http import NotFound, Request
 from lore_gateway.ui.search_view import explain
@@ -35,7 +36,8 @@ NAV = (("overview", "/ui", "Overview"), ("projects", "/ui/projects", "Projects")
        ("knowledge", "/ui/knowledge", "Knowledge"), ("status", "/ui/status", "Status"))
 SEARCH_LIMIT = 20
 # Status fields a signed-in (team) viewer does not see: paths and every tenant's totals.
-_PRIVATE_STATUS = ("data_dir", "database", "storage", "upstreams", "settings_problems")
+_PRIVATE_STATUS = ("data_dir", "database", "storage", "upstreams", "settings_problems",
+                   "amnesia")
 
 
 def _ago(ts: float | None) -> str:
@@ -88,9 +90,12 @@ def environment() -> jinja2.Environment:
 
 class Pages:
     def __init__(self, settings: Settings, memory: Any, live: Any,
-                 sampler: samples.Sampler | None, access: Access) -> None:
+                 sampler: samples.Sampler | None, access: Access,
+                 amnesia: AmnesiaSwitch | None = None) -> None:
         self.settings = settings
         self.memory = memory
+        # The running gateway's amnesia switch: a change here applies at once.
+        self.amnesia = amnesia
         self.live = live
         self.sampler = sampler
         self.access = access
@@ -151,6 +156,9 @@ class Pages:
         if request.path == "/ui/knowledge/delete":
             return await asyncio.to_thread(knowledge_view.delete, self.memory, self.settings,
                                            viewer.tenant, form.get("id", ""))
+        if request.path == "/ui/amnesia":
+            return await asyncio.to_thread(amnesia_view.toggle, self.memory, self.amnesia,
+                                           viewer, self.access.team, form)
         raise NotFound(f"There is no form {request.path}")
 
     def chart_tenant(self, viewer: Viewer) -> str | None:
@@ -192,16 +200,17 @@ class Pages:
         def read(conn: Any) -> Any:
             return (queries.session_info(conn, viewer.tenant, session),
                     queries.session_turns(conn, viewer.tenant, session,
-                                          offset=page * queries.TURNS_PER_PAGE))
+                                          offset=page * queries.TURNS_PER_PAGE),
+                    amnesia_view.state(conn, viewer, self.access.team, session))
 
-        info, turns = await self._read(viewer, read)
+        info, turns, forgetting = await self._read(viewer, read)
         if info is None:
             raise NotFound(f"No session {session!r} in your memory",
                            "Projects lists the sessions stored for you.")
         template = "_turns.html" if request.arg("part") == "turns" else "session.html"
         return self.render(template, viewer, active="projects", info=info, turns=turns,
                            page=page, more=len(turns) == queries.TURNS_PER_PAGE,
-                           first=page * queries.TURNS_PER_PAGE)
+                           first=page * queries.TURNS_PER_PAGE, amnesia=forgetting)
 
     async def message(self, request: Request, viewer: Viewer) -> bytes:
         raw = request.arg("id").removeprefix("t:")
@@ -284,12 +293,17 @@ class Pages:
             host = f"[{server[0]}]" if ":" in str(server[0]) else server[0]
             self.live.listen = f"http://{host}:{server[1]}"
         document = await asyncio.to_thread(status_doc.snapshot, self.settings, self.live)
+        forgetting = None
+        if self.memory is not None:
+            forgetting = await self._read(viewer, lambda c: amnesia_view.state(
+                c, viewer, self.access.team))
         if viewer.signed_in:
             document = {k: v for k, v in document.items() if k not in _PRIVATE_STATUS}
             if self.memory is not None:
                 document["your memory"] = await self._read(viewer,
                     lambda c: queries.counts(c, viewer.tenant))
         return self.render("status.html", viewer, active="status", document=document,
+                           amnesia=forgetting,
                            document_json=orjson.dumps(document, option=orjson.OPT_INDENT_2)
                            .decode())
 
