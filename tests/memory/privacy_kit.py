@@ -14,12 +14,17 @@ COUNTS_ONLY = {"metrics_samples"}
 
 
 def tables(gw: Any) -> dict[str, list[str]]:
-    """Every table's rows, as text, sorted. SQLite: the FTS5 shadow tables too (the
-    index segments themselves); Postgres: ``search_docs`` and ``search_terms``.
-    Taken once the gateway has ended every response (a turn is handed to storage
-    after its last byte reached the client) and written what it was given."""
+    """Every table of a running gateway's memory (``rows``), taken once the gateway
+    has ended every response (a turn is handed to storage after its last byte
+    reached the client) and written what it was given."""
     wait_until(lambda: gw.proxy.active == 0, "the gateway to end its responses")
     gw.memory.flush(timeout=20)
+    return rows(gw.memory)
+
+
+def rows(memory: Any) -> dict[str, list[str]]:
+    """Every table's rows, as text, sorted. SQLite: the FTS5 shadow tables too (the
+    index segments themselves); Postgres: ``search_docs`` and ``search_terms``."""
 
     def read(conn: Any) -> dict[str, list[str]]:
         if conn.backend == "postgres":
@@ -33,7 +38,7 @@ def tables(gw: Any) -> dict[str, list[str]]:
         return {name: sorted(repr(row) for row in conn.execute(f'SELECT * FROM "{name}"'))
                 for name in names}
 
-    found: dict[str, list[str]] = gw.memory.read(read)
+    found: dict[str, list[str]] = memory.read(read)
     return found
 
 
@@ -49,13 +54,13 @@ def holding(snapshot: dict[str, list[str]], text: str) -> dict[str, list[str]]:
     return {name: rows for name, rows in found.items() if rows}
 
 
-def index_terms(gw: Any, prefix: str) -> list[str]:
+def index_terms(memory: Any, prefix: str) -> list[str]:
     """Terms of either search index that start with ``prefix`` (SQLite: read through
     ``fts5vocab`` on a connection of its own; Postgres keeps them in ``search_terms``,
     which ``tables`` reads)."""
-    if gw.memory.database.backend == "postgres":
+    if memory.database.backend == "postgres":
         return []
-    conn = db.connect(gw.memory.database)
+    conn = db.connect(memory.database)
     try:
         terms: list[str] = []
         for index in ("messages_fts", "context_fts"):
@@ -69,7 +74,7 @@ def index_terms(gw: Any, prefix: str) -> list[str]:
         conn.close()
 
 
-def search_hits(gw: Any, query: str) -> list[str]:
+def search_hits(memory: Any, query: str) -> list[str]:
     """What a search of every project finds (BM25 here: the tests run without the model)."""
-    found = gw.memory.search_sync(query, identity=Identity("personal", "", ""), scope="all")
+    found = memory.search_sync(query, identity=Identity("personal", "", ""), scope="all")
     return [h.content for h in found.hits]

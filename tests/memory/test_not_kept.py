@@ -99,7 +99,7 @@ def test_x_lore_no_store_keeps_nothing_and_recall_still_answers(
     after = tables(gw)
     assert changed(before, after) <= COUNTS_ONLY, changed(before, after)
     assert holding(after, UNKEPT) == {}
-    assert index_terms(gw, UNKEPT) == [] and search_hits(gw, UNKEPT) == []
+    assert index_terms(gw.memory, UNKEPT[:6]) == [] and search_hits(gw.memory, UNKEPT) == []
     # Knowledge was read (the block went upstream), but no block row, no .lore.md.
     sent = agent_requests(fake_upstream)
     assert len(sent) == 2, "the recall follow-up"
@@ -139,8 +139,8 @@ def test_amnesia_for_a_session_keeps_it_out_until_switched_off(
     assert "According to memory" in reply(quiet) and "4817" in reply(quiet)
     after = tables(gw)
     assert changed(before, after) <= COUNTS_ONLY, changed(before, after)
-    assert holding(after, UNKEPT) == {} and index_terms(gw, UNKEPT) == []
-    assert search_hits(gw, UNKEPT) == []
+    assert holding(after, UNKEPT) == {} and index_terms(gw.memory, UNKEPT[:6]) == []
+    assert search_hits(gw.memory, UNKEPT) == []
 
     # Another session is kept and distilled; the quiet one reaches no worker request.
     workers = distilled_by_worker(gw, fake_upstream, AnthropicSession(gw, project, "loud"),
@@ -191,7 +191,7 @@ def test_private_spans_go_upstream_unchanged_and_are_kept_as_placeholders(
     snapshot = tables(gw)
     assert holding(snapshot, SECRET) == {} and holding(snapshot, "9917") == {}
     assert holding(snapshot, "[private]")  # what is kept instead
-    assert index_terms(gw, SECRET) == [] and search_hits(gw, SECRET) == []
+    assert index_terms(gw.memory, SECRET[:6]) == [] and search_hits(gw.memory, SECRET) == []
     assert all(SECRET not in r.body.decode() and "9917" not in r.body.decode()
                for r in worker_requests(fake_upstream))
     assert SECRET not in caplog.text and "9917" not in caplog.text

@@ -64,6 +64,7 @@ def _register(argv: Sequence[str] = ()) -> None:
         db_cmds,
         doctor,
         embed_cmd,
+        forget_cmd,
         keys,
         knowledge_cmds,
         logs,
