@@ -146,6 +146,26 @@ def setup(
 
 def undo(agent: str, data_dir: Path, env: Mapping[str, str] | None = None) -> str:
     """Take lore's setup back out of ``agent``'s config; return what was done."""
+    return _undo(agent, data_dir, write=True)
+
+
+def undo_plan(agent: str, data_dir: Path) -> str | None:
+    """What ``undo`` would do, in the imperative, without writing anything (None:
+    ``agent`` was not set up by lore). Raises ``SetupConflict`` where ``undo`` would,
+    so a dry run refuses what the real run would refuse (``lore uninstall``)."""
+    if not (_state_dir(data_dir, agent) / "state.json").exists():
+        return None
+    return _undo(agent, data_dir, write=False)
+
+
+def set_up_agents(data_dir: Path) -> list[str]:
+    """The agents whose setup lore recorded (and can undo), in ``AGENTS`` order."""
+    return [a for a in AGENTS if (_state_dir(data_dir, a) / "state.json").exists()]
+
+
+def _undo(agent: str, data_dir: Path, *, write: bool) -> str:
+    """``undo`` itself (``write``), or what it would do (the same decision, told
+    in the imperative)."""
     state_dir = _state_dir(data_dir, agent)
     try:
         state = json.loads((state_dir / "state.json").read_text(encoding="utf-8"))
@@ -161,6 +181,8 @@ def undo(agent: str, data_dir: Path, env: Mapping[str, str] | None = None) -> st
     if current_sha == state["written_sha256"] or current_sha == state["original_sha256"]:
         # Untouched since setup (or setup never got to write it): restore exactly.
         if original is None:
+            if not write:
+                return f"remove {path} (it did not exist before setup)"
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
             if state.get("created_dir"):
@@ -168,6 +190,8 @@ def undo(agent: str, data_dir: Path, env: Mapping[str, str] | None = None) -> st
                     path.parent.rmdir()
             done = f"removed {path} (it did not exist before setup)"
         else:
+            if not write:
+                return f"restore {path} byte for byte from its backup"
             _atomic_write(path, original, state["mode"])
             done = f"restored {path} byte for byte"
     elif current is None:
@@ -184,6 +208,8 @@ def undo(agent: str, data_dir: Path, env: Mapping[str, str] | None = None) -> st
                 f"taken out safely: {exc}. Nothing was written. Edit it by hand; the "
                 f"original is at {backup}. Then delete {state_dir}."
             ) from exc
+        if not write:
+            return f"take lore's change out of {path}, keeping your later edits"
         _atomic_write(path, merged.encode("utf-8"), path.stat().st_mode & 0o777)
         done = f"removed lore's change from {path}, keeping your later edits"
 

@@ -73,6 +73,7 @@ def _register(argv: Sequence[str] = ()) -> None:
         serve,
         setup,
         status,
+        uninstall,
     )
 
 
