@@ -18,6 +18,7 @@ import orjson
 from lore_gateway import __version__, local_recall
 from lore_gateway.channel import ClientChannel, Receive, Send
 from lore_gateway.errors import error_body
+from lore_gateway.mcp_server.http import McpEndpoint
 from lore_gateway.obs import metrics
 from lore_gateway.obs import status as status_route
 from lore_gateway.obs.logging import bind_request
@@ -51,6 +52,7 @@ class GatewayApp:
                                       recall_active=proxy.recall is not None)
         self._memory_degraded = memory_degraded
         self.ui = UiApp(proxy.settings, proxy.turns.memory, self.live, proxy.turns.amnesia)
+        self.mcp = McpEndpoint(proxy.settings, proxy.turns.memory)
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -122,6 +124,9 @@ class GatewayApp:
             return
         if kind is Kind.UI:
             await self.ui(scope, receive, send)
+            return
+        if kind is Kind.MCP:
+            metrics.record_request("mcp", await self.mcp(scope, receive, send), "", None, None)
             return
         client = ClientChannel(send)
         if kind is Kind.HEALTH:

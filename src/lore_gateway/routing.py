@@ -55,6 +55,7 @@ class Kind(StrEnum):
     METRICS = "metrics"
     STATUS = "status"  # lore status: loopback-only JSON (obs/status.py)
     UI = "ui"  # the memory browser under /ui (ui/app.py)
+    MCP = "mcp"  # the memory as an MCP server, streamable HTTP (mcp_server/http.py)
     WEBSOCKET_REFUSED = "websocket_refused"
 
 
@@ -116,6 +117,8 @@ def match(
         return Route(Kind.STATUS)
     if path == "/ui" or path.startswith("/ui/"):
         return Route(Kind.UI)
+    if path in ("/mcp", "/mcp/"):
+        return Route(Kind.MCP)
     if path.startswith("/v1/"):
         upstream = Upstream.ANTHROPIC if anthropic_version else Upstream.OPENAI
         return Route(Kind.PASSTHROUGH, upstream, path + suffix)

@@ -206,6 +206,7 @@ class Gateway:
             self._grace.cancel()
         if self._app is not None:
             await asyncio.to_thread(self._app.ui.close)  # the last metrics sample
+            await self._app.mcp.close()
         if self.background is not None:
             await self.background.stop()
         await self.upstream.close()

@@ -68,6 +68,7 @@ def _register(argv: Sequence[str] = ()) -> None:
         keys,
         knowledge_cmds,
         logs,
+        mcp_cmd,
         memory_cmds,
         run,
         serve,

@@ -8,13 +8,19 @@ untouched file is never re-imported.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from lore_gateway.knowledge import export as ex
 from lore_gateway.knowledge import store
 from lore_gateway.storage.base import Connection
 
+log = logging.getLogger("lore.knowledge")
+
 MANUAL_SOURCE = ".lore.md"
+T = TypeVar("T")
 
 
 def _kv_key(tenant: str, root: Path) -> str:
@@ -84,3 +90,26 @@ def export(conn: Connection, tenant: str, project: str, root: Path,
     if agents_file and entries:
         ex.write_pointer(root, agents_file)
     return changed
+
+
+def edit(conn: Connection, tenant: str, project: str, root: Path | None,
+         change: Callable[[Connection], T]) -> T:
+    """Run ``change`` (one transaction) between taking in a person's edits to
+    ``.lore.md`` and writing the file again: the file and the database agree
+    afterwards, and an edit made in the file is never overwritten. ``root`` is the
+    project's work tree, or None when there is no file to keep (not a git work
+    tree, or ``LORE_EXPORT`` off). Used by /ui's knowledge page and the MCP
+    ``knowledge`` tool; a file that cannot be read or written is logged, not fatal."""
+    if root is not None:
+        try:
+            import_edits(conn, tenant, project, root)
+        except OSError as exc:
+            log.warning("knowledge: could not read %s: %s", root / ex.FILE_NAME, exc)
+    with conn:
+        result = change(conn)
+    if root is not None:
+        try:
+            export(conn, tenant, project, root, None)
+        except OSError as exc:
+            log.warning("knowledge: could not write %s: %s", root / ex.FILE_NAME, exc)
+    return result

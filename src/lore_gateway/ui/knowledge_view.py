@@ -8,15 +8,12 @@ file and the database therefore agree after every click.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 from urllib.parse import urlencode
 
 from lore_gateway.config import Settings
 from lore_gateway.knowledge import export as ex
 from lore_gateway.knowledge import store, sync
-
-log = logging.getLogger("lore.ui")
 
 UI_SOURCE = "lore ui"
 
@@ -52,19 +49,7 @@ def entry(conn: Any, tenant: str, entry_id: str) -> store.Entry | None:
 def _sync_around(conn: Any, settings: Settings, tenant: str, project: str,
                  change: Any) -> Any:
     root = ex.work_tree_root(project) if settings.export else None
-    if root is not None:
-        try:
-            sync.import_edits(conn, tenant, project, root)
-        except OSError as exc:
-            log.warning("ui: could not read %s: %s", root / ex.FILE_NAME, exc)
-    with conn:
-        result = change(conn)
-    if root is not None:
-        try:
-            sync.export(conn, tenant, project, root, None)
-        except OSError as exc:
-            log.warning("ui: could not write %s: %s", root / ex.FILE_NAME, exc)
-    return result
+    return sync.edit(conn, tenant, project, root, change)
 
 
 def save(memory: Any, settings: Settings, tenant: str, form: dict[str, str]) -> str:
