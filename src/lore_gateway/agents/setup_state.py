@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lore_gateway.agents import claude, codex
+from lore_gateway.agents import claude, codex, mcp_clients
 from lore_gateway.agents.codex import SetupConflict
 
-AGENTS = ("codex", "claude")
+# Agents lore sits in front of, then MCP clients that start `lore mcp` (mcp_clients.py).
+AGENTS = ("codex", "claude", *mcp_clients.CLIENTS)
 NEW_FILE_MODE = 0o600
 
 
@@ -46,6 +47,8 @@ def target_path(agent: str, env: Mapping[str, str] | None = None) -> Path:
     if agent == "claude":
         home = env.get("HOME")
         return claude.settings_path(Path(home) if home else None)
+    if agent in mcp_clients.CLIENTS:
+        return mcp_clients.config_path(agent, env)
     raise ValueError(f"unknown agent {agent!r}: expected one of {', '.join(AGENTS)}")
 
 
@@ -84,18 +87,25 @@ def _apply(agent: str, text: str, gateway_url: str, env: Mapping[str, str],
            gateway_key: str | None) -> tuple[str, Any]:
     if agent == "codex":
         return codex.apply_setup(text, gateway_url, codex.detect_auth_mode(env), gateway_key)
+    if agent in mcp_clients.CLIENTS:
+        return mcp_clients.apply_setup(text, mcp_clients.server_entry(env, gateway_key),
+                                       target_path(agent, env).name)
     return claude.apply_setup(text, gateway_url, gateway_key)
 
 
 def _revert(agent: str, text: str, edit: Mapping[str, Any]) -> str:
     if agent == "codex":
         return codex.revert_setup(text, codex.ConfigEdit.from_json(edit))
+    if agent in mcp_clients.CLIENTS:
+        return mcp_clients.revert_setup(text, mcp_clients.ServerEdit.from_json(edit), agent)
     return claude.revert_setup(text, claude.SettingsEdit.from_json(edit))
 
 
 def _points_at(agent: str, text: str, gateway_url: str) -> bool:
     if agent == "codex":
         return codex.points_at_gateway(text, gateway_url)
+    if agent in mcp_clients.CLIENTS:
+        return mcp_clients.has_server(text)  # `lore mcp` opens the memory itself
     return claude.points_at_gateway(text, gateway_url)
 
 

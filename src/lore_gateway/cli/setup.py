@@ -1,13 +1,19 @@
-"""``lore setup codex|claude``, ``lore setup --undo <agent>``, ``lore setup --status``."""
+"""``lore setup codex|claude|cursor|claude-desktop|windsurf``, ``lore setup --undo <agent>``,
+``lore setup --status``.
+
+Codex and Claude Code are pointed at the gateway; the MCP clients get ``lore mcp`` as
+a server in the file they read (``agents/mcp_clients.py``).
+"""
 
 from __future__ import annotations
 
+import json
 import os
 
 import typer
 from rich.console import Console
 
-from lore_gateway.agents import setup_state
+from lore_gateway.agents import mcp_clients, setup_state
 from lore_gateway.agents.codex import SetupConflict
 from lore_gateway.cli import output, preflight
 from lore_gateway.cli.main import app
@@ -17,15 +23,18 @@ from lore_gateway.config import Settings
 
 @app.command("setup")
 def setup_command(
-    agent: str | None = typer.Argument(None, help="codex or claude"),
+    agent: str | None = typer.Argument(None, help=", ".join(setup_state.AGENTS)),
     undo: bool = typer.Option(False, "--undo", help="Restore the agent's config from the backup."),
     status: bool = typer.Option(False, "--status", help="Show which agents point at lore."),
     as_json: bool = typer.Option(False, "--json", help="With --status: print one JSON object."),
+    show: bool = typer.Option(False, "--print", help="MCP clients: print the config entry "
+                              "instead of writing it (for a client lore does not write)."),
 ) -> None:
     """Point an agent at the gateway permanently (with a backup), or undo it exactly.
 
     For Claude Code this also sets DISABLE_AUTO_COMPACT=1 in settings.json (unless
     you set it): the gateway manages the context and answers /compact from memory.
+    Cursor, Claude Desktop and Windsurf get the memory as an MCP server (`lore mcp`).
     """
     settings = preflight.settings()
     console = Console()
@@ -34,8 +43,16 @@ def setup_command(
         return
     if agent not in setup_state.AGENTS:
         raise typer.BadParameter(
-            f"name an agent: {' or '.join(setup_state.AGENTS)}", param_hint="AGENT"
+            f"name an agent: {', '.join(setup_state.AGENTS)}", param_hint="AGENT"
         )
+    if show:
+        if agent not in mcp_clients.CLIENTS:
+            raise typer.BadParameter(
+                f"--print is for MCP clients ({', '.join(mcp_clients.CLIENTS)})",
+                param_hint="--print")
+        entry = mcp_clients.server_entry(os.environ, gateway_key(settings, os.environ))
+        typer.echo(json.dumps({"mcpServers": {mcp_clients.SERVER_NAME: entry}}, indent=2))
+        return
     try:
         if undo:
             console.print(setup_state.undo(agent, settings.data_dir))
@@ -43,6 +60,13 @@ def setup_command(
             key = gateway_key(settings, os.environ)
             path = setup_state.setup(agent, settings.data_dir, settings.base_url,
                                      gateway_key=key)
+            if agent in mcp_clients.CLIENTS:
+                note = "" if key is None else " Your gateway key is stored there (env LORE_KEY)."
+                console.print(
+                    f"{agent} now starts lore's memory as an MCP server (`lore mcp`, {path})."
+                    f"{note} Restart {agent} to load it. Undo with `lore setup --undo {agent}`.",
+                    highlight=False)
+                return
             note = "" if key is None else " Your gateway key is stored there as a header."
             if agent == "claude":
                 note += (" Its auto-compaction is off (DISABLE_AUTO_COMPACT=1, unless you set"
