@@ -50,3 +50,18 @@ def test_a_short_private_text_is_not_searched_for_elsewhere() -> None:
     out = redact_turn((Message("user", "answer <private>no</private>"),
                        Message("assistant", "no problem")))
     assert out[0].text == "answer [private]" and out[1].text == "no problem"
+
+
+def test_amnesia_rows_cover_everything_a_tenant_or_one_session() -> None:
+    from lore_gateway.memory.amnesia import Amnesia, covering
+
+    everything = Amnesia("all", None, None, 1.0, "cli")
+    team = Amnesia("tenant", "alice", None, 2.0, "ui")
+    one = Amnesia("session", "bob", "s:1", 3.0, "cli")
+    assert covering([everything], "anyone", "any") is everything
+    assert covering([team, one], "alice", "x") is team
+    assert covering([team, one], "bob", "s:1") is one
+    assert covering([team, one], "bob", "s:2") is None
+    assert covering([team, one], "carol", "s:1") is None
+    # Keys keep a session id's characters apart from the tenant's.
+    assert one.key != Amnesia("session", "bob:s", "1", 3.0, "cli").key
