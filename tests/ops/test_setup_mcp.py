@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from lore_gateway.cli import setup as _setup_cli  # noqa: F401  (attaches the command)
 from lore_gateway.cli.main import app
+from lore_gateway.cli.mcp_cmd import default_project
 
 CURSOR_CONFIG = (b'{\n  "mcpServers": {\n    "github": {"command": "npx", "args": ["-y", '
                  b'"@modelcontextprotocol/server-github"]}\n  },\n  "note": "mine"\n}')
@@ -65,22 +66,34 @@ def test_cursor_setup_then_undo_is_byte_identical(env: dict[str, str],
         assert path.read_bytes() == original
 
 
-def test_the_entry_written_starts_the_memorys_mcp_server(env: dict[str, str],
-                                                        tmp_path: Path) -> None:
+@pytest.mark.parametrize("expanded", [True, False])
+def test_the_entry_written_starts_the_memorys_mcp_server(env: dict[str, str], tmp_path: Path,
+                                                        expanded: bool) -> None:
     assert lore(env, "setup", "cursor")[0] == 0
     entry = json.loads(cursor_config(env).read_text())["mcpServers"]["lore"]
-    # What Cursor does with it: the command, its arguments, its env over Cursor's own.
+    assert entry["env"]["LORE_MCP_PROJECT"] == "${workspaceFolder}"
+    # What Cursor does with it: the command, its arguments, its env over Cursor's own,
+    # with the open workspace filled in (or, by a client that does not, left as is).
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    entry_env = {name: value.replace("${workspaceFolder}", str(workspace)) if expanded
+                 else value for name, value in entry["env"].items()}
     server = StdioServerParameters(
         command=entry["command"], args=entry["args"], cwd=tmp_path,
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": env["HOME"],
-             "LORE_EMBEDDINGS": "false", **entry.get("env", {})})
+             "LORE_EMBEDDINGS": "false", **entry_env})
 
-    async def tools() -> set[str]:
+    async def talk() -> tuple[set[str], str]:
         async with Client(server) as client:
-            return {tool.name for tool in (await client.list_tools()).tools}
+            names = {tool.name for tool in (await client.list_tools()).tools}
+            added = await client.call_tool("knowledge", {
+                "action": "add", "title": "Tabs", "content": "We indent with tabs."})
+            return names, "".join(getattr(part, "text", "") for part in added.content)
 
-    names = asyncio.run(asyncio.wait_for(tools(), 60))
+    names, added = asyncio.run(asyncio.wait_for(talk(), 60))
     assert names == {"recall", "search_sessions", "get_message", "knowledge"}
+    # The entry lands in the workspace's project; unexpanded, in the working directory's.
+    assert f"for {workspace if expanded else tmp_path};" in added
 
 
 def test_claude_desktop_undo_keeps_servers_added_since(env: dict[str, str]) -> None:
@@ -106,3 +119,12 @@ def test_print_shows_the_entry_and_team_mode_carries_the_key(env: dict[str, str]
 
     code, out = lore(env, "setup", "--print", "codex")
     assert code == 2 and "--print is for MCP clients" in out
+
+
+def test_the_default_project_is_never_a_launchers_directory(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert default_project(str(tmp_path / "a" / ".."), "/", home) == str(tmp_path)
+    assert default_project(None, str(tmp_path), home) == str(tmp_path)
+    assert default_project("${workspaceFolder}", str(tmp_path), home) == str(tmp_path)
+    assert default_project(None, "/", home) is None  # Claude Desktop starts servers in /
+    assert default_project("${workspaceFolder}", str(home), home) is None

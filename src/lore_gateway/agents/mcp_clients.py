@@ -35,6 +35,11 @@ SERVER_NAME = "lore"
 # What decides the memory `lore mcp` opens, passed on when set (see the docstring).
 # LORE_DATABASE_URL is not: it may hold a password, and config.toml is read anyway.
 PASSED_SETTINGS = ("LORE_DATA_DIR", "LORE_TENANCY", "LORE_CONFIG")
+# The project `lore mcp` defaults to (cli/mcp_cmd.py), where the client fills in the
+# open workspace: Cursor expands ${workspaceFolder} in its config. The others start
+# servers in a directory of their own, so their calls name the project.
+PROJECT_ENV = "LORE_MCP_PROJECT"
+WORKSPACE_VARIABLES = {"cursor": "${workspaceFolder}"}
 
 
 def config_path(client: str, env: Mapping[str, str], platform: str = sys.platform) -> Path:
@@ -64,10 +69,13 @@ def lore_command() -> list[str]:
     return [sys.executable, "-m", "lore_gateway", "mcp"]
 
 
-def server_entry(env: Mapping[str, str], gateway_key: str | None) -> dict[str, Any]:
+def server_entry(client: str, env: Mapping[str, str],
+                 gateway_key: str | None) -> dict[str, Any]:
     """The ``mcpServers.lore`` value: the command, and the settings it needs."""
     command, *args = lore_command()
     passed = {name: env[name] for name in PASSED_SETTINGS if env.get(name)}
+    if client in WORKSPACE_VARIABLES:
+        passed[PROJECT_ENV] = WORKSPACE_VARIABLES[client]
     if gateway_key is not None:
         passed[GATEWAY_KEY_ENV] = gateway_key
     entry: dict[str, Any] = {"command": command, "args": args}

@@ -88,7 +88,7 @@ def _apply(agent: str, text: str, gateway_url: str, env: Mapping[str, str],
     if agent == "codex":
         return codex.apply_setup(text, gateway_url, codex.detect_auth_mode(env), gateway_key)
     if agent in mcp_clients.CLIENTS:
-        return mcp_clients.apply_setup(text, mcp_clients.server_entry(env, gateway_key),
+        return mcp_clients.apply_setup(text, mcp_clients.server_entry(agent, env, gateway_key),
                                        target_path(agent, env).name)
     return claude.apply_setup(text, gateway_url, gateway_key)
 

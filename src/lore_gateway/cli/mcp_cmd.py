@@ -12,20 +12,26 @@ MCP log.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from pathlib import Path
 
 import typer
 
+from lore_gateway.agents.mcp_clients import PROJECT_ENV
 from lore_gateway.cli import preflight
 from lore_gateway.cli.main import app
 from lore_gateway.cli.scope import KeyEnvOpt, TenantOpt, resolve_tenant
 
+log = logging.getLogger("lore.mcp")
+
+
 
 @app.command("mcp")
 def mcp_command(
-    project: str = typer.Option(None, "--project", help="The project tools mean when a call "
-                                "names none (default: the working directory)."),
+    project: str = typer.Option(None, "--project", envvar=PROJECT_ENV,
+                                help="The project tools mean when a call names none "
+                                "(default: the working directory)."),
     tenant: str = TenantOpt, key_env: str = KeyEnvOpt,
 ) -> None:
     """Serve the memory over MCP on stdin/stdout (for Cursor, Claude Desktop, ...)."""
@@ -46,7 +52,7 @@ def mcp_command(
     try:
         chosen = resolve_tenant(memory, tenant, key_env, False)
         assert chosen is not None
-        caller = Caller(chosen, str(Path(project).resolve()) if project else os.getcwd())
+        caller = Caller(chosen, default_project(project, os.getcwd(), Path.home()))
 
         async def caller_of(_ctx: object) -> Caller:
             return caller
@@ -56,3 +62,18 @@ def mcp_command(
         asyncio.run(server.build(tools, caller_of).run_stdio_async())
     finally:
         memory.close()
+
+
+def default_project(named: str | None, cwd: str, home: Path) -> str | None:
+    """The project a call means when it names none: ``--project`` (or
+    ``LORE_MCP_PROJECT``), else the working directory. Neither counts when it is no
+    project: a variable the IDE left unexpanded (``${workspaceFolder}``), or the
+    filesystem root or home directory an IDE starts servers in; tools then ask for
+    a project where they need one."""
+    if named and "${" not in named:
+        return str(Path(named).expanduser().resolve())
+    if named:
+        log.warning("lore mcp: ignoring project %r, a variable the client did not fill in",
+                    named)
+    here = Path(cwd)
+    return None if here in (Path(here.anchor), home) else cwd

@@ -50,7 +50,7 @@ def setup_command(
             raise typer.BadParameter(
                 f"--print is for MCP clients ({', '.join(mcp_clients.CLIENTS)})",
                 param_hint="--print")
-        entry = mcp_clients.server_entry(os.environ, gateway_key(settings, os.environ))
+        entry = mcp_clients.server_entry(agent, os.environ, gateway_key(settings, os.environ))
         typer.echo(json.dumps({"mcpServers": {mcp_clients.SERVER_NAME: entry}}, indent=2))
         return
     try:
