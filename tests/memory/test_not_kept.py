@@ -195,3 +195,53 @@ def test_private_spans_go_upstream_unchanged_and_are_kept_as_placeholders(
     assert all(SECRET not in r.body.decode() and "9917" not in r.body.decode()
                for r in worker_requests(fake_upstream))
     assert SECRET not in caplog.text and "9917" not in caplog.text
+
+
+def test_the_context_managers_stored_state_holds_private_text_as_a_placeholder(
+        make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+    """A long turn whose request holds a private span: context management cuts inside
+    it and repeats the request in the rewritten prefix. Upstream gets the user's exact
+    words (the state in memory); the state stored in ``context_sessions`` has
+    ``[private]``, as has every other table."""
+    fake_upstream.metered = True
+    gw = make_gateway(context_window=12_000, worker=True, distill_segment_tokens=400,
+                      distill_idle_s=3600, worker_retry_base_s=0.05)
+    headers = {"x-api-key": ANTHROPIC_KEY, "anthropic-version": "2023-06-01",
+               "x-lore-session-id": "private-long", "x-lore-project": str(tmp_path)}
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "Remember: the staging deploy port is 8417."},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": f"Find every handler; the API token is <private>{SECRET}"
+                                    "</private>, never print it."}]
+
+    def send() -> None:
+        body = {"model": "claude-test", "max_tokens": 256, "stream": True, "system": SYSTEM,
+                "tools": TOOLS_ANTHROPIC, "messages": messages}
+        post(gw.url + "/v1/messages", body, headers)
+
+    def stored_state() -> str | None:
+        row = gw.memory.read(lambda c: c.execute(
+            "SELECT state FROM context_sessions WHERE session = 'private-long'").fetchone())
+        return str(row[0]) if row else None
+
+    send()
+    for i in range(70):
+        messages.append({"role": "assistant", "content": [
+            {"type": "tool_use", "id": f"toolu_{i:04d}", "name": "read_file",
+             "input": {"path": f"src/handlers_{i}.py"}}]})
+        messages.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": f"toolu_{i:04d}",
+             "content": "".join(f"def handler_{i}_{j}(request): ...\n" for j in range(40))}]})
+        send()
+        state = stored_state()
+        if state is not None and orjson.loads(state)["request"]:
+            break
+    assert state is not None, "no context state was stored"
+    assert orjson.loads(state)["request"].endswith(
+        "the API token is [private], never print it.")
+    # Upstream: a rewritten history (the first message is the gateway's prefix),
+    # repeating the request as the user wrote it.
+    last = agent_requests(fake_upstream)[-1].json["messages"]
+    assert "[lore-gateway: session history]" in orjson.dumps(last[0]).decode()
+    assert f"the API token is <private>{SECRET}</private>" in orjson.dumps(last[:3]).decode()
+    assert holding(tables(gw), SECRET) == {}

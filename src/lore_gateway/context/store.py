@@ -16,12 +16,18 @@ import orjson
 
 from lore_gateway.context.planner import Distilled, SessionState
 from lore_gateway.distill import store as dstore
+from lore_gateway.privacy import redact_private
 
 _FIELDS = {f for f in SessionState.__dataclass_fields__}
 
 
 def to_json(state: SessionState) -> str:
+    """The state as stored. ``request`` is the user's own text, read from the
+    client's history: its ``<private>`` spans are stored as ``[private]``
+    (``privacy.py``), while the state in memory keeps the exact text, so the
+    bytes sent upstream, and the prompt cache, do not change."""
     data = {name: getattr(state, name) for name in SessionState.__dataclass_fields__}
+    data["request"] = redact_private(state.request)[0]
     return orjson.dumps(data).decode()
 
 
