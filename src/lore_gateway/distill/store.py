@@ -18,6 +18,7 @@ import orjson
 from lore_gateway.distill import extractive
 from lore_gateway.distill import format as fmt
 from lore_gateway.distill.extractive import SourceMessage
+from lore_gateway.knowledge import history
 from lore_gateway.storage.base import Connection
 from lore_gateway.storage.dialect import json_field
 
@@ -231,7 +232,8 @@ def forget(conn: Connection, tenant: str | None, *, session: str | None = None,
            project: str | None = None) -> None:
     """Delete what was derived from a session's or project's turns (``lore data
     delete``): its distillations, frozen knowledge blocks and queued jobs, and for
-    a project its own knowledge entries (cross-project ones stay with the user)."""
+    a project its own knowledge entries and their history (cross-project ones stay
+    with the user)."""
     column, value = ("session", session) if session is not None else ("project", project)
     with conn:
         # Context state (context/store.py) holds a rendered prefix: it goes too.
@@ -245,3 +247,4 @@ def forget(conn: Connection, tenant: str | None, *, session: str | None = None,
         if project is not None:
             conn.execute("DELETE FROM knowledge WHERE project = ? AND cross_project = 0 AND"
                          " (?2 IS NULL OR tenant = ?2)", (project, tenant))
+            history.forget_project(conn, tenant, project)

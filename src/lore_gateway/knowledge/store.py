@@ -5,6 +5,8 @@ user's own habits) are also shown in the tenant's other projects; project
 entries never are. Titles are the identity: a create whose title matches an
 existing entry (same words, or mostly the same) updates that entry, so a
 contradiction replaces the old content instead of adding a second entry.
+Every change made here is kept as a version (``history``), in the same
+transaction: this module is the only writer of entries, so none goes unrecorded.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from lore_gateway.knowledge import history
 from lore_gateway.storage.base import Connection
 
 CATEGORIES = ("decision", "pattern", "preference", "architecture", "gotcha")
@@ -51,6 +54,10 @@ class Entry:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def state(self) -> history.State:
+        return history.State(self.category, self.title, self.content, self.confidence,
+                             self.cross_project)
 
 
 def title_words(title: str) -> frozenset[str]:
@@ -100,27 +107,41 @@ def version(conn: Connection, tenant: str, project: str) -> tuple[int, float]:
 
 def upsert(conn: Connection, *, tenant: str, project: str, category: str, title: str,
            content: str, confidence: float = 0.8, source: str = "", cross_project: bool = False,
-           entry_id: str | None = None) -> tuple[Entry, bool]:
-    """Create an entry, or update the one it duplicates; (entry, created)."""
+           entry_id: str | None = None, actor: str = history.CURATOR) -> tuple[Entry, bool]:
+    """Create an entry, or update the one it duplicates; (entry, created).
+
+    ``actor`` (``history.ACTORS``) is who made the change, for its version. A
+    create that lands on another entry by its title (no id, or an id not ours)
+    and says something else supersedes that entry's content; an update that
+    changes nothing leaves no version."""
     category, title, content = _clean(category, title, content)
     confidence = min(1.0, max(0.0, float(confidence)))
     now = time.time()
     existing = _find(conn, tenant, project, title, entry_id, cross_project)
     if existing is not None:
+        by_title = existing.id != entry_id
         conn.execute(
             "UPDATE knowledge SET category = ?, title = ?, content = ?, confidence = ?,"
             " source = ?, cross_project = ?, updated_at = ? WHERE id = ?",
             (category, title, content, confidence, source or existing.source,
              int(cross_project), max(now, existing.updated_at + 1e-6), existing.id))
-        return _entry(conn.execute("SELECT * FROM knowledge WHERE id = ?",
-                                   (existing.id,)).fetchone()), False
+        updated = _entry(conn.execute("SELECT * FROM knowledge WHERE id = ?",
+                                      (existing.id,)).fetchone())
+        if updated.state() != existing.state():
+            change = (history.IMPORTED if actor == history.IMPORT
+                      else history.SUPERSEDED if by_title and updated.content != existing.content
+                      else history.UPDATED)
+            _record(conn, existing, updated, change, actor, source)
+        return updated, False
     count = conn.execute("SELECT count(*) FROM knowledge WHERE tenant = ? AND project = ?",
                          (tenant, project)).fetchone()
     if count is not None and int(count[0]) >= MAX_ENTRIES_PER_PROJECT:
         # Evict the least confident, oldest entry: bounded, and a fresh fact wins.
-        conn.execute("DELETE FROM knowledge WHERE id = (SELECT id FROM knowledge WHERE"
-                     " tenant = ? AND project = ? ORDER BY confidence, updated_at LIMIT 1)",
-                     (tenant, project))
+        row = conn.execute("SELECT id FROM knowledge WHERE tenant = ? AND project = ?"
+                           " ORDER BY confidence, updated_at LIMIT 1",
+                           (tenant, project)).fetchone()
+        if row is not None:
+            delete(conn, tenant, str(row[0]), actor=actor, source="evicted: the project is full")
     # An id from a file another tenant exported names their entry, not ours.
     taken = entry_id is not None and conn.execute(
         "SELECT 1 FROM knowledge WHERE id = ?", (entry_id,)).fetchone() is not None
@@ -130,13 +151,33 @@ def upsert(conn: Connection, *, tenant: str, project: str, category: str, title:
         " source, cross_project, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
         (new_id, tenant, project, category, title, content, confidence, source,
          int(cross_project), now, now))
-    return _entry(conn.execute("SELECT * FROM knowledge WHERE id = ?", (new_id,)).fetchone()), True
+    created = _entry(conn.execute("SELECT * FROM knowledge WHERE id = ?", (new_id,)).fetchone())
+    _record(conn, None, created, history.IMPORTED if actor == history.IMPORT
+            else history.CREATED, actor, source)
+    return created, True
 
 
-def delete(conn: Connection, tenant: str | None, entry_id: str) -> bool:
-    conn.execute("DELETE FROM knowledge WHERE id = ? AND (?2 IS NULL OR tenant = ?2)",
-                 (entry_id, tenant))
-    return conn.changes() > 0
+def delete(conn: Connection, tenant: str | None, entry_id: str, *,
+           actor: str = history.CURATOR, source: str = "") -> bool:
+    """Delete an entry (its versions stay, with this deletion the newest)."""
+    row = conn.execute("SELECT * FROM knowledge WHERE id = ? AND (?2 IS NULL OR tenant = ?2)",
+                       (entry_id, tenant)).fetchone()
+    if row is None:
+        return False
+    old = _entry(row)
+    conn.execute("DELETE FROM knowledge WHERE id = ?", (old.id,))
+    _record(conn, old, None, history.DELETED, actor, source)
+    return True
+
+
+def _record(conn: Connection, before: Entry | None, after: Entry | None, change: str,
+            actor: str, source: str) -> None:
+    entry = after or before
+    assert entry is not None
+    history.record(conn, entry_id=entry.id, tenant=entry.tenant, project=entry.project,
+                   change=change, actor=actor, source=source,
+                   before=before.state() if before else None,
+                   after=after.state() if after else None)
 
 
 def _find(conn: Connection, tenant: str, project: str, title: str, entry_id: str | None,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from lore_gateway.knowledge import export as ex
-from lore_gateway.knowledge import store
+from lore_gateway.knowledge import history, store
 from lore_gateway.storage.base import Connection
 
 log = logging.getLogger("lore.knowledge")
@@ -62,14 +62,16 @@ def import_edits(conn: Connection, tenant: str, project: str, root: Path) -> int
                 entry, _ = store.upsert(conn, tenant=tenant, project=project,
                                         category=item.category, title=item.title,
                                         content=item.content, confidence=1.0,
-                                        source=MANUAL_SOURCE, entry_id=item.id)
+                                        source=MANUAL_SOURCE, entry_id=item.id,
+                                        actor=history.IMPORT)
             except store.KnowledgeError:
                 continue
             kept.add(entry.id)
             changed += 1
         if written is not None:
             for entry_id in set(current) - kept:
-                store.delete(conn, tenant, entry_id)
+                store.delete(conn, tenant, entry_id, actor=history.IMPORT,
+                             source=MANUAL_SOURCE)
                 changed += 1
     return changed
 

@@ -10,9 +10,11 @@ was made from the turns goes too: the distillations built from any of their mess
 ``observations`` message), the recalls kept for replay, the context manager's
 state and the frozen knowledge block of the sessions touched (both hold rendered
 text), and, with ``match``, every knowledge entry and distillation that contains
-the text; with ``since``, the knowledge entries the gateway learned by itself
-since then. A session left with no turn of its own is deleted whole, exactly as
-``lore data delete`` does (``catalog.delete_turns`` and ``distill.store.forget``).
+the text (with every version in their history, and any version of another entry
+that held the text); with ``since``, the knowledge entries the gateway learned
+by itself since then, with their history. A session left with no turn of its
+own is deleted whole, exactly as ``lore data delete`` does
+(``catalog.delete_turns`` and ``distill.store.forget``).
 
 Deleted rows must not linger where a search cannot see them but the file still
 holds them: on SQLite the freed pages are overwritten (``secure_delete``) and
@@ -35,7 +37,7 @@ import orjson
 
 from lore_gateway.distill import store as dstore
 from lore_gateway.knowledge import export as ex
-from lore_gateway.knowledge import sync
+from lore_gateway.knowledge import history, sync
 from lore_gateway.memory import catalog
 from lore_gateway.storage.base import Connection
 
@@ -307,8 +309,15 @@ def _knowledge(conn: Connection, tenant: str | None, sel: Selector,
         return set()  # entries belong to a project, not to one session
     rows = conn.execute(f"SELECT id, tenant, project FROM knowledge WHERE"
                         f" {' AND '.join(where)}", args).fetchall()
-    for rid, _, _ in rows:
+    for rid, rtenant, _ in rows:
         conn.execute("DELETE FROM knowledge WHERE id = ?", (rid,))
+        history.forget_entry(conn, str(rtenant), str(rid))
+    if sel.match:  # an older version of an entry may hold the text its newest does not
+        who, args = _tenant(tenant)
+        states = " || ' ' || ".join(f"coalesce({c}, '')" for c in (
+            "before_title", "before_content", "title", "content"))
+        conn.execute(f"DELETE FROM knowledge_history WHERE {who} AND " + _contains(states),
+                     [*args, _like(sel.match)])
     done.knowledge = len(rows)
     return {(str(t), str(p)) for _, t, p in rows}
 

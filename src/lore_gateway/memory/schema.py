@@ -445,6 +445,35 @@ _V12_TERM_STATS = "SELECT 1;"
 # SQLite has none. Same version numbers; renumber freely.
 _V13_TENANT_RLS = "SELECT 1;"
 
+# v14 (knowledge history, issue 36): every change to a knowledge entry, with the
+# entry's state before and after it (knowledge/history.py). Rows of a deleted entry
+# stay (the audit trail) until the entry's project or its text is forgotten.
+# Self-contained: renumber freely when merging.
+_V14_KNOWLEDGE_HISTORY = """
+CREATE TABLE knowledge_history(
+    entry_id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    tenant TEXT NOT NULL,
+    project TEXT NOT NULL,
+    change TEXT NOT NULL,
+    actor TEXT NOT NULL,
+    source TEXT NOT NULL,
+    before_category TEXT,
+    before_title TEXT,
+    before_content TEXT,
+    before_confidence REAL,
+    before_cross INTEGER,
+    category TEXT,
+    title TEXT,
+    content TEXT,
+    confidence REAL,
+    cross_project INTEGER,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (tenant, entry_id, version)
+) WITHOUT ROWID;
+CREATE INDEX knowledge_history_scope ON knowledge_history(tenant, project, created_at);
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "turns, messages + FTS5, embeddings, sessions, kv", _V1),
     Migration(2, "context_fts: each message with its predecessor, for search", _V2),
@@ -463,6 +492,7 @@ MIGRATIONS: list[Migration] = [
     Migration(12, "search: Postgres keeps document frequencies (nothing here)",
               _V12_TERM_STATS),
     Migration(13, "team mode: Postgres row-level security (nothing here)", _V13_TENANT_RLS),
+    Migration(14, "knowledge: history of every change to an entry", _V14_KNOWLEDGE_HISTORY),
 ]
 
 

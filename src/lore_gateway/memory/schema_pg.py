@@ -440,20 +440,56 @@ CREATE TRIGGER search_terms_au_new AFTER UPDATE ON search_docs REFERENCING NEW T
 # ``tsvector @@ tsquery`` is not (marking it needs a superuser), so every match would
 # become a sequential scan. What a search shows is loaded from ``messages``, which
 # has one; an id of another tenant's row found in the index loads nothing.
-TENANT_TABLES = ("turns", "messages", "sessions", "recall_anchors", "worker_jobs",
-                 "worker_usage", "distillations", "knowledge", "knowledge_sessions",
-                 "gateway_keys", "context_sessions")
+_V13_TENANT_TABLES = ("turns", "messages", "sessions", "recall_anchors", "worker_jobs",
+                      "worker_usage", "distillations", "knowledge", "knowledge_sessions",
+                      "gateway_keys", "context_sessions")
+
+
+def _tenant_policy(table: str) -> str:
+    """The row-level security of one tenant table (v13, and each later table's step)."""
+    return f"""
+ALTER TABLE {table} ENABLE ROW LEVEL SECURITY;
+ALTER TABLE {table} FORCE ROW LEVEL SECURITY;
+CREATE POLICY lore_tenant ON {table}
+    USING (lore_tenant_allows(tenant)) WITH CHECK (lore_tenant_allows(tenant));"""
+
+
 _PG_V13_TENANT_RLS = """
 CREATE FUNCTION lore_tenant_allows(row_tenant text) RETURNS boolean
     LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT coalesce(current_setting('lore.tenant', true), '') IN ('', row_tenant)
 $$;
-""" + "".join(f"""
-ALTER TABLE {table} ENABLE ROW LEVEL SECURITY;
-ALTER TABLE {table} FORCE ROW LEVEL SECURITY;
-CREATE POLICY lore_tenant ON {table}
-    USING (lore_tenant_allows(tenant)) WITH CHECK (lore_tenant_allows(tenant));"""
-    for table in TENANT_TABLES)
+""" + "".join(_tenant_policy(table) for table in _V13_TENANT_TABLES)
+
+# v14 (knowledge history, issue 36): SQLite's _V14_KNOWLEDGE_HISTORY, behind the
+# same row-level security as every tenant table.
+_PG_V14_KNOWLEDGE_HISTORY = """
+CREATE TABLE knowledge_history(
+    entry_id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    tenant TEXT NOT NULL,
+    project TEXT NOT NULL,
+    change TEXT NOT NULL,
+    actor TEXT NOT NULL,
+    source TEXT NOT NULL,
+    before_category TEXT,
+    before_title TEXT,
+    before_content TEXT,
+    before_confidence DOUBLE PRECISION,
+    before_cross INTEGER,
+    category TEXT,
+    title TEXT,
+    content TEXT,
+    confidence DOUBLE PRECISION,
+    cross_project INTEGER,
+    created_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (tenant, entry_id, version)
+);
+CREATE INDEX knowledge_history_scope ON knowledge_history(tenant, project, created_at);
+""" + _tenant_policy("knowledge_history")
+
+# Every table with a tenant column: each has the policy (tests check them all).
+TENANT_TABLES = (*_V13_TENANT_TABLES, "knowledge_history")
 
 PG_MIGRATIONS: list[Migration] = [
     Migration(8, "baseline: SQLite's v1..v8 (turns, messages, search_docs, pgvector "
@@ -468,6 +504,7 @@ PG_MIGRATIONS: list[Migration] = [
               _PG_V12_TERM_STATS, builds_vector_index=True),
     Migration(13, "team mode: row-level security on every tenant table",
               _PG_V13_TENANT_RLS),
+    Migration(14, "knowledge: history of every change to an entry", _PG_V14_KNOWLEDGE_HISTORY),
 ]
 
 
