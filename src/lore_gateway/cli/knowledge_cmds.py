@@ -1,9 +1,11 @@
-"""``lore distill`` and ``lore knowledge list|show|edit|delete|export``."""
+"""``lore distill`` and ``lore knowledge list|show|edit|delete|export|log|diff``."""
 
 from __future__ import annotations
 
 import json
 import os
+import time
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from lore_gateway.cli.scope import AllTenantsOpt, KeyEnvOpt, TenantOpt, fail, re
 from lore_gateway.config import Settings
 from lore_gateway.distill import store as dstore
 from lore_gateway.knowledge import export as ex
-from lore_gateway.knowledge import store, sync
+from lore_gateway.knowledge import history, store, sync
 from lore_gateway.knowledge.store import CATEGORIES, KnowledgeError
 
 knowledge_app = typer.Typer(help="Long-term knowledge: what the gateway learned per project.",
@@ -138,7 +140,7 @@ def edit_command(
                     confidence=old.confidence if confidence is None else confidence,
                     source="lore knowledge edit",
                     cross_project=old.cross_project if cross_project is None else cross_project,
-                    entry_id=old.id)
+                    entry_id=old.id, actor=history.USER)
             return entry
 
         try:
@@ -159,7 +161,13 @@ def delete_command(
     with open_memory() as memory:
         chosen = resolve_tenant(memory, tenant, key_env, all_tenants)
         entry = _get(memory, chosen, entry_id)
-        memory.write_job(lambda c: store.delete(c, entry.tenant, entry.id))
+
+        def run(conn: Any) -> bool:
+            with conn:
+                return store.delete(conn, entry.tenant, entry.id, actor=history.USER,
+                                    source="lore knowledge delete")
+
+        memory.write_job(run)
         _export(memory, entry.tenant, entry.project)
     typer.echo(f"deleted {entry.id[:8]} {entry.title}")
 
@@ -191,6 +199,80 @@ def export_command(
         except OSError as exc:
             raise fail(f"could not write {root / ex.FILE_NAME}: {exc}") from None
     typer.echo(f"wrote {Path(root) / ex.FILE_NAME}")
+
+
+@knowledge_app.command("log")
+def log_command(
+    entry_id: str = typer.Argument(None, help="Only this entry's changes (id or a unique "
+                                   "prefix; a deleted entry's too)."),
+    project: str = typer.Option(None, "--project", help="Only this project's entries."),
+    limit: int = typer.Option(history.DEFAULT_LOG_LIMIT, "--limit", min=1,
+                              help="At most this many changes."),
+    as_json: bool = JsonOpt,
+    tenant: str = TenantOpt, key_env: str = KeyEnvOpt, all_tenants: bool = AllTenantsOpt,
+) -> None:
+    """Changes to knowledge entries, newest first: who made each (curator, user, import,
+    mcp) and what it was (created, updated, superseded, imported, deleted)."""
+    with open_memory() as memory:
+        chosen = resolve_tenant(memory, tenant, key_env, all_tenants)
+        if entry_id is not None:
+            full = _history_id(memory, chosen, entry_id)
+            rows = memory.read(lambda c: history.versions(c, chosen, full))[::-1][:limit]
+        else:
+            rows = memory.read(lambda c: history.log(c, chosen, project, limit))
+    if as_json:
+        typer.echo(json.dumps([v.to_json() for v in rows], ensure_ascii=False))
+        return
+    output.print_table(
+        [output.Column("when", wrap=False), output.Column("id", wrap=False),
+         output.Column("v", "right", False), output.Column("change", wrap=False),
+         output.Column("by", wrap=False), output.Column("title")],
+        [(_when(v.created_at), v.entry_id[:8], str(v.version), v.change, v.actor,
+          v.title) for v in rows],
+        title=output.plural(len(rows), "change", "changes"))
+
+
+@knowledge_app.command("diff")
+def diff_command(
+    entry_id: str = typer.Argument(..., help="Entry id (or a unique prefix)."),
+    start: int = typer.Option(None, "--from", help="Compare from the entry as this version "
+                              "left it (default: as it was before --to)."),
+    end: int = typer.Option(None, "--to", help="Compare to the entry as this version left it "
+                            "(default: the newest)."),
+    as_json: bool = JsonOpt,
+    tenant: str = TenantOpt, key_env: str = KeyEnvOpt, all_tenants: bool = AllTenantsOpt,
+) -> None:
+    """A unified diff of an entry between two versions (default: its last change)."""
+    with open_memory() as memory:
+        chosen = resolve_tenant(memory, tenant, key_env, all_tenants)
+        full = _history_id(memory, chosen, entry_id)
+        chosen_versions = memory.read(lambda c: history.versions(c, chosen, full))
+    try:
+        old, new, last = history.pick(chosen_versions, start, end)
+    except history.HistoryError as exc:
+        raise fail(str(exc)) from None
+    old_label = (f"{full[:8]} v{start}" if start is not None
+                 else f"{full[:8]} before v{last.version}")
+    new_label = f"{full[:8]} v{last.version} ({last.change} by {last.actor})"
+    text = history.diff(old, new, old_label, new_label)
+    if as_json:
+        typer.echo(json.dumps({
+            "id": full, "from": start, "to": last.version, "change": last.change,
+            "actor": last.actor, "before": None if old is None else asdict(old),
+            "after": None if new is None else asdict(new), "diff": text}, ensure_ascii=False))
+        return
+    typer.echo(text.rstrip("\n") if text else "no difference")
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def _history_id(memory: Any, tenant: str | None, ref: str) -> str:
+    try:
+        return str(memory.read(lambda c: history.resolve(c, tenant, ref)))
+    except history.HistoryError as exc:
+        raise fail(str(exc)) from None
 
 
 def _get(memory: Any, tenant: str | None, entry_id: str) -> store.Entry:
