@@ -15,6 +15,7 @@ import pytest
 from ui_kit import FACT, RECALL_QUERY, git_project, say, start_gateway, wait_turns
 
 from lore_gateway.distill import store as dstore
+from lore_gateway.knowledge import history
 from lore_gateway.knowledge import store as kstore
 from lore_gateway.memory.identity import PERSONAL
 from lore_gateway.testing import FakeUpstream
@@ -152,6 +153,28 @@ def test_editing_knowledge_rewrites_lore_md(site: dict[str, Any], page: Any, sho
     page.get_by_role("heading", name="Knowledge").wait_for()
     assert "make test" not in (site["project"] / ".lore.md").read_text()
     assert "Test runner" not in page.locator("main").inner_text()
+
+
+def test_an_entrys_page_shows_its_history_with_each_diff(site: dict[str, Any], page: Any,
+                                                         shot: Any) -> None:
+    memory, project = site["gw"].memory, str(site["project"])
+    entry, _ = memory.write_job(lambda c: kstore.upsert(
+        c, tenant=PERSONAL, project=project, category="gotcha", title="Cache TTL",
+        content="The cache TTL is 30 s."))
+    memory.write_job(lambda c: kstore.upsert(
+        c, tenant=PERSONAL, project=project, category="gotcha", title="Cache TTL",
+        content="The cache TTL is 300 s.", entry_id=entry.id, actor=history.USER))
+    page.goto(site["url"] + "/ui/knowledge")
+    page.get_by_role("link", name="Edit Cache TTL").click()
+    versions = page.locator("#entry-history li.version")
+    assert versions.count() == 2
+    newest, first = versions.nth(0), versions.nth(1)
+    assert newest.inner_text().startswith("v2 updated by user")
+    assert newest.locator(".del").all_inner_texts() == ["-The cache TTL is 30 s."]
+    assert newest.locator(".add").all_inner_texts() == ["+The cache TTL is 300 s."]
+    assert first.inner_text().startswith("v1 created by curator")
+    assert "+The cache TTL is 30 s." in first.locator(".add").all_inner_texts()
+    shot(page, "knowledge-history")
 
 
 def _total(page: Any, key: str) -> int:

@@ -1,4 +1,5 @@
-"""The knowledge page: entries per project, edited the way ``lore knowledge edit`` does.
+"""The knowledge page: entries per project, edited the way ``lore knowledge edit`` does;
+an entry's page shows its history, each change with its diff.
 
 A save or delete runs as one job on the memory writer: first the person's own
 edits to the project's ``.lore.md`` are taken in (so the page never overwrites
@@ -13,9 +14,10 @@ from urllib.parse import urlencode
 
 from lore_gateway.config import Settings
 from lore_gateway.knowledge import export as ex
-from lore_gateway.knowledge import store, sync
+from lore_gateway.knowledge import history, store, sync
 
 UI_SOURCE = "lore ui"
+MAX_VERSIONS = history.MAX_VERSIONS_PER_ENTRY
 
 
 def categories() -> tuple[str, ...]:
@@ -46,6 +48,22 @@ def entry(conn: Any, tenant: str, entry_id: str) -> store.Entry | None:
         return None
 
 
+def changes(conn: Any, tenant: str, entry_id: str) -> list[dict[str, Any]]:
+    """The entry's versions, newest first, each with the diff of its change as
+    lines the page colours (``add``, ``del``, ``hunk``, ``ctx``)."""
+    shown = []
+    for version in reversed(history.versions(conn, tenant, entry_id)):
+        text = history.diff(version.before, version.after, f"before v{version.version}",
+                            f"v{version.version}")
+        lines = [(_kind(line), line) for line in text.splitlines()[2:]]  # no file names
+        shown.append({"version": version, "lines": lines})
+    return shown
+
+
+def _kind(line: str) -> str:
+    return {"+": "add", "-": "del", "@": "hunk"}.get(line[:1], "ctx")
+
+
 def _sync_around(conn: Any, settings: Settings, tenant: str, project: str,
                  change: Any) -> Any:
     root = ex.work_tree_root(project) if settings.export else None
@@ -67,7 +85,7 @@ def save(memory: Any, settings: Settings, tenant: str, form: dict[str, str]) -> 
             title=form.get("title", ""), content=form.get("content", ""),
             confidence=old.confidence if old else 1.0, source=UI_SOURCE,
             cross_project=form.get("cross_project") == "on",
-            entry_id=old.id if old else None)
+            entry_id=old.id if old else None, actor=history.USER)
         return saved
 
     try:
@@ -83,5 +101,6 @@ def delete(memory: Any, settings: Settings, tenant: str, entry_id: str) -> str:
     if old is None:
         return "/ui/knowledge"
     memory.write_job(lambda c: _sync_around(
-        c, settings, tenant, old.project, lambda conn: store.delete(conn, tenant, old.id)))
+        c, settings, tenant, old.project, lambda conn: store.delete(
+            conn, tenant, old.id, actor=history.USER, source=UI_SOURCE)))
     return "/ui/knowledge?" + urlencode({"project": old.project})

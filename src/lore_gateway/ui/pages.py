@@ -278,12 +278,16 @@ class Pages:
 
         entry_id = request.arg("id")
         entry = None
+        changes: list[dict[str, Any]] = []
         if entry_id:
             entry = await self._read(viewer, lambda c: knowledge_view.entry(
                 c, viewer.tenant, entry_id))
             if entry is None:
                 raise NotFound(f"No knowledge entry {entry_id!r} in your memory")
+            changes = await self._read(viewer, lambda c: knowledge_view.changes(
+                c, viewer.tenant, entry.id))
         return self.render("knowledge_edit.html", viewer, active="knowledge", entry=entry,
+                           changes=changes, max_versions=knowledge_view.MAX_VERSIONS,
                            project=request.arg("project"), problem=request.arg("problem"),
                            categories=knowledge_view.categories())
 
