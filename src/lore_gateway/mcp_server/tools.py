@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from lore_gateway.knowledge import export as ex
-from lore_gateway.knowledge import store, sync
+from lore_gateway.knowledge import history, store, sync
 from lore_gateway.mcp_server import queries
 from lore_gateway.memory.catalog import DETAIL_DEFAULT_CHARS, StoredMessage, age
 from lore_gateway.memory.records import Identity
@@ -175,7 +175,7 @@ class MemoryTools:
                 conn, tenant=tenant, project=project, category=category, title=title,
                 content=content, confidence=old.confidence if old else AGENT_CONFIDENCE,
                 source=SOURCE, cross_project=cross_project,
-                entry_id=old.id if old else None)
+                entry_id=old.id if old else None, actor=history.MCP)
 
         try:
             entry, created = await asyncio.to_thread(self._memory.write_job, in_tenant(
