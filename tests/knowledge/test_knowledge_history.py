@@ -205,3 +205,35 @@ def test_forgetting_a_project_or_a_text_takes_the_history_with_it(memory: Memory
     memory.write_job(lambda c: forget.forget(c, ME, forget.Selector(match="vault")))
     assert memory.read(lambda c: kstore.entries(c, ME, "/work/app", include_cross=False)) == []
     assert [v.title for v in memory.read(lambda c: history.log(c, ME, "/work/app"))] == []
+
+
+def test_a_database_before_history_migrates_and_its_entries_gain_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = Memory.open(Settings(data_dir=tmp_path, embeddings=False), embedder=None)
+    try:
+        entry, _ = memory.write_job(lambda c: kstore.upsert(
+            c, tenant=ME, project="/work/app", category="decision", title="queue",
+            content="RabbitMQ"))
+
+        def back_to_v13(conn: Any) -> None:  # as a database written before v14
+            with conn:
+                conn.execute("DROP TABLE knowledge_history")
+                conn.execute("DELETE FROM schema_version WHERE version = 14")
+
+        memory.write_job(back_to_v13)
+    finally:
+        memory.close()
+    result = lore(tmp_path, monkeypatch, "db", "status", "--json")
+    assert json.loads(result.output)["schema_version"] == 13
+    result = lore(tmp_path, monkeypatch, "db", "migrate")
+    assert result.exit_code == 0, result.output
+    assert "schema v14: knowledge: history of every change to an entry" in result.output
+    assert "from schema version 13 to 14" in result.output
+    facts = json.loads(lore(tmp_path, monkeypatch, "db", "status", "--json").output)
+    assert facts["schema_version"] == facts["latest_version"] == 14
+    # The entry has no version yet; its first change keeps what it said before.
+    result = lore(tmp_path, monkeypatch, "knowledge", "edit", entry.id, "--content", "Redis")
+    assert result.exit_code == 0, result.output
+    shown = json.loads(lore(tmp_path, monkeypatch, "knowledge", "diff", entry.id,
+                            "--json").output)
+    assert (shown["before"]["content"], shown["after"]["content"]) == ("RabbitMQ", "Redis")
