@@ -98,7 +98,8 @@ async def _answer(scope: dict[str, Any], receive: Receive, memory: Any) -> tuple
         "total": result.total, "rendered": rendered,
         "hits": [{"ref": h.ref, "score": round(h.score, 4), "role": h.role,
                   "content": h.content, "created_at": h.created_at, "session": h.session,
-                  "project": h.project, "folded": list(h.folded)} for h in result.hits],
+                  "project": h.project, "folded": list(h.folded),
+                  "superseded_by": h.superseded_by} for h in result.hits],
     })
 
 

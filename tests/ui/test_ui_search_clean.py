@@ -54,3 +54,26 @@ def test_search_shows_each_message_once_without_side_channels_or_recall_traffic(
         assert "Recall Results" not in page and "tool_call:recall" not in page
     finally:
         runner.stop()
+
+
+def test_a_superseded_message_links_to_its_successor(
+        fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+    """Issue 36: the stale statement comes after the one that changed it, and says so."""
+    runner = start_gateway(fake_upstream, tmp_path / "data")
+    try:
+        gw = runner.server
+        for session, text in (("kiln-1", "Decision: the kiln firing schedule is cone 6."),
+                              ("kiln-2", "Decision: set the kiln firing schedule to cone 10.")):
+            assert gw.memory.submit_turn(_turn("/work/kiln", session, ("user", text)))
+            gw.memory.flush(10)
+        url = gw.url + "/ui/search?" + urllib.parse.urlencode({"q": "kiln firing schedule"})
+        with urllib.request.urlopen(url, timeout=60) as response:
+            page = response.read().decode()
+        refs = re.findall(r'class="ref" href="/ui/message\?id=(\d+)"', page)
+        assert len(refs) == 2 and page.index("cone 10") < page.index("cone 6"), page
+        successor = re.findall(r'class="successor" href="/ui/message\?id=(\d+)">t:(\d+)</a>',
+                               page)
+        assert successor == [(refs[0], refs[0])], page
+        assert f'class="result superseded" id="r{refs[1]}"' in page
+    finally:
+        runner.stop()

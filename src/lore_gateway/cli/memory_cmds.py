@@ -58,7 +58,8 @@ def open_memory(embedder: Literal["auto"] | None = None, *,
 def _hit_json(hit: Any) -> dict[str, Any]:
     return {"ref": hit.ref, "score": round(hit.score, 4), "role": hit.role,
             "content": hit.content, "created_at": hit.created_at, "session": hit.session,
-            "project": hit.project, "folded": list(hit.folded)}
+            "project": hit.project, "folded": list(hit.folded),
+            "superseded_by": hit.superseded_by}
 
 
 # --- lore recall ---------------------------------------------------------------------

@@ -2,13 +2,16 @@
 
 Pure rendering. The block is grouped by category, entries sorted by title,
 filled greedily within a token budget, so the same entries always give the same
-bytes (the prompt cache depends on it).
+bytes (the prompt cache depends on it). Only current values are shown: an entry
+whose value for a subject a newer entry states otherwise is left out
+(``current``), so a session is never told a superseded decision.
 """
 
 from __future__ import annotations
 
 from lore_gateway.distill.format import CHARS_PER_TOKEN
 from lore_gateway.knowledge.store import CATEGORIES, Entry
+from lore_gateway.memory.supersede import statements
 
 BLOCK_HEADING = "## Long-term knowledge (lore-gateway)"
 BLOCK_INTRO = ("Lasting facts about this project, kept from earlier sessions. Treat them as "
@@ -26,6 +29,21 @@ def ordered(entries: list[Entry]) -> list[Entry]:
     return sorted(entries, key=lambda e: (rank.get(e.category, 99), e.title.casefold(), e.id))
 
 
+def current(entries: list[Entry]) -> list[Entry]:
+    """``entries`` without those a newer entry supersedes (another value for a
+    subject both state: ``memory.supersede``). The store already merges such a
+    create into the older entry (``store.upsert``); this covers entries written
+    before that rule, or edited by id into a contradiction."""
+    said = {e.id: statements(f"{e.title}\n{e.content}") for e in entries}
+    newest: dict[str, tuple[Entry, str]] = {}
+    for entry in sorted(entries, key=lambda e: (e.updated_at, e.id)):
+        for statement in said[entry.id]:
+            newest[statement.subject] = (entry, statement.value)
+    return [e for e in entries
+            if not any(newest[s.subject][0].id != e.id and newest[s.subject][1] != s.value
+                       for s in said[e.id])]
+
+
 # Characters a category heading costs in the block.
 _HEADING_CHARS = 20
 
@@ -37,6 +55,7 @@ def render_block(entries: list[Entry], budget_tokens: int) -> tuple[str, list[st
     entries are chosen; they are then shown grouped and sorted, so the same
     entries always give the same bytes.
     """
+    entries = current(entries)
     if not entries:
         return "", []
     budget = budget_tokens * CHARS_PER_TOKEN - len(BLOCK_HEADING) - len(BLOCK_INTRO) - 2

@@ -4,7 +4,11 @@ An entry belongs to one tenant and one project. ``cross_project`` entries (the
 user's own habits) are also shown in the tenant's other projects; project
 entries never are. Titles are the identity: a create whose title matches an
 existing entry (same words, or mostly the same) updates that entry, so a
-contradiction replaces the old content instead of adding a second entry.
+contradiction replaces the old content instead of adding a second entry. So does
+a create that states another value for a subject an entry states ("the
+datastore is SQLite" after "the datastore is Postgres", whatever the titles:
+``memory.supersede``): the rule that catches what a curator model (or the fake
+one) files under a new title; the old value stays in the entry's history.
 Every change made here is kept as a version (``history``), in the same
 transaction: this module is the only writer of entries, so none goes unrecorded.
 """
@@ -18,6 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from lore_gateway.knowledge import history
+from lore_gateway.memory.supersede import changed_subject
 from lore_gateway.storage.base import Connection
 
 CATEGORIES = ("decision", "pattern", "preference", "architecture", "gotcha")
@@ -117,7 +122,7 @@ def upsert(conn: Connection, *, tenant: str, project: str, category: str, title:
     category, title, content = _clean(category, title, content)
     confidence = min(1.0, max(0.0, float(confidence)))
     now = time.time()
-    existing = _find(conn, tenant, project, title, entry_id, cross_project)
+    existing = _find(conn, tenant, project, title, content, entry_id, cross_project)
     if existing is not None:
         by_title = existing.id != entry_id
         conn.execute(
@@ -180,8 +185,8 @@ def _record(conn: Connection, before: Entry | None, after: Entry | None, change:
                    after=after.state() if after else None)
 
 
-def _find(conn: Connection, tenant: str, project: str, title: str, entry_id: str | None,
-          cross_project: bool) -> Entry | None:
+def _find(conn: Connection, tenant: str, project: str, title: str, content: str,
+          entry_id: str | None, cross_project: bool) -> Entry | None:
     if entry_id:
         row = conn.execute("SELECT * FROM knowledge WHERE id = ? AND tenant = ?",
                            (entry_id, tenant)).fetchone()
@@ -193,6 +198,10 @@ def _find(conn: Connection, tenant: str, project: str, title: str, entry_id: str
         (tenant, project, int(cross_project))).fetchall()
     for row in rows:
         if same_title(str(row[4]), title):
+            return _entry(row)
+    stated = f"{title}\n{content}"
+    for row in rows:
+        if changed_subject(f"{row[4]}\n{row[5]}", stated) is not None:
             return _entry(row)
     return None
 

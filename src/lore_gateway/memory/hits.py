@@ -42,6 +42,10 @@ class Hit:
     # differ in a time, a duration or an address).
     folded: tuple[str, ...] = ()
     folded_identical: bool = True
+    # The newer hit of the same search that states another value for a subject
+    # this one states (``memory/supersede.py``): this one is stale, ranked just
+    # below it. Empty when nothing supersedes it.
+    superseded_by: str = ""
 
 
 @dataclass(frozen=True, slots=True)

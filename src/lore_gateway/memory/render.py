@@ -3,7 +3,8 @@
 The model reads this, so it is compact and stable: tiers by score, one line per
 message with its role, age (and its project, when not the asking one:
 ``projects.label``) and ``t:<id>`` reference, then the copies folded into it
-(``(+3 identical: t:12, t:40, t:77)``: ``dedupe``), each line cut to a per-result
+(``(+3 identical: t:12, t:40, t:77)``: ``dedupe``) and, for a stale value, the
+hit that changed it (``(superseded by t:88)``: ``supersede``), each line cut to a per-result
 budget that favours strong matches, and the whole block kept within
 ``budget_chars``. A cut message shows whole lines around the query's words
 (``passage``), so a detail deep in a long tool output is visible and its lines
@@ -113,6 +114,12 @@ def folded_note(hit: Hit) -> str:
     return f" (+{len(hit.folded)} {kind}: {refs}{f' and {more} more' if more > 0 else ''})"
 
 
+def superseded_note(hit: Hit) -> str:
+    """`` (superseded by t:88)`` for a hit stating a value a newer hit changed
+    (``supersede``): the reader keeps the history and knows which value holds."""
+    return f" (superseded by {hit.superseded_by})" if hit.superseded_by else ""
+
+
 def _caps(needs: list[int], bases: list[int], ceilings: list[int], spare: int) -> list[int]:
     """Each result's content budget: its base, and what ``spare`` holds given to the
     results cut at their base, best first, up to their ceiling."""
@@ -150,7 +157,7 @@ def render(result: SearchResult, budget_chars: int = DEFAULT_BUDGET_CHARS,
             if i == 0 or tiers[i][0] != tiers[i - 1][0] else []
         heads.append([*heading, f"- ({hit.role}, {age(hit.created_at, now)}"
                                 f"{f', project {where}' if where else ''}) "])
-        tails.append(f" ({hit.ref}){folded_note(hit)}")
+        tails.append(f" ({hit.ref}){folded_note(hit)}{superseded_note(hit)}")
     needs = [len(" ".join(hit.content.split())) for hit in shown]
     bases = [int(min(MAX_RESULT_CHARS, max(MIN_RESULT_CHARS,
                                            per_result * weight * RAW_SOURCE_WEIGHT)))

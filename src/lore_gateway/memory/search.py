@@ -61,6 +61,7 @@ from lore_gateway.memory.query import (
     prefix_eligible,
 )
 from lore_gateway.memory.rerank import Reranker
+from lore_gateway.memory.supersede import supersede
 from lore_gateway.memory.termstats import TermStats
 from lore_gateway.memory.textindex import Table, TextIndex, text_index
 from lore_gateway.memory.vectors import VectorSearch, vector_search
@@ -263,6 +264,7 @@ class Searcher:
         top = max(hits[0].score, 1e-9) if hits else 1.0
         hits = [replace(h, score=round(confidence * h.score / top, 4)) for h in hits]
         hits = [h for h in hits if h.score >= MIN_SCORE]
+        hits = supersede(hits)  # a stale value below its successor (``supersede``)
         return SearchResult(query=query, scope=scope, hits=hits,
                             total=len(ranked) if hits else 0, project=project,
                             _candidates=tuple(int(h.ref[2:]) for h in hits))
