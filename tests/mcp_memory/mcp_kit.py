@@ -12,6 +12,7 @@ import os
 import re
 import sys
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,10 +37,13 @@ __all__ = ["BLOCK_HEADING", "AnthropicSession", "agent_requests", "git_project"]
 
 
 def run(work: Callable[[], Awaitable[T]]) -> T:
-    """Run one async client conversation from a synchronous test, bounded in time."""
+    """Run one async client conversation from a synchronous test, bounded in time, on
+    a thread of its own: an event loop another fixture keeps running on the test's
+    thread (Playwright's sync API, in tests/ui) must not matter."""
     async def bounded() -> T:
         return await asyncio.wait_for(work(), CALL_TIMEOUT_S)
-    return asyncio.run(bounded())
+    with ThreadPoolExecutor(1, thread_name_prefix="mcp-client") as pool:
+        return pool.submit(asyncio.run, bounded()).result()
 
 
 def stdio_env(data_dir: Path, home: Path, **extra: str) -> dict[str, str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from mcp import Client, StdioServerParameters
 from typer.testing import CliRunner
 
 from lore_gateway.cli import setup as _setup_cli  # noqa: F401  (attaches the command)
+from lore_gateway.cli import uninstall as _uninstall_cli  # noqa: F401
 from lore_gateway.cli.main import app
 from lore_gateway.cli.mcp_cmd import default_project
 
@@ -57,6 +59,10 @@ def test_cursor_setup_then_undo_is_byte_identical(env: dict[str, str],
 
     code, out = lore(env, "setup", "--status", "--json")
     assert code == 0 and json.loads(out)["agents"]["cursor"]["points_at_gateway"] is True
+    code, out = lore(env, "setup", "--status")  # listed, now that it has lore's server
+    assert code == 0 and "cursor" in out and "windsurf" not in out
+    code, out = lore(env, "uninstall", "--dry-run")  # `lore uninstall` would undo it too
+    assert code == 0 and f"cursor: {'restore' if original else 'remove'} {path}" in out
 
     code, out = lore(env, "setup", "--undo", "cursor")
     assert code == 0, out
@@ -90,7 +96,9 @@ def test_the_entry_written_starts_the_memorys_mcp_server(env: dict[str, str], tm
                 "action": "add", "title": "Tabs", "content": "We indent with tabs."})
             return names, "".join(getattr(part, "text", "") for part in added.content)
 
-    names, added = asyncio.run(asyncio.wait_for(talk(), 60))
+    # On a thread of its own: a loop left running on this one (Playwright's) must not matter.
+    with ThreadPoolExecutor(1) as pool:
+        names, added = pool.submit(asyncio.run, asyncio.wait_for(talk(), 60)).result()
     assert names == {"recall", "search_sessions", "get_message", "knowledge"}
     # The entry lands in the workspace's project; unexpanded, in the working directory's.
     assert f"for {workspace if expanded else tmp_path};" in added

@@ -26,8 +26,11 @@ from typing import Any
 from lore_gateway.agents import claude, codex, mcp_clients
 from lore_gateway.agents.codex import SetupConflict
 
-# Agents lore sits in front of, then MCP clients that start `lore mcp` (mcp_clients.py).
-AGENTS = ("codex", "claude", *mcp_clients.CLIENTS)
+# Agents lore sits in front of (`lore run`, `lore doctor`'s agent checks).
+AGENTS = ("codex", "claude")
+# Everything `lore setup` configures: those, then MCP clients that start `lore mcp`
+# (mcp_clients.py), which need no gateway.
+TARGETS = (*AGENTS, *mcp_clients.CLIENTS)
 NEW_FILE_MODE = 0o600
 
 
@@ -49,7 +52,7 @@ def target_path(agent: str, env: Mapping[str, str] | None = None) -> Path:
         return claude.settings_path(Path(home) if home else None)
     if agent in mcp_clients.CLIENTS:
         return mcp_clients.config_path(agent, env)
-    raise ValueError(f"unknown agent {agent!r}: expected one of {', '.join(AGENTS)}")
+    raise ValueError(f"unknown agent {agent!r}: expected one of {', '.join(TARGETS)}")
 
 
 def _state_dir(data_dir: Path, agent: str) -> Path:
@@ -169,8 +172,8 @@ def undo_plan(agent: str, data_dir: Path) -> str | None:
 
 
 def set_up_agents(data_dir: Path) -> list[str]:
-    """The agents whose setup lore recorded (and can undo), in ``AGENTS`` order."""
-    return [a for a in AGENTS if (_state_dir(data_dir, a) / "state.json").exists()]
+    """The agents whose setup lore recorded (and can undo), in ``TARGETS`` order."""
+    return [a for a in TARGETS if (_state_dir(data_dir, a) / "state.json").exists()]
 
 
 def _undo(agent: str, data_dir: Path, *, write: bool) -> str:

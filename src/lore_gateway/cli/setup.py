@@ -23,7 +23,7 @@ from lore_gateway.config import Settings
 
 @app.command("setup")
 def setup_command(
-    agent: str | None = typer.Argument(None, help=", ".join(setup_state.AGENTS)),
+    agent: str | None = typer.Argument(None, help=", ".join(setup_state.TARGETS)),
     undo: bool = typer.Option(False, "--undo", help="Restore the agent's config from the backup."),
     status: bool = typer.Option(False, "--status", help="Show which agents point at lore."),
     as_json: bool = typer.Option(False, "--json", help="With --status: print one JSON object."),
@@ -41,9 +41,9 @@ def setup_command(
     if status:
         _print_status(settings, as_json)
         return
-    if agent not in setup_state.AGENTS:
+    if agent not in setup_state.TARGETS:
         raise typer.BadParameter(
-            f"name an agent: {', '.join(setup_state.AGENTS)}", param_hint="AGENT"
+            f"name an agent: {', '.join(setup_state.TARGETS)}", param_hint="AGENT"
         )
     if show:
         if agent not in mcp_clients.CLIENTS:
@@ -82,16 +82,20 @@ def setup_command(
 
 def _print_status(settings: Settings, as_json: bool) -> None:
     states = {agent: setup_state.status(agent, settings.data_dir, settings.base_url)
-              for agent in setup_state.AGENTS}
+              for agent in setup_state.TARGETS}
     if as_json:
         output.print_json({"gateway": settings.base_url, "agents": {
             agent: {"config": str(s.path), "exists": s.exists, "set_up_by_lore": s.set_up_by_lore,
                     "points_at_gateway": s.points_at_gateway} for agent, s in states.items()}})
         return
+    # An IDE the user does not have is noise in the table: an MCP client is listed
+    # once its config file exists or lore set it up (--json lists every one).
+    shown = {agent: s for agent, s in states.items()
+             if agent in setup_state.AGENTS or s.exists or s.set_up_by_lore}
     output.print_table(
         [output.Column("agent", wrap=False), output.Column("config"),
          output.Column("set up by lore", wrap=True), output.Column("points at gateway")],
         [(agent, str(s.path) if s.exists else f"{s.path} (absent)",
           "yes" if s.set_up_by_lore else "no", "yes" if s.points_at_gateway else "no")
-         for agent, s in states.items()],
+         for agent, s in shown.items()],
         title=f"agents and lore at {settings.base_url}")
