@@ -62,8 +62,9 @@ def test_the_newest_value_comes_first_and_older_ones_follow_it_labelled() -> Non
             hit(3, "Decision: use DuckDB for the datastore.", 300.0, 0.4),
             hit(4, "We always rebase.", 310.0, 0.3, role="assistant")]
     out = supersede(hits)
-    assert [h.ref for h in out] == ["t:3", "t:2", "t:1", "t:5", "t:4"]
-    assert [h.superseded_by for h in out] == ["", "t:3", "t:3", "", ""]
+    # The stale ones move down to just below their successor; nothing else moves.
+    assert [h.ref for h in out] == ["t:5", "t:3", "t:2", "t:1", "t:4"]
+    assert [h.superseded_by for h in out] == ["", "", "t:3", "t:3", ""]
     # The scores stay where they were: still best first.
     assert [h.score for h in out] == [1.0, 0.9, 0.7, 0.4, 0.3]
 
@@ -75,6 +76,18 @@ def test_an_older_repeat_of_the_current_value_is_not_superseded() -> None:
     out = supersede(hits)
     assert {h.ref: h.superseded_by for h in out} == {"t:1": "", "t:2": "t:3", "t:3": ""}
     assert [h.ref for h in out] == ["t:1", "t:3", "t:2"]
+
+
+def test_another_projects_value_is_not_a_successor() -> None:
+    hits = [hit(1, "the datastore is Postgres", 100.0, 1.0),
+            Hit("t:2", 0.5, "user", "the datastore is SQLite", 200.0, "s2", "/other", None)]
+    assert supersede(hits) == hits
+
+
+def test_a_listing_states_nothing() -> None:
+    dump = "\n".join(f"option{i} = value{i}" for i in range(5))
+    assert statements("option1 = value1") and statements(dump) == []
+    assert statements("x = foo(bar)") == [] and statements("THOUGHT: I need to read the file") == []
 
 
 def test_tool_output_is_never_compared() -> None:
