@@ -1,0 +1,140 @@
+"""Questions asked the way people ask (issue 33): the rules that ranking adds for
+them, each on a store built for it.
+
+- a question whose words the store barely holds leans on meaning (the lexical
+  share), and one whose words are all found is ranked as before;
+- a short turn that runs a command is an action, not small talk;
+- in scope ``all``, the asking session's nearest messages are candidates even
+  when a hundred messages elsewhere are nearer.
+
+Vectors come from ``_AxisEmbedder`` (each text's cosine to the query is set
+here), so which message is how similar is exact.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from lore_gateway.config import Settings
+from lore_gateway.memory import db, search
+from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.service import Memory
+from lore_gateway.memory.vectors import embed_and_store
+from lore_gateway.protocols.common import Message, Role
+
+TENANT, PROJECT = "tenant-a", "proj-x"
+
+
+class _AxisEmbedder:
+    """Stands in for MiniLM: a text's cosine to every query is ``cosines[text]``."""
+
+    model_name = "test-axis"
+    dim = 384
+
+    def __init__(self, cosines: dict[str, float]) -> None:
+        self._cosines = cosines
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in zip(out, texts, strict=True):
+            cosine = self._cosines.get(text, 1.0)  # a text not listed is a query
+            row[0], row[1] = cosine, math.sqrt(max(0.0, 1.0 - cosine * cosine))
+        return out
+
+
+def _turn(session: str, *pairs: tuple[Role, str]) -> TurnRecord:
+    return TurnRecord(identity=Identity(TENANT, PROJECT, session), protocol="responses",
+                      model="m", messages=tuple(Message(r, t) for r, t in pairs),
+                      created_at=1.7e9)
+
+
+def _searcher(tmp_path: Path, cosines: dict[str, float],
+              *turns: TurnRecord) -> search.Searcher:
+    settings = Settings(data_dir=tmp_path, embeddings=False)
+    memory = Memory.open(settings, embedder=None)
+    try:
+        for turn in turns:
+            assert memory.submit_turn(turn)
+        memory.flush(10)
+    finally:
+        memory.close()
+    embedder = _AxisEmbedder(cosines)
+    conn = db.connect(settings.database)
+    try:
+        ids = [int(r[0]) for r in conn.execute("SELECT id FROM messages")]
+        embed_and_store(conn, embedder, ids)  # type: ignore[arg-type]
+    finally:
+        conn.close()
+    return search.Searcher(db.conn_factory(settings.database), embedder)  # type: ignore[arg-type]
+
+
+def _contents(searcher: search.Searcher, query: str, *, scope: str = "project",
+              session: str = "", limit: int = 3) -> list[str]:
+    return [h.content for h in searcher.search(query, tenant=TENANT, project=PROJECT,
+                                               session=session, scope=scope,
+                                               limit=limit).hits]
+
+
+FILLERS = [f"filler note number {i:03d}" for i in range(20)]
+
+
+def test_a_question_in_other_words_leans_on_meaning(tmp_path: Path) -> None:
+    """The decoy holds one of the question's words and nothing else of it; the
+    answer holds none, but means the same. Counted at full weight, the word made
+    the decoy first (2.0 of BM25 against 0.85 of vector); it finds a third of the
+    question, so it counts a third."""
+    decoy = "a little note about the weather"
+    answer = "IndexError: list index out of range (I forgot to feed the file to stdin)"
+    cosines = {decoy: 0.1, answer: 0.7, **{t: 0.05 for t in FILLERS}}
+    searcher = _searcher(tmp_path, cosines, _turn("s1", ("tool", decoy), ("tool", answer)),
+                         *(_turn("s2", ("tool", t)) for t in FILLERS))
+    assert _contents(searcher, "why did the little patcher explode")[0] == answer
+
+
+def test_a_question_whose_words_are_all_found_ranks_them_first(tmp_path: Path) -> None:
+    """The same store asked in the transcript's own words: the message holding
+    them all comes first, however near another message's meaning is."""
+    found = "the little patcher would explode on stdin"
+    near = "IndexError: list index out of range"
+    cosines = {found: 0.3, near: 0.9, **{t: 0.05 for t in FILLERS}}
+    searcher = _searcher(tmp_path, cosines, _turn("s1", ("tool", found), ("tool", near)),
+                         *(_turn("s2", ("tool", t)) for t in FILLERS))
+    assert _contents(searcher, "little patcher explode")[0] == found
+
+
+def test_a_short_turn_that_runs_a_command_is_no_small_talk(tmp_path: Path) -> None:
+    """A short turn echoing the question keeps a share of its score (small talk
+    rarely answers), but an agent's one-line command is the action asked about;
+    the same words without a command still give way to the paragraph."""
+    command = "THOUGHT: Run the slow tests.\n\n```bash\npytest -m slow\n```"
+    chatter = "Run the slow tests? Sure, why not, later."
+    paragraph = ("THOUGHT: " + "The suite has fast and slow parts; the slow tests need the "
+                 "database fixture and a warm cache before they run, so I will prepare "
+                 "both first and then look at the flaky network checks. " * 3)
+    cosines = {command: 0.2, chatter: 0.2, paragraph: 0.2}
+    for first, rest in ((command, chatter), (chatter, command)):
+        searcher = _searcher(tmp_path / str(len(first)), cosines,
+                             _turn("s1", ("assistant", first)),
+                             _turn("s1", ("assistant", paragraph)))
+        found = _contents(searcher, "when did I run the slow tests")
+        assert found[0] == (command if first == command else paragraph), found
+
+
+def test_the_asking_sessions_nearest_messages_are_candidates_in_scope_all(
+        tmp_path: Path) -> None:
+    """A hundred and twenty messages of other sessions are nearer the question
+    than the asking session's answer, and no message shares a word with it: the
+    hundred nearest overall hold nothing of the asking session, yet its nearest
+    message is found."""
+    answer, other = "the proxy strips the credentials", "an unrelated line"
+    elsewhere = [f"another session's line {i:03d}" for i in range(120)]
+    cosines = {answer: 0.3, other: 0.1,
+               **{t: 0.9 - 0.004 * i for i, t in enumerate(elsewhere)}}
+    searcher = _searcher(tmp_path, cosines, _turn("asking", ("tool", answer), ("tool", other)),
+                         *(_turn(f"s{i % 6}", ("tool", t)) for i, t in enumerate(elsewhere)))
+    query = "what happens to the user and password"
+    assert answer in _contents(searcher, query, scope="all", session="asking", limit=10)
+    assert answer not in _contents(searcher, query, scope="all", session="s1", limit=10)
