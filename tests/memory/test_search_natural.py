@@ -115,7 +115,7 @@ def test_a_short_turn_that_runs_a_command_is_no_small_talk(tmp_path: Path) -> No
                  "database fixture and a warm cache before they run, so I will prepare "
                  "both first and then look at the flaky network checks. " * 3)
     cosines = {command: 0.2, chatter: 0.2, paragraph: 0.2}
-    for first, rest in ((command, chatter), (chatter, command)):
+    for first in (command, chatter):
         searcher = _searcher(tmp_path / str(len(first)), cosines,
                              _turn("s1", ("assistant", first)),
                              _turn("s1", ("assistant", paragraph)))
