@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from lore_gateway.memory.embed import Embedder
+from lore_gateway.memory.embed import Embedder, FloatArray
 from lore_gateway.memory.hit_load import load_hits
 from lore_gateway.memory.hits import Hit as Hit
 from lore_gateway.memory.hits import SearchResult as SearchResult
@@ -239,18 +239,18 @@ class Searcher:
         if match is not None:
             own = match.rank(conn, "messages")
             ctx = match.rank(conn, "context")
-        vec, cosines = self._vector_scores(conn, text, tenant, project, session, scope)
+        qvec = self._query_vector(text)
+        vec, cosines = self._vector_scores(conn, qvec, tenant, project, session, scope)
         if scope == "all" and session:
             # The asking session's nearest messages: in a store of many sessions on
             # one topic the hundred nearest overall may hold none of them.
-            near, near_cosines = self._vector_scores(conn, text, tenant, project, session,
+            near, near_cosines = self._vector_scores(conn, qvec, tenant, project, session,
                                                      "session")
             for mid, margin in near.items():
                 vec[mid] = max(vec.get(mid, 0.0), margin)
             cosines = {**near_cosines, **cosines}
         prev_next = _neighbours(conn, own, NEIGHBOUR_SOURCES)
-        coverage = _lexical_coverage(conn, match, own, ctx)
-        lexical = max(max(coverage.values(), default=1.0), MIN_LEXICAL_SHARE)
+        lexical, coverage = _lexical_share(conn, match, own, ctx)
 
         scores: dict[int, float] = {}
         for mid, s in own.items():
@@ -352,12 +352,19 @@ class Searcher:
                                 lambda cap: index.count_phrase(conn, phrase_, cap),
                                 cap=MAX_TERM_ROWS, store_rows=store_rows)
 
-    def _vector_scores(self, conn: Connection, query: str, tenant: str, project: str,
-                       session: str, scope: Scope) -> tuple[dict[int, float], dict[int, float]]:
-        """(normalised margin over the floor, raw cosine) of the nearest messages."""
+    def _query_vector(self, query: str) -> FloatArray | None:
+        """The query's embedding (None: no model, or nothing to embed)."""
         if self._embedder is None or self._vectors is None or not query.strip():
+            return None
+        vector: FloatArray = self._embedder.embed([query])[0]
+        return vector
+
+    def _vector_scores(self, conn: Connection, qvec: FloatArray | None, tenant: str,
+                       project: str, session: str,
+                       scope: Scope) -> tuple[dict[int, float], dict[int, float]]:
+        """(normalised margin over the floor, raw cosine) of the nearest messages."""
+        if qvec is None or self._vectors is None:
             return {}, {}
-        qvec = self._embedder.embed([query])[0]
         with self._vector_lock:
             sims = self._vectors.search(
                 conn, qvec, tenant=tenant,
@@ -445,17 +452,21 @@ def _information(df: int, rows: int) -> float:
     return math.log(1.0 + (rows + 1) / (df + 0.5))
 
 
-def _lexical_coverage(conn: Connection, match: _Match | None, own: dict[int, float],
-                      ctx: dict[int, float]) -> dict[int, float]:
-    """The coverage (``_Match.coverage``) of the LEXICAL_SHARE_HITS best word
-    matches; empty without any."""
+def _lexical_share(conn: Connection, match: _Match | None, own: dict[int, float],
+                   ctx: dict[int, float]) -> tuple[float, dict[int, float]]:
+    """(lexical share, the coverage read): the best coverage (``_Match.coverage``)
+    of the LEXICAL_SHARE_HITS best word matches, at least MIN_LEXICAL_SHARE (1.0
+    without a word match: nothing to scale). The confidence reuses what was read
+    (its top hits are often among these); each message checked costs a lookup per
+    query word, so no more are read ahead."""
     if match is None or not (own or ctx):
-        return {}
-    fused = dict(own)
+        return 1.0, {}
+    words = dict(own)
     for mid, s in ctx.items():
-        fused[mid] = fused.get(mid, 0.0) + CONTEXT_WEIGHT * s
-    best = sorted(fused, key=lambda mid: (-fused[mid], -mid))[:LEXICAL_SHARE_HITS]
-    return match.coverage(conn, best)
+        words[mid] = words.get(mid, 0.0) + CONTEXT_WEIGHT * s
+    best = sorted(words, key=lambda mid: (-words[mid], -mid))[:LEXICAL_SHARE_HITS]
+    coverage = match.coverage(conn, best)
+    return max(max(coverage.values()), MIN_LEXICAL_SHARE), coverage
 
 
 def _confidence(conn: Connection, match: _Match | None, cosines: dict[int, float],
