@@ -9,12 +9,16 @@ through the memory writer and applied to the running gateway at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from lore_gateway.memory import amnesia
 from lore_gateway.memory.amnesia import Amnesia, AmnesiaSwitch
+from lore_gateway.storage.base import Connection
 from lore_gateway.ui.auth import Viewer
+
+if TYPE_CHECKING:
+    from lore_gateway.memory.service import Memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +35,7 @@ def _wide(viewer: Viewer, team: bool) -> tuple[amnesia.Scope, str | None]:
     return ("tenant", viewer.tenant) if team else ("all", None)
 
 
-def state(conn: Any, viewer: Viewer, team: bool, session: str | None = None) -> AmnesiaState:
+def state(conn: Connection, viewer: Viewer, team: bool, session: str | None = None) -> AmnesiaState:
     rows = amnesia.entries(conn)
     scope, tenant = _wide(viewer, team)
     wide_key = amnesia.key_of(scope, tenant, None)
@@ -43,7 +47,7 @@ def state(conn: Any, viewer: Viewer, team: bool, session: str | None = None) -> 
     return AmnesiaState(wide, own, amnesia.covering(rows, viewer.tenant, session))
 
 
-def toggle(memory: Any, switch: AmnesiaSwitch | None, viewer: Viewer, team: bool,
+def toggle(memory: Memory, switch: AmnesiaSwitch | None, viewer: Viewer, team: bool,
            form: dict[str, str]) -> str:
     """Turn amnesia on or off from a form; where the browser goes next. Blocking."""
     on = form.get("state") == "on"
@@ -54,7 +58,7 @@ def toggle(memory: Any, switch: AmnesiaSwitch | None, viewer: Viewer, team: bool
     else:
         scope, tenant = _wide(viewer, team)
 
-    def change(conn: Any) -> None:
+    def change(conn: Connection) -> None:
         if on:
             amnesia.turn_on(conn, scope, tenant, session or None, by="ui")
         else:

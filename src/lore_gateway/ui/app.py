@@ -28,6 +28,8 @@ from lore_gateway.ui.samples import Sampler
 
 if TYPE_CHECKING:
     from lore_gateway.memory.amnesia import AmnesiaSwitch
+    from lore_gateway.memory.service import Memory
+    from lore_gateway.obs.status import Live
     from lore_gateway.ui.pages import Pages
 
 log = logging.getLogger("lore.ui")
@@ -37,7 +39,7 @@ _TYPES = {".js": "text/javascript", ".css": "text/css", ".md": "text/plain"}
 
 
 class UiApp:
-    def __init__(self, settings: Settings, memory: Any, live: Any,
+    def __init__(self, settings: Settings, memory: Memory | None, live: Live | None,
                  amnesia: AmnesiaSwitch | None = None) -> None:
         self.settings = settings
         self.memory = memory

@@ -23,11 +23,14 @@ import ipaddress
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lore_gateway.config import Settings
 from lore_gateway.memory.identity import PERSONAL
 from lore_gateway.obs.status import is_loopback
+
+if TYPE_CHECKING:
+    from lore_gateway.memory.service import Memory
 
 COOKIE = "lore_ui"
 # How long a sign-in lasts: a working day.
@@ -59,7 +62,7 @@ def bind_is_loopback(host: str) -> bool:
 class Access:
     """The access policy of one gateway (see the module docstring)."""
 
-    def __init__(self, settings: Settings, memory: Any) -> None:
+    def __init__(self, settings: Settings, memory: Memory | None) -> None:
         self.team = str(getattr(settings, "tenancy", "personal")) == "keys"
         self.needs_sign_in = self.team or not bind_is_loopback(settings.host)
         self._memory = memory

@@ -9,12 +9,19 @@ file and the database therefore agree after every click.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlencode
 
 from lore_gateway.config import Settings
 from lore_gateway.knowledge import export as ex
 from lore_gateway.knowledge import history, store, sync
+from lore_gateway.storage.base import Connection
+
+if TYPE_CHECKING:
+    from lore_gateway.memory.service import Memory
+
+T = TypeVar("T")
 
 UI_SOURCE = "lore ui"
 MAX_VERSIONS = history.MAX_VERSIONS_PER_ENTRY
@@ -24,7 +31,7 @@ def categories() -> tuple[str, ...]:
     return store.CATEGORIES
 
 
-def listing(conn: Any, tenant: str, project: str | None) -> dict[str, Any]:
+def listing(conn: Connection, tenant: str, project: str | None) -> dict[str, Any]:
     """Entries grouped by project, and every project that has any (for the filter)."""
     rows = store.entries(conn, tenant, project, include_cross=project is not None)
     grouped: dict[str, list[store.Entry]] = {}
@@ -41,14 +48,14 @@ def _file_of(project: str) -> str:
     return str(root / ex.FILE_NAME) if root is not None else ""
 
 
-def entry(conn: Any, tenant: str, entry_id: str) -> store.Entry | None:
+def entry(conn: Connection, tenant: str, entry_id: str) -> store.Entry | None:
     try:
         return store.get(conn, tenant, entry_id)
     except store.KnowledgeError:
         return None
 
 
-def changes(conn: Any, tenant: str, entry_id: str) -> list[dict[str, Any]]:
+def changes(conn: Connection, tenant: str, entry_id: str) -> list[dict[str, Any]]:
     """The entry's versions, newest first, each with the diff of its change as
     lines the page colours (``add``, ``del``, ``hunk``, ``ctx``)."""
     shown = []
@@ -64,13 +71,13 @@ def _kind(line: str) -> str:
     return {"+": "add", "-": "del", "@": "hunk"}.get(line[:1], "ctx")
 
 
-def _sync_around(conn: Any, settings: Settings, tenant: str, project: str,
-                 change: Any) -> Any:
+def _sync_around(conn: Connection, settings: Settings, tenant: str, project: str,
+                 change: Callable[[Connection], T]) -> T:
     root = ex.work_tree_root(project) if settings.export else None
     return sync.edit(conn, tenant, project, root, change)
 
 
-def save(memory: Any, settings: Settings, tenant: str, form: dict[str, str]) -> str:
+def save(memory: Memory, settings: Settings, tenant: str, form: dict[str, str]) -> str:
     """Create or update an entry from the edit form; where to go next. Blocking."""
     entry_id = form.get("id", "").strip()
     old = memory.read(lambda c: entry(c, tenant, entry_id)) if entry_id else None
@@ -78,7 +85,7 @@ def save(memory: Any, settings: Settings, tenant: str, form: dict[str, str]) -> 
     if not project:
         return "/ui/knowledge/edit?" + urlencode({"problem": "a project is needed"})
 
-    def change(conn: Any) -> store.Entry:
+    def change(conn: Connection) -> store.Entry:
         saved, _ = store.upsert(
             conn, tenant=tenant, project=project,
             category=form.get("category", old.category if old else "decision"),
@@ -96,7 +103,7 @@ def save(memory: Any, settings: Settings, tenant: str, form: dict[str, str]) -> 
     return "/ui/knowledge?" + urlencode({"project": saved.project, "saved": saved.id})
 
 
-def delete(memory: Any, settings: Settings, tenant: str, entry_id: str) -> str:
+def delete(memory: Memory, settings: Settings, tenant: str, entry_id: str) -> str:
     old = memory.read(lambda c: entry(c, tenant, entry_id))
     if old is None:
         return "/ui/knowledge"

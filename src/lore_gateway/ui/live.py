@@ -17,13 +17,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from lore_gateway.channel import Receive, Send
 from lore_gateway.ui import http, queries, samples
 from lore_gateway.ui.auth import Viewer
+
+if TYPE_CHECKING:
+    from lore_gateway.memory.service import Memory
 
 # How often a stream looks for news. Half a second reads as "live" to a person.
 POLL_SECONDS = 0.5
@@ -35,7 +38,8 @@ HEARTBEAT_SECONDS = 15
 
 
 class Streams:
-    def __init__(self, memory: Any, sampler: samples.Sampler | None, *, team: bool) -> None:
+    def __init__(self, memory: Memory | None, sampler: samples.Sampler | None, *,
+                 team: bool) -> None:
         self._memory = memory
         self._sampler = sampler
         # Team mode: a member's charts follow their own memory, never others' traffic.
@@ -49,7 +53,8 @@ class Streams:
     async def serve(self, request: http.Request, viewer: Viewer, receive: Receive,
                     send: Send) -> None:
         kind = request.path.rstrip("/").removeprefix("/ui/events/")
-        if kind not in ("overview", "session") or self._memory is None:
+        memory = self._memory
+        if kind not in ("overview", "session") or memory is None:
             await http.respond(send, 404, b"no such stream", "text/plain")
             return
         if self._open >= MAX_STREAMS:
@@ -58,12 +63,12 @@ class Streams:
             return
         self._open += 1
         try:
-            await self._stream(kind, request, viewer, receive, send)
+            await self._stream(memory, kind, request, viewer, receive, send)
         finally:
             self._open -= 1
 
-    async def _stream(self, kind: str, request: http.Request, viewer: Viewer,
-                      receive: Receive, send: Send) -> None:
+    async def _stream(self, memory: Memory, kind: str, request: http.Request,
+                      viewer: Viewer, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream; charset=utf-8"),
             (b"cache-control", b"no-store"), *http.SECURITY_HEADERS]})
@@ -88,14 +93,14 @@ class Streams:
                 if kind == "overview" and not self._team:
                     version: Any = self._sampler.version if self._sampler else 0
                 elif kind == "overview":
-                    version = await asyncio.to_thread(self._memory.read, lambda c: (
+                    version = await asyncio.to_thread(memory.read, lambda c: (
                         queries.tenant_version(c, viewer.tenant)))
                 else:
-                    version = await asyncio.to_thread(self._memory.read, lambda c: (
+                    version = await asyncio.to_thread(memory.read, lambda c: (
                         queries.session_version(c, viewer.tenant, session)))
                 if version != seen:
                     if kind == "overview":
-                        data = await asyncio.to_thread(self._memory.read, lambda c: (
+                        data = await asyncio.to_thread(memory.read, lambda c: (
                             samples.series_for(c, viewer.tenant if self._team else None,
                                                window)))
                     else:

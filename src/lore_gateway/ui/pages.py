@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlencode
 
 import jinja2
@@ -23,11 +23,14 @@ from lore_gateway.config import Settings
 from lore_gateway.memory.amnesia import AmnesiaSwitch
 from lore_gateway.memory.records import Identity
 from lore_gateway.obs import status as status_doc
-from lore_gateway.storage.base import in_tenant
+from lore_gateway.storage.base import Connection, in_tenant
 from lore_gateway.ui import amnesia_view, queries, samples
 from lore_gateway.ui.auth import Access, Viewer
 from lore_gateway.ui.http import NotFound, Request
-from lore_gateway.ui.search_view import explain
+from lore_gateway.ui.search_view import Explained, explain
+
+if TYPE_CHECKING:
+    from lore_gateway.memory.service import Memory
 
 T = TypeVar("T")
 
@@ -89,7 +92,7 @@ def environment() -> jinja2.Environment:
 
 
 class Pages:
-    def __init__(self, settings: Settings, memory: Any, live: Any,
+    def __init__(self, settings: Settings, memory: Memory | None, live: status_doc.Live | None,
                  sampler: samples.Sampler | None, access: Access,
                  amnesia: AmnesiaSwitch | None = None) -> None:
         self.settings = settings
@@ -109,11 +112,18 @@ class Pages:
                            csrf=self.access.form_token(viewer) if viewer else "",
                            **values).encode()
 
-    async def _read(self, viewer: Viewer, query: Callable[[Any], T]) -> T:
+    def _memory(self) -> Memory:
+        """The memory every page but the status page reads (``get`` and ``post``
+        answer a gateway without one before they reach a page)."""
+        if self.memory is None:
+            raise NotFound("Memory is off on this gateway", "Set LORE_STORE=true.")
+        return self.memory
+
+    async def _read(self, viewer: Viewer, query: Callable[[Connection], T]) -> T:
         """``query`` on the memory's reader; in team mode inside the viewer's tenant
         scope (on Postgres, row-level security: the viewer's rows only)."""
         return await asyncio.to_thread(
-            self.memory.read, in_tenant(viewer.tenant, query) if self.access.team else query)
+            self._memory().read, in_tenant(viewer.tenant, query) if self.access.team else query)
 
     def error_page(self, status: int, title: str, hint: str = "",
                    viewer: Viewer | None = None) -> bytes:
@@ -197,7 +207,8 @@ class Pages:
         session = request.arg("id")
         page = request.int_arg("page")
 
-        def read(conn: Any) -> Any:
+        def read(conn: Connection) -> tuple[queries.SessionRow | None, list[queries.Turn],
+                                            amnesia_view.AmnesiaState]:
             return (queries.session_info(conn, viewer.tenant, session),
                     queries.session_turns(conn, viewer.tenant, session,
                                           offset=page * queries.TURNS_PER_PAGE),
@@ -228,13 +239,13 @@ class Pages:
         scope = scope if scope in ("all", "project") else "all"
         project = request.arg("project")
         projects = await self._read(viewer, lambda c: queries.projects(c, viewer.tenant))
-        results: list[Any] = []
+        results: list[Explained] = []
         total = 0
         if q:
             if scope == "project" and not project:
                 scope = "all"
             ident = Identity(viewer.tenant, project or "", "")
-            found = await self.memory.search(q, identity=ident, scope=scope, limit=SEARCH_LIMIT)
+            found = await self._memory().search(q, identity=ident, scope=scope, limit=SEARCH_LIMIT)
             total = found.total
             results = await self._read(viewer, lambda c: [explain(c, viewer.tenant, q, hit)
                                                   for hit in found.hits])
@@ -252,7 +263,7 @@ class Pages:
     async def recall(self, request: Request, viewer: Viewer) -> bytes:
         anchor = request.arg("id")
 
-        def read(conn: Any) -> Any:
+        def read(conn: Connection) -> tuple[queries.Recall | None, int]:
             item = queries.recall(conn, viewer.tenant, anchor)
             offset = (queries.turn_offset(conn, viewer.tenant, item.session, item.turn_id)
                       if item is not None and item.turn_id is not None else 0)

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from lore_gateway.storage.base import Connection
 from lore_gateway.storage.dialect import table_exists
 
 # Turns that hold a distillation's observations message: shown beside the turns
@@ -106,11 +107,11 @@ class Distillation:
     last_source: int
 
 
-def _table_exists(conn: Any, name: str) -> bool:
+def _table_exists(conn: Connection, name: str) -> bool:
     return table_exists(conn, name)
 
 
-def projects(conn: Any, tenant: str) -> list[Project]:
+def projects(conn: Connection, tenant: str) -> list[Project]:
     rows = conn.execute(
         "SELECT project, COUNT(*), SUM(turns), MAX(last_seen) FROM sessions"
         " WHERE tenant = ? AND turns > 0 GROUP BY project ORDER BY MAX(last_seen) DESC",
@@ -118,7 +119,7 @@ def projects(conn: Any, tenant: str) -> list[Project]:
     return [Project(str(p), int(n), int(t or 0), float(last or 0)) for p, n, t, last in rows]
 
 
-def sessions(conn: Any, tenant: str, project: str | None = None, *,
+def sessions(conn: Connection, tenant: str, project: str | None = None, *,
              offset: int = 0, limit: int = PAGE_SIZE) -> list[SessionRow]:
     where = ""
     args: tuple[str, ...] = (tenant,)
@@ -133,7 +134,7 @@ def sessions(conn: Any, tenant: str, project: str | None = None, *,
             for s, p, t, f, la, m in rows]
 
 
-def session_info(conn: Any, tenant: str, session: str) -> SessionRow | None:
+def session_info(conn: Connection, tenant: str, session: str) -> SessionRow | None:
     row = conn.execute(
         "SELECT s.id, s.project, s.turns, s.first_seen, s.last_seen,"
         " (SELECT COUNT(*) FROM messages m WHERE m.tenant = s.tenant AND m.session = s.id)"
@@ -144,14 +145,14 @@ def session_info(conn: Any, tenant: str, session: str) -> SessionRow | None:
     return SessionRow(str(s), str(p), int(t or 0), int(m or 0), float(f or 0), float(la or 0))
 
 
-def session_version(conn: Any, tenant: str, session: str) -> tuple[int, int]:
+def session_version(conn: Connection, tenant: str, session: str) -> tuple[int, int]:
     """(turns, newest message id) of a session: what the live view watches."""
     row = conn.execute("SELECT COUNT(*), COALESCE(MAX(id), 0) FROM messages"
                        " WHERE tenant = ? AND session = ?", (tenant, session)).fetchone()
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
-def tenant_version(conn: Any, tenant: str) -> tuple[int, int]:
+def tenant_version(conn: Connection, tenant: str) -> tuple[int, int]:
     """(newest message id, recalls) of a tenant: what a team member's overview watches."""
     row = conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages WHERE tenant = ?",
                        (tenant,)).fetchone()
@@ -174,7 +175,7 @@ def shown(message_id: int, role: str, content: str, tokens: int, truncated: bool
     return ShownMessage(message_id, role, kind, "", content, tokens, truncated)
 
 
-def session_turns(conn: Any, tenant: str, session: str, *,
+def session_turns(conn: Connection, tenant: str, session: str, *,
                   offset: int = 0, limit: int = TURNS_PER_PAGE) -> list[Turn]:
     """A page of the session's turns, oldest first, with their recalls and the
     distillations that cover them."""
@@ -205,7 +206,7 @@ def session_turns(conn: Any, tenant: str, session: str, *,
     return turns
 
 
-def distillations(conn: Any, tenant: str, session: str) -> list[Distillation]:
+def distillations(conn: Connection, tenant: str, session: str) -> list[Distillation]:
     if not _table_exists(conn, "distillations"):
         return []
     rows = conn.execute(
@@ -260,7 +261,7 @@ _RECALL_SELECT = (
     " ON s.tenant = a.tenant AND s.id = a.session")
 
 
-def recalls(conn: Any, tenant: str, *, session: str | None = None,
+def recalls(conn: Connection, tenant: str, *, session: str | None = None,
             offset: int = 0, limit: int = PAGE_SIZE) -> list[Recall]:
     """Recalls newest first (a session's: oldest first), each with its turn and answer."""
     if not _table_exists(conn, "recall_anchors"):
@@ -278,7 +279,7 @@ def recalls(conn: Any, tenant: str, *, session: str | None = None,
     return found
 
 
-def recall(conn: Any, tenant: str, anchor_id: str) -> Recall | None:
+def recall(conn: Connection, tenant: str, anchor_id: str) -> Recall | None:
     if not _table_exists(conn, "recall_anchors"):
         return None
     row = conn.execute(f"{_RECALL_SELECT} WHERE a.tenant = ? AND a.anchor_id = ?",
@@ -290,7 +291,7 @@ def recall(conn: Any, tenant: str, anchor_id: str) -> Recall | None:
     return item
 
 
-def _attach_turn(conn: Any, tenant: str, item: Recall) -> None:
+def _attach_turn(conn: Connection, tenant: str, item: Recall) -> None:
     """The turn a recall happened in: the session's last turn begun before it was
     stored (a turn's time is its request's start); its answer is that turn's text."""
     row = conn.execute("SELECT id FROM turns WHERE tenant = ? AND session = ? AND created_at"
@@ -306,7 +307,7 @@ def _attach_turn(conn: Any, tenant: str, item: Recall) -> None:
                               and not _REASONING.match(t))
 
 
-def message(conn: Any, tenant: str, message_id: int) -> tuple[str, ShownMessage,
+def message(conn: Connection, tenant: str, message_id: int) -> tuple[str, ShownMessage,
                                                                            float] | None:
     """(session, message, created_at) of one stored message of the tenant."""
     row = conn.execute("SELECT session, role, content, tokens, truncated, created_at"
@@ -319,7 +320,7 @@ def message(conn: Any, tenant: str, message_id: int) -> tuple[str, ShownMessage,
                                 bool(truncated)), float(created))
 
 
-def turn_offset(conn: Any, tenant: str, session: str, turn_id: int) -> int:
+def turn_offset(conn: Connection, tenant: str, session: str, turn_id: int) -> int:
     """How many turns of the session come before ``turn_id`` (for the page to link)."""
     row = conn.execute("SELECT COUNT(*) FROM turns WHERE tenant = ? AND session = ? AND id < ?"
                        " AND protocol != ?", (tenant, session, turn_id, DISTILL_PROTOCOL)
@@ -327,7 +328,7 @@ def turn_offset(conn: Any, tenant: str, session: str, turn_id: int) -> int:
     return int(row[0]) if row else 0
 
 
-def counts(conn: Any, tenant: str) -> dict[str, int]:
+def counts(conn: Connection, tenant: str) -> dict[str, int]:
     """The tenant's own totals for the overview (memory, not traffic)."""
     def one(sql: str) -> int:
         row = conn.execute(sql, (tenant,)).fetchone()

@@ -21,6 +21,7 @@ from dataclasses import astuple, dataclass, fields
 from typing import Any
 
 from lore_gateway.obs import metrics
+from lore_gateway.storage.base import Connection
 from lore_gateway.storage.dialect import table_exists
 
 log = logging.getLogger("lore.ui")
@@ -84,7 +85,7 @@ def read_totals() -> Totals:
 _COLUMNS = tuple(f.name for f in fields(Totals))
 
 
-def insert_sample(conn: Any, ts: float, delta: Totals) -> None:
+def insert_sample(conn: Connection, ts: float, delta: Totals) -> None:
     """Store one interval's increments and drop rows past :data:`KEEP_SECONDS`."""
     marks = ",".join("?" * (len(_COLUMNS) + 1))
     with conn:
@@ -93,7 +94,7 @@ def insert_sample(conn: Any, ts: float, delta: Totals) -> None:
         conn.execute("DELETE FROM metrics_samples WHERE ts < ?", (ts - KEEP_SECONDS,))
 
 
-def series(conn: Any, window_s: float, now: float | None = None,
+def series(conn: Connection, window_s: float, now: float | None = None,
            buckets: int = BUCKETS) -> dict[str, Any]:
     """The window's samples in ``buckets`` equal slots, oldest first, as chart data.
 
@@ -141,7 +142,7 @@ def series(conn: Any, window_s: float, now: float | None = None,
     }
 
 
-def series_for(conn: Any, viewer_tenant: str | None, window_s: float) -> dict[str, Any]:
+def series_for(conn: Connection, viewer_tenant: str | None, window_s: float) -> dict[str, Any]:
     """What a viewer's charts show: the gateway's own counters, or (a signed-in team
     member, ``viewer_tenant`` set) their own stored memory."""
     if viewer_tenant is None:
@@ -157,7 +158,8 @@ class Sampler:
     ``close()`` stores the last increments and stops (before the memory closes).
     """
 
-    def __init__(self, write: Callable[[Callable[[Any], None]], Any], interval: float) -> None:
+    def __init__(self, write: Callable[[Callable[[Connection], None]], None],
+                 interval: float) -> None:
         self._write = write
         self._interval = interval
         self._last = read_totals()
@@ -191,7 +193,7 @@ class Sampler:
         self.sample()
 
 
-def tenant_series(conn: Any, tenant: str, window_s: float, now: float | None = None,
+def tenant_series(conn: Connection, tenant: str, window_s: float, now: float | None = None,
                   buckets: int = BUCKETS) -> dict[str, Any]:
     """The same chart data for one tenant, from its stored memory (team mode).
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from markupsafe import Markup, escape
 
+from lore_gateway.memory.hits import Hit
 from lore_gateway.memory.query import parse_query
+from lore_gateway.storage.base import Connection
 from lore_gateway.ui import queries
 
 # Characters of a result shown around its first matching word.
@@ -22,7 +23,7 @@ SNIPPET_CHARS = 360
 
 @dataclass(frozen=True, slots=True)
 class Explained:
-    hit: Any
+    hit: Hit
     message: queries.ShownMessage
     matched: str  # "message" | "context" | "meaning"
     words: tuple[str, ...]
@@ -63,7 +64,7 @@ def snippet(text: str, pattern: re.Pattern[str] | None, size: int = SNIPPET_CHAR
     return Markup("").join(out)
 
 
-def explain(conn: Any, tenant: str, query: str, hit: Any) -> Explained:
+def explain(conn: Connection, tenant: str, query: str, hit: Hit) -> Explained:
     terms = parse_query(query).terms
     pattern = _pattern(terms)
     mid = int(str(hit.ref).removeprefix("t:"))
