@@ -58,12 +58,9 @@ import asyncio
 import contextlib
 import itertools
 import socket
-import struct
 import threading
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +68,10 @@ import orjson
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from lore_gateway.testing import fake_compaction, fake_worker
+from lore_gateway.testing import fake_compaction, fake_delivery, fake_worker
 from lore_gateway.testing import fake_streams as fs
 from lore_gateway.testing import strict as strict_rules
+from lore_gateway.testing.fake_delivery import JSON_TYPE, RecordedRequest
 from lore_gateway.testing.fake_metered import BYTES_PER_TOKEN, common_prefix, metered
 from lore_gateway.testing.fake_scenarios import Scenario, canned
 from lore_gateway.testing.fake_streams import Answer
@@ -86,7 +84,6 @@ from lore_gateway.testing.fake_wire import (
     decode_body,
     error_body,
     fresh_ids,
-    jsonl_frames,
     model_of,
     reply_headers,
 )
@@ -96,50 +93,15 @@ from lore_gateway.testing.fake_wire import (
 DEFAULT_MAX_RECORDED = 10_000
 # Scripted scenarios waiting for the next requests.
 MAX_SCRIPT = 1_000
-# Frames sent before a mid-stream misbehaviour, so the client has started.
-MISBEHAVE_AFTER = 3
 # Strict-mode refusals remembered; a test expects none, or a few it provoked.
 MAX_REFUSALS = 1_000
 # Metered answers remembered for inspection (a long benchmark reads them per turn).
 MAX_METERED = 100_000
-# How often a stalled handler looks whether its client has gone.
-STALL_POLL_S = 0.01
 # How often a held worker request looks whether the test released it.
 HOLD_POLL_S = 0.02
-# Replayed .sse files are written in slices of this size, so frames straddle
-# chunk boundaries the way they do on a real network.
-REPLAY_SLICE_BYTES = 1024
 
 _Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
-SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-JSON_TYPE = "application/json"
-
-
-@dataclass
-class RecordedRequest:
-    """One request as the fake received it (body already decompressed)."""
-
-    method: str
-    path: str  # path and query string, e.g. "/v1/messages?beta=true"
-    headers: dict[str, str]  # lower-cased names
-    body: bytes
-    raw_body: bytes  # as received, possibly compressed
-    json: Any
-    scenario: str = ""
-    received_at: float = field(default_factory=time.monotonic)
-    client_gone: threading.Event = field(default_factory=threading.Event, repr=False)
-    client_gone_at: float | None = None  # time.monotonic() when the client closed
-    finished_at: float | None = None  # time.monotonic() when a stream's last byte was sent
-
-    @property
-    def route(self) -> str:
-        return self.path.split("?", 1)[0]
-
-    def mark_client_gone(self) -> None:
-        if self.client_gone_at is None:
-            self.client_gone_at = time.monotonic()
-        self.client_gone.set()
 
 
 class _NoDelayServer(web.Server):
@@ -425,7 +387,8 @@ class FakeUpstream:
             return web.Response(status=refusal.status, body=refusal.body,
                                 content_type=JSON_TYPE, headers=headers)
         if replay:
-            return await self._replay(request, record, replay, headers)
+            return await fake_delivery.replay(request, record, replay, headers,
+                                               self.fixtures_dir)
         scenario = Scenario.parse(spec)
         await self._worker_hold(record.headers.get("x-lore-worker"))
         if scenario.name == "worker":
@@ -443,7 +406,7 @@ class FakeUpstream:
             size, _, delta = (scenario.arg or "1").partition("@")
             frames = big_stream(shape, model_of(body, "fake"), int(float(size) * 1024 * 1024),
                                  int(delta or BIG_DELTA_BYTES))
-            return await self._stream(request, record, frames, headers)
+            return await fake_delivery.stream(request, record, frames, headers)
         if scenario.name == "slow":
             await asyncio.sleep(float(scenario.arg or "1"))
         answer = canned(shape, scenario, body, self.text, self.deltas)
@@ -469,7 +432,7 @@ class FakeUpstream:
             if percent is not None:
                 answer = Answer((fs.codex_rate_limits_frame(percent), *answer.frames),
                                 answer.body)
-        return await self._misbehave(request, record, scenario, shape, answer, headers)
+        return await fake_delivery.misbehave(request, record, scenario, shape, answer, headers)
 
     def _refusal(self, shape: str, record: RecordedRequest) -> strict_rules.Refusal | None:
         """What the real API would refuse this request with (strict mode), recorded; with
@@ -494,113 +457,6 @@ class FakeUpstream:
     ) -> web.Response:
         return web.Response(status=status, body=error_body(shape, status, message),
                             content_type=JSON_TYPE, headers=headers)
-
-    async def _misbehave(
-        self,
-        request: web.BaseRequest,
-        record: RecordedRequest,
-        scenario: Scenario,
-        shape: str,
-        answer: Answer,
-        headers: dict[str, str],
-    ) -> web.StreamResponse:
-        frames = answer.frames
-        name = scenario.name
-        if name in ("missing-terminal", "no-completed"):
-            return await self._stream(request, record, frames[:-1], headers)
-        if name == "malformed-event":
-            kind = "response.output_text.delta" if shape != "anthropic" else "content_block_delta"
-            bad = (b"data: {\"choices\":[{\"delta\":\n\n" if shape == "chat"
-                   else b"event: " + kind.encode() + b"\ndata: {\"type\":\"" + kind.encode()
-                   + b"\",\"delta\":\n\n")
-            bent = (*frames[:MISBEHAVE_AFTER], bad, *frames[MISBEHAVE_AFTER:])
-            return await self._stream(request, record, bent, headers)
-        if name == "reset-mid-stream":
-            count = int(scenario.arg or MISBEHAVE_AFTER)
-            return await self._stream(request, record, frames[:count], headers, reset=True)
-        if name == "reset-mid-event":
-            count = int(scenario.arg or MISBEHAVE_AFTER)
-            half = frames[count][: len(frames[count]) // 2]
-            return await self._stream(request, record, (*frames[:count], half), headers,
-                                      reset=True)
-        if name == "stall":
-            seconds = float(scenario.arg) if scenario.arg else None
-            return await self._stream(request, record, frames, headers, stall=True,
-                                      stall_seconds=seconds)
-        return await self._stream(request, record, frames, headers)
-
-    async def _stream(
-        self,
-        request: web.BaseRequest,
-        record: RecordedRequest,
-        frames: Iterable[bytes],
-        headers: dict[str, str],
-        *,
-        reset: bool = False,
-        stall: bool = False,
-        stall_seconds: float | None = None,
-    ) -> web.StreamResponse:
-        """Write ``frames`` one by one; optionally stall after a few, or reset the TCP link."""
-        response = web.StreamResponse(headers={**SSE_HEADERS, **headers})
-        try:
-            await response.prepare(request)
-            for index, frame in enumerate(frames):
-                if stall and index == MISBEHAVE_AFTER:
-                    await self._stall(request, record, stall_seconds)
-                    if record.client_gone.is_set():
-                        return response
-                await response.write(frame)
-            if reset:
-                await asyncio.sleep(0.05)  # let the client read what was sent first
-                _reset(request)
-                record.mark_client_gone()
-                return response
-            await response.write_eof()
-            record.finished_at = time.monotonic()
-        except (ConnectionError, asyncio.CancelledError):
-            record.mark_client_gone()
-            raise
-        return response
-
-    async def _stall(self, request: web.BaseRequest, record: RecordedRequest,
-                     seconds: float | None) -> None:
-        """Send nothing for ``seconds`` (None: until the client goes away)."""
-        deadline = None if seconds is None else time.monotonic() + seconds
-        while deadline is None or time.monotonic() < deadline:
-            transport = request.transport
-            if transport is None or transport.is_closing():
-                record.mark_client_gone()
-                return
-            await asyncio.sleep(STALL_POLL_S)
-
-    async def _replay(self, request: web.BaseRequest, record: RecordedRequest, name: str,
-                      headers: dict[str, str]) -> web.StreamResponse:
-        path = Path(name)
-        if not path.is_absolute() and self.fixtures_dir is not None:
-            path = self.fixtures_dir / path
-        if not path.is_file():
-            return web.Response(status=404, body=error_body("responses", 404, f"no fixture {path}"),
-                                content_type=JSON_TYPE)
-        data = path.read_bytes()
-        if path.name.endswith(".json"):
-            return web.Response(body=data, content_type=JSON_TYPE, headers=headers)
-        if path.name.endswith(".chunks.jsonl"):
-            frames: Iterable[bytes] = list(jsonl_frames(data))
-        else:
-            step = REPLAY_SLICE_BYTES
-            frames = [data[i : i + step] for i in range(0, len(data), step)]
-        return await self._stream(request, record, frames, headers)
-
-
-def _reset(request: web.BaseRequest) -> None:
-    """Close the connection with a TCP RST (SO_LINGER 0), as a crashed server would."""
-    transport = request.transport
-    if transport is None:
-        return
-    sock = transport.get_extra_info("socket")
-    if sock is not None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    transport.abort()
 
 
 async def _serve(args: argparse.Namespace) -> None:
