@@ -16,12 +16,16 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from lore_gateway import __version__
 from lore_gateway.config import Settings
+from lore_gateway.storage.base import Connection
+
+if TYPE_CHECKING:
+    from lore_gateway.memory.service import Memory
 
 log = logging.getLogger("lore.status")
 
@@ -37,7 +41,7 @@ class Live:
 
     started_at: float = field(default_factory=time.time)
     listen: str = ""
-    memory: Any = None
+    memory: Memory | None = None
     recall_active: bool = False
     pid: int = field(default_factory=os.getpid)
 
@@ -128,7 +132,7 @@ def database_facts(settings: Settings) -> dict[str, Any]:
     return facts
 
 
-def _count(conn: Any, sql: str) -> int:
+def _count(conn: Connection, sql: str) -> int:
     row = conn.execute(sql).fetchone()
     return int(row[0]) if row and row[0] is not None else 0
 

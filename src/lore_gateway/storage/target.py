@@ -58,6 +58,4 @@ def close_shared(url: str) -> None:
         found = [key for key in _SHARED if key[0] == url]
         databases = [_SHARED.pop(key) for key in found]
     for database in databases:
-        close = getattr(database, "close", None)
-        if close is not None:
-            close()
+        database.close()
