@@ -103,7 +103,7 @@ def _package_embedder() -> Any:
     return package
 
 
-# Texts a memory stores (never an empty one: writer.prepare_turn drops those).
+# Texts a memory stores (never an empty one: turn_rows.prepare_turn drops those).
 TEXTS = ["the quokka migration runs at night", "x",
          "Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",
          "def flush(self, timeout: float) -> bool:\n    return self._done.wait(timeout)",

@@ -21,8 +21,8 @@ from lore_gateway.memory.query import (
 )
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.turn_rows import write_turn
 from lore_gateway.memory.vectors import embed_and_store
-from lore_gateway.memory.writer import write_turn
 from lore_gateway.protocols.common import Message, Role
 
 ALICE = Identity("tenant-a", "proj-x", "s1")

@@ -18,7 +18,7 @@ from lore_gateway.memory.query import identifiers, intent_phrases, parse_query
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.render import NO_RESULTS, is_recall_traffic, render
 from lore_gateway.memory.service import Memory
-from lore_gateway.memory.writer import write_turn
+from lore_gateway.memory.turn_rows import write_turn
 from lore_gateway.protocols.common import Message, Role
 
 ME = Identity("tenant-a", "proj-x", "s1")

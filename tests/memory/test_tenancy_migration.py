@@ -18,7 +18,7 @@ from lore_gateway.memory import db, schema
 from lore_gateway.memory.identity import PERSONAL
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
-from lore_gateway.memory.writer import write_turn
+from lore_gateway.memory.turn_rows import write_turn
 from lore_gateway.protocols.common import Message
 
 OLD_TENANTS = ("t-0123456789abcdef01234567", "t-fedcba9876543210fedcba98", "anonymous")

@@ -3,7 +3,7 @@
 Most turns are ordinary: no import key, and no incomplete attempt of their
 session that their input could supersede. A run of them is written with a few
 statements for the whole run (each backend spells them: ``writer_pg``,
-``writer_sqlite``), which stores exactly the rows ``writer.write_prepared`` stores
+``writer_sqlite``), which stores exactly the rows ``turn_rows.write_prepared`` stores
 turn by turn: the same rows, ids ascending in submission order, each session's
 counts and bounds. A turn that needs the careful path (an import's
 ``dedup_key``; input that may supersede an incomplete attempt) is written on its
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from lore_gateway.memory.identity import UNKNOWN_PROJECT
 from lore_gateway.memory.records import TurnRecord
-from lore_gateway.memory.writer import (
+from lore_gateway.memory.turn_rows import (
     SESSION_PROJECT,
     PreparedTurn,
     estimate_tokens,

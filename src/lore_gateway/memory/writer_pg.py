@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from lore_gateway.memory import turn_runs
 from lore_gateway.memory.errors import StorageUnavailable
 from lore_gateway.memory.records import TurnRecord
+from lore_gateway.memory.turn_rows import PreparedTurn
 from lore_gateway.memory.turn_runs import SessionKey, WriteOne
-from lore_gateway.memory.writer import PreparedTurn
 from lore_gateway.storage.base import Connection
 
 

@@ -28,8 +28,8 @@ from typing import Any
 
 from lore_gateway.memory import turn_runs
 from lore_gateway.memory.records import TurnRecord
+from lore_gateway.memory.turn_rows import PreparedTurn
 from lore_gateway.memory.turn_runs import SessionKey, WriteOne
-from lore_gateway.memory.writer import PreparedTurn
 from lore_gateway.storage.base import Connection
 
 # Rows per multi-row statement, and the statement sizes are powers of two up to
