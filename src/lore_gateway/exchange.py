@@ -1,16 +1,46 @@
-"""One client request as the gateway understood it, shared by every handler."""
+"""One client request as the gateway understood it, shared by every handler, and
+the parse that makes one."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
 
+import orjson
+
+from lore_gateway.errors import invalid_request
 from lore_gateway.knowledge.sidechannel import SideChannel
 from lore_gateway.memory.records import Identity
+from lore_gateway.request_shape import check_request
 from lore_gateway.routing import Protocol, Route
 
 RawHeaders = list[tuple[bytes, bytes]]
+
+# Bodies above this size are parsed in a worker thread so one huge agent request
+# (a long session is several MB of JSON) does not stall every other stream.
+PARSE_OFF_LOOP_BYTES = 256 * 1024
+
+
+async def parse_payload(body: bytes, protocol: Protocol) -> dict[str, Any]:
+    """:func:`parse_request`, off the loop when the body is big."""
+    if len(body) > PARSE_OFF_LOOP_BYTES:
+        return await asyncio.to_thread(parse_request, body, protocol)
+    return parse_request(body, protocol)
+
+
+def parse_request(body: bytes, protocol: Protocol) -> dict[str, Any]:
+    """Parse and shape-check a model request (``request_shape``): a 400 in the
+    protocol's error shape for anything that is not one."""
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise invalid_request(f"Invalid JSON body: {exc}") from None
+    if not isinstance(payload, dict):
+        raise invalid_request("Invalid JSON body: expected a JSON object")
+    check_request(protocol, payload, body)
+    return payload
 
 
 @dataclass(slots=True)

@@ -1,10 +1,12 @@
 """The request handlers: one client request, top to bottom.
 
 ``handle_model`` serves conversation turns (Responses, the Codex backend, Chat
-Completions, Anthropic Messages): read and decode the body, parse it, decide
-what changes upstream (usually nothing), forward, relay the answer chunk by chunk
-while a collector accumulates it, and hand the finished turn to memory.
-``handle_passthrough`` serves everything else under ``/v1/``: bytes in, bytes out.
+Completions, Anthropic Messages) in three steps: ``prepare`` (read and decode
+the body, parse it, and ask the request pipeline what goes upstream: usually
+nothing changes), forward, and deliver (relay the answer chunk by chunk while a
+collector accumulates it, or let recall serve it), which comes to one
+``TurnOutcome`` for memory. ``handle_passthrough`` serves everything else under
+``/v1/``: bytes in, bytes out.
 """
 
 from __future__ import annotations
@@ -21,24 +23,23 @@ import orjson
 
 from lore_gateway.body import ClientDisconnected, decode_body, read_body
 from lore_gateway.channel import ClientChannel, ClientGone, Receive, Send, watch
+from lore_gateway.collector import stream_usage
 from lore_gateway.compaction.channel import ScaledUsageChannel
 from lore_gateway.compaction.service import CompactionAnswer, CompactionService, usage_cap
 from lore_gateway.config import Settings
-from lore_gateway.context import overflow as context_overflow
-from lore_gateway.context.service import ContextService
-from lore_gateway.errors import GatewayError, error_body, invalid_request
-from lore_gateway.exchange import Exchange
+from lore_gateway.errors import GatewayError, error_body
+from lore_gateway.exchange import Exchange, parse_payload
 from lore_gateway.headers import client_response_headers, header_map, upstream_request_headers
 from lore_gateway.knowledge.sidechannel import side_channel_reason
-from lore_gateway.memory.records import RAW_OUTPUT_MAX_BYTES
+from lore_gateway.memory.records import RAW_OUTPUT_MAX_BYTES, RawOutputs
 from lore_gateway.memory.sanitize import redact_credentials, storable
+from lore_gateway.memory.service import PendingTurn
+from lore_gateway.pipeline.request import RequestPipeline
 from lore_gateway.protocols.common import ProtocolError
-from lore_gateway.protocols.usage import Usage
-from lore_gateway.recall.service import Prepared, RecallService
-from lore_gateway.request_shape import check_request
+from lore_gateway.recall.service import RecallService
 from lore_gateway.routing import Protocol, Route, family_of
 from lore_gateway.sse import encode_event
-from lore_gateway.turns import TurnCollector, TurnSink
+from lore_gateway.turns import TurnCollector, TurnOutcome, TurnSink
 from lore_gateway.upstream import (
     UpstreamBroken,
     UpstreamClient,
@@ -52,9 +53,6 @@ log = logging.getLogger("lore.proxy")
 # Relayed bytes held back until the response is done: handed to storage as they
 # are, or, past this, fed to the storage collector here as they pile up.
 _UNFED_LIMIT = RAW_OUTPUT_MAX_BYTES
-# Bodies above this size are parsed in a worker thread so one huge agent request
-# (a long session is several MB of JSON) does not stall every other stream.
-_PARSE_OFF_LOOP_BYTES = 256 * 1024
 
 
 @dataclass(slots=True)
@@ -99,17 +97,27 @@ SHUTDOWN_MESSAGE = ("The gateway is shutting down and ended this response; "
 
 
 class Proxy:
+    """The request handlers of one gateway, built once (composition.py).
+
+    ``pipeline`` shapes what goes upstream; ``recall`` serves answers to requests
+    that carry its tool (None with recall off or without memory);
+    ``compaction`` answers compaction requests from memory (None: no memory);
+    ``on_response_ended`` is called once the client has a whole (2xx) response
+    of a kept turn: background work (docs/knowledge.md) starts there and never
+    earlier.
+    """
+
     def __init__(self, settings: Settings, upstream: UpstreamClient, turns: TurnSink,
-                 recall: RecallService | None = None) -> None:
+                 pipeline: RequestPipeline, *, recall: RecallService | None = None,
+                 compaction: CompactionService | None = None,
+                 on_response_ended: Callable[[Exchange], None] | None = None) -> None:
         self.settings = settings
         self.upstream = upstream
         self.turns = turns
+        self.pipeline = pipeline
         self.recall = recall
-        # Called once the client has the whole (2xx) response: background work
-        # (docs/knowledge.md) starts there and never earlier.
-        self.on_response_ended: Callable[[Exchange], None] | None = None
-        # Compaction requests answered from memory (compaction/; None: no memory).
-        self.compaction: CompactionService | None = None
+        self.compaction = compaction
+        self.on_response_ended = on_response_ended
         # Relays in flight, so that shutdown can end them once the grace is over.
         self._relays: set[asyncio.Task[None]] = set()
         self._idle = asyncio.Event()
@@ -153,7 +161,7 @@ class Proxy:
         # Every request already running may still store a turn: room for all of them.
         await self.turns.admit(len(self._relays) + 1)
         try:
-            exchange, compaction = await self._read_exchange(scope, receive, route)
+            exchange, compaction = await self.prepare(scope, receive, route)
         except ClientDisconnected:
             return timing
         except GatewayError as exc:
@@ -187,8 +195,8 @@ class Proxy:
             self._relays.discard(relay)
             if not self._relays:
                 self._idle.set()
-            # A no-op when the turn was already completed (PendingTurn ends once).
-            self.turns.abandoned(pending)
+            # A no-op when the turn already ended (PendingTurn ends once).
+            self.turns.end(pending, TurnOutcome(False), exchange.protocol)
         timing.status = client.status
         # Background work reads the stored turn: none for a turn memory does not keep.
         if (ended and exchange.keep and self.on_response_ended is not None
@@ -196,8 +204,8 @@ class Proxy:
             self.on_response_ended(exchange)
         return timing
 
-    async def _read_exchange(self, scope: dict[str, Any], receive: Receive,
-                             route: Route) -> tuple[Exchange, CompactionAnswer | None]:
+    async def prepare(self, scope: dict[str, Any], receive: Receive,
+                      route: Route) -> tuple[Exchange, CompactionAnswer | None]:
         """The parsed request and what goes upstream; a compaction request
         (compaction/) skips the request pipeline: answered from memory, or
         forwarded as the client sent it."""
@@ -207,7 +215,7 @@ class Proxy:
         raw = await read_body(receive, limit=limit, content_length=hmap.get("content-length"))
         body = decode_body(raw, hmap.get("content-encoding"), limit=limit)
         assert route.protocol is not None
-        payload = await _parse_json(body, route.protocol)
+        payload = await parse_payload(body, route.protocol)
         identity = self.turns.identify(route, hmap, payload)
         side = (side_channel_reason(family_of(route.protocol), payload, hmap)
                 if identity is not None else None)
@@ -216,12 +224,10 @@ class Proxy:
         compaction = None
         if self.compaction is not None:
             compaction = await self.compaction.answer(route.protocol, payload, hmap, identity)
-        prepared: Prepared | None = None
-        if self.recall is not None and identity is not None and compaction is None:
-            prepared = await self.recall.prepare(route, hmap, payload, identity, body,
-                                                 coding=coding, keep=keep)
-        changed = prepared.upstream_payload if prepared is not None else None
-        upstream_payload, upstream_stream = _upstream_rules(route, payload, changed)
+        prepared = await self.pipeline.prepare(route, hmap, payload,
+                                               identity if compaction is None else None,
+                                               body, coding=coding, keep=keep)
+        upstream_payload = prepared.upstream_payload
         return Exchange(
             route=route,
             headers=headers,
@@ -232,27 +238,28 @@ class Proxy:
             upstream_headers=upstream_request_headers(headers),
             upstream_body=body if upstream_payload is None else orjson.dumps(upstream_payload),
             client_stream=payload.get("stream") is True,
-            upstream_stream=upstream_stream,
+            upstream_stream=prepared.upstream_stream,
             identity=identity,
             coding=coding,
             side_channel=side,
             upstream_payload=upstream_payload,
-            recall=prepared is not None and prepared.inject,
+            recall=prepared.inject,
             keep=keep,
         ), compaction
 
     async def _forward(self, exchange: Exchange, client: ClientChannel, tail: _SentTail,
-                       timing: RequestTiming, pending: Any) -> None:
+                       timing: RequestTiming, pending: PendingTurn | None) -> None:
         sent = perf_counter()
         try:
-            resp = await self.upstream.send(
-                "POST", exchange.upstream_url, exchange.upstream_headers, exchange.upstream_body
-            )
-            if resp.status in (400, 413) and self._context(exchange) is not None:
-                retry = await self._overflow_retry(exchange, resp, client)
-                if retry is None:
+            resp = await self._send(exchange)
+            if resp.status in (400, 413) and self.pipeline.manages(exchange):
+                # A context-length error is retried once at a higher context layer.
+                body, cut = await resp.read(self.settings.max_error_body_bytes)
+                resp.close()
+                if cut or not await self.pipeline.retry_overflow(exchange, resp.status, body):
+                    await client.respond(resp.status, body, _error_headers(resp, cut))
                     return
-                resp = retry
+                resp = await self._send(exchange)
         except UpstreamUnavailable as exc:
             await client.respond(502, _unreachable(exchange, exc))
             return
@@ -260,108 +267,56 @@ class Proxy:
         timing.upstream_wait += timing.ttfb
         collector = self.turns.collector(exchange, pending)
         try:
-            await self._deliver(exchange, resp, client, timing, pending, collector)
+            outcome = await self._deliver(exchange, resp, client, timing, collector)
         except UpstreamBroken as exc:
-            self.turns.abandoned(pending, collector)
+            self.turns.end(pending, TurnOutcome.cut(collector), exchange.protocol)
             if not await _end_with_error(client, tail, exchange.protocol,
                                          f"{BROKEN_STREAM_MESSAGE} ({exc})", 502):
                 raise
         except (ProtocolError, ValueError) as exc:
             # A handler that reads the upstream's events met one it cannot read:
             # the client learns which, not just that something failed.
-            self.turns.abandoned(pending, collector)
+            self.turns.end(pending, TurnOutcome.cut(collector), exchange.protocol)
             log.warning("upstream protocol violation: %s", exc)
             if not await _end_with_error(client, tail, exchange.protocol,
                                          f"The upstream broke the protocol: {exc}", 502):
                 raise
         except BaseException:
-            self.turns.abandoned(pending, collector)
+            self.turns.end(pending, TurnOutcome.cut(collector), exchange.protocol)
             raise
+        else:
+            self.turns.end(pending, outcome, exchange.protocol)
+            self.pipeline.observe(exchange, outcome)
         finally:
             resp.close()
 
-    def _context(self, exchange: Exchange) -> ContextService | None:
-        """The context service for this request; None with context management off
-        (``LORE_CONTEXT=false``: an overflow then reaches the client as it came)."""
-        if not self.settings.context or self.recall is None:
-            return None
-        return self.recall.context if exchange.identity is not None else None
-
-    async def _overflow_retry(self, exchange: Exchange, resp: UpstreamResponse,
-                              client: ClientChannel) -> UpstreamResponse | None:
-        """A context-length error forces a higher context layer; the request is
-        sent once more, rebuilt (the new response). Any other error is relayed
-        here as read (then None)."""
-        body, cut = await resp.read(self.settings.max_error_body_bytes)
-        overflow = None if cut else context_overflow.detect(resp.status, body)
-        if overflow is None:
-            headers = client_response_headers(resp.raw_headers)
-            if cut:
-                headers.append((b"x-lore-body-truncated", b"true"))
-            resp.close()
-            await client.respond(resp.status, body, headers)
-            return None
-        resp.close()
-        context, recall = self._context(exchange), self.recall
-        assert context is not None and recall is not None and exchange.identity is not None
-        log.warning("upstream context overflow (ratio %s); retrying at a higher layer",
-                    overflow.ratio)
-        context.overflow(exchange.identity, overflow.ratio, overflow.limit,
-                         len(exchange.upstream_body), keep=exchange.keep)
-        prepared = await recall.prepare(exchange.route, exchange.header_map, exchange.payload,
-                                        exchange.identity, exchange.body, coding=exchange.coding,
-                                        keep=exchange.keep)
-        payload, _stream = _upstream_rules(exchange.route, exchange.payload,
-                                           prepared.upstream_payload)
-        exchange.upstream_payload = payload
-        exchange.upstream_body = exchange.body if payload is None else orjson.dumps(payload)
-        exchange.recall = prepared.inject
+    async def _send(self, exchange: Exchange) -> UpstreamResponse:
         return await self.upstream.send("POST", exchange.upstream_url,
                                         exchange.upstream_headers, exchange.upstream_body)
 
-    def _observe(self, exchange: Exchange, usage: Usage | None) -> None:
-        """Calibrate the session's context estimate with the real usage."""
-        context = self._context(exchange)
-        if context is not None and usage is not None and exchange.identity is not None:
-            context.observe(exchange.identity, len(exchange.upstream_body), usage.prompt_tokens,
-                            usage.cache_read or 0, keep=exchange.keep)
-
     async def _deliver(self, exchange: Exchange, resp: UpstreamResponse, client: ClientChannel,
-                       timing: RequestTiming, pending: Any,
-                       collector: TurnCollector | None) -> None:
+                       timing: RequestTiming, collector: TurnCollector | None) -> TurnOutcome:
+        """Serve the upstream's answer; what it came to, for memory and calibration."""
         if resp.status >= 300:
             await self._relay_error(resp, client)
-        elif exchange.recall:
+            return TurnOutcome(False)
+        if exchange.recall:
             assert self.recall is not None and collector is not None
             assert exchange.upstream_payload is not None
-            outcome = await self.recall.respond(
+            return await self.recall.respond(
                 exchange, resp, client, exchange.upstream_payload, collector)
-            self.turns.finish(pending, outcome.outputs, complete=outcome.complete,
-                              raw=outcome.raw)
-            self._observe(exchange, outcome.usage)
-        elif exchange.client_stream or not exchange.upstream_stream:
-            whole, stream = await self._relay(exchange, resp, client, collector, timing)
-            if not whole:
-                self.turns.abandoned(pending, collector)
-            elif stream is not None:
-                self._observe(exchange, self.turns.completed_stream(
-                    pending, exchange.protocol, stream))
-            else:
-                self.turns.completed(pending, collector)
-                self._observe(exchange, collector.usage() if collector else None)
-        elif await self._answer_json_from_stream(resp, client, collector, timing):
-            self.turns.completed(pending, collector)
-            self._observe(exchange, collector.usage() if collector else None)
+        if exchange.client_stream or not exchange.upstream_stream:
+            return await self._relay(exchange, resp, client, collector, timing)
+        return await self._answer_json_from_stream(resp, client, collector, timing)
 
     async def _relay(self, exchange: Exchange, resp: UpstreamResponse, client: ClientChannel,
-                     collector: TurnCollector | None, timing: RequestTiming
-                     ) -> tuple[bool, bytes | None]:
+                     collector: TurnCollector | None, timing: RequestTiming) -> TurnOutcome:
         """Forward the body as it arrives, byte for byte, for the collector.
 
-        Returns whether the body came whole (not when the upstream broke
-        mid-body), and the event stream as the client got it when storage takes
-        it so, to parse where the turn is written (an event stream up to
-        ``_UNFED_LIMIT``); otherwise the collector was fed here. An event stream
+        Incomplete when the upstream broke mid-body. An event stream storage
+        takes as the client got it (up to ``_UNFED_LIMIT``) is parsed where the
+        turn is written, and only its usage read here (``stream_usage``);
+        otherwise the collector was fed here. An event stream
         broken between two events ends with one protocol error event, so SDKs
         raise a clear error; one broken mid-event (or a JSON body) is aborted,
         so the client sees a truncated response rather than a complete-looking
@@ -392,7 +347,7 @@ class Proxy:
                 if frame is None:
                     raise
                 await client.end(frame)
-                return False, None
+                return TurnOutcome.cut(collector)
             timing.upstream_wait += perf_counter() - waited
             await client.write(chunk)
             tail = chunk[-4:]
@@ -405,13 +360,17 @@ class Proxy:
                     keep = False
         await client.end()
         if keep:
-            return True, b"".join(unfed)
+            stream = b"".join(unfed)
+            return TurnOutcome(True, raw=RawOutputs(exchange.protocol.value, stream, ()),
+                               usage=stream_usage(exchange.protocol, stream))
         _feed(collector, unfed)
-        return True, None
+        if collector is None:
+            return TurnOutcome(True)
+        return TurnOutcome(True, collector.outputs(), usage=collector.usage())
 
     async def _answer_json_from_stream(self, resp: UpstreamResponse, client: ClientChannel,
                                        collector: TurnCollector | None,
-                                       timing: RequestTiming) -> bool:
+                                       timing: RequestTiming) -> TurnOutcome:
         """The Codex backend only streams; a non-streaming client gets the JSON it asked for."""
         assert collector is not None
         waited = perf_counter()
@@ -423,17 +382,14 @@ class Proxy:
         except Exception as exc:
             await client.respond(502, error_body(
                 "api_error", f"The upstream stream could not be turned into a response: {exc}"))
-            return False
+            return TurnOutcome(False)
         await client.respond(200, orjson.dumps(body))
-        return True
+        return TurnOutcome(True, collector.outputs(), usage=collector.usage())
 
     async def _relay_error(self, resp: UpstreamResponse, client: ClientChannel) -> None:
         """Upstream errors reach the client unchanged, bounded to the configured size."""
         body, cut = await resp.read(self.settings.max_error_body_bytes)
-        headers = client_response_headers(resp.raw_headers)
-        if cut:
-            headers.append((b"x-lore-body-truncated", b"true"))
-        await client.respond(resp.status, body, headers)
+        await client.respond(resp.status, body, _error_headers(resp, cut))
 
     async def handle_compact(self, scope: dict[str, Any], receive: Receive, send: Send,
                              route: Route) -> int:
@@ -512,23 +468,13 @@ class Proxy:
             resp.close()
 
 
-async def _parse_json(body: bytes, protocol: Protocol) -> dict[str, Any]:
-    """Parse and shape-check a model request (``request_shape``), off the loop
-    when it is big."""
-    if len(body) > _PARSE_OFF_LOOP_BYTES:
-        return await asyncio.to_thread(_parse_checked, body, protocol)
-    return _parse_checked(body, protocol)
-
-
-def _parse_checked(body: bytes, protocol: Protocol) -> dict[str, Any]:
-    try:
-        payload = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise invalid_request(f"Invalid JSON body: {exc}") from None
-    if not isinstance(payload, dict):
-        raise invalid_request("Invalid JSON body: expected a JSON object")
-    check_request(protocol, payload, body)
-    return payload
+def _error_headers(resp: UpstreamResponse, cut: bool) -> list[tuple[bytes, bytes]]:
+    """An upstream error's headers as the client gets them, marked when its body
+    was cut at ``max_error_body_bytes``."""
+    headers = client_response_headers(resp.raw_headers)
+    if cut:
+        headers.append((b"x-lore-body-truncated", b"true"))
+    return headers
 
 
 def _feed(collector: TurnCollector | None, chunks: list[bytes]) -> None:
@@ -536,27 +482,6 @@ def _feed(collector: TurnCollector | None, chunks: list[bytes]) -> None:
         for chunk in chunks:
             collector.feed(chunk)
     chunks.clear()
-
-
-def _upstream_rules(route: Route, payload: dict[str, Any],
-                    changed: dict[str, Any] | None) -> tuple[dict[str, Any] | None, bool]:
-    """Apply the upstream's own rules to the (possibly already changed) request.
-
-    The Codex backend only streams, rejects ``max_output_tokens`` and requires
-    ``store: false``. Returns the upstream payload (None when nothing changed, so
-    the original bytes are forwarded) and the upstream stream flag.
-    """
-    current = payload if changed is None else changed
-    if route.protocol is not Protocol.CODEX:
-        return changed, current.get("stream") is True
-    if (current.get("stream") is True and "max_output_tokens" not in current
-            and current.get("store", False) is False):
-        return changed, True
-    upstream = dict(current)
-    upstream["stream"] = True
-    upstream.pop("max_output_tokens", None)
-    upstream["store"] = False
-    return upstream, True
 
 
 def _unreachable(exchange: Exchange, exc: Exception) -> bytes:
@@ -570,8 +495,6 @@ def _unreachable(exchange: Exchange, exc: Exception) -> bytes:
         f"Could not reach the upstream {exchange.upstream_url}: {exc}. "
         "Check the LORE_UPSTREAM_* settings and your network.",
     )
-
-
 
 
 BROKEN_STREAM_MESSAGE = "Gateway request failed: the upstream connection broke mid-response"

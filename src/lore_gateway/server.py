@@ -14,22 +14,18 @@ import logging
 import math
 import socket
 from collections.abc import Iterator
-from functools import partial
-from typing import Any
 
 import uvicorn
 
-from lore_gateway.app import GatewayApp
+from lore_gateway.composition import Assembly, Background, build_gateway
 from lore_gateway.config import Settings
 from lore_gateway.http_protocol import ConnectionLimits, protocol_class
-from lore_gateway.memory import db
 from lore_gateway.memory.amnesia import AmnesiaSwitch
+from lore_gateway.memory.service import Memory
 from lore_gateway.obs import metrics
 from lore_gateway.proxy import Proxy
 from lore_gateway.recall.service import RecallService
-from lore_gateway.turns import TurnSink
-from lore_gateway.upstream import UpstreamBroken, UpstreamClient
-from lore_gateway.worker.wiring import Background
+from lore_gateway.upstream import UpstreamBroken
 
 log = logging.getLogger("lore.server")
 
@@ -81,64 +77,53 @@ class _Server(uvicorn.Server):
 class Gateway:
     """A running gateway: ``await start()``, then ``url``; ``await stop()`` to end.
 
-    ``memory`` is the memory store to use; by default one is opened from the
-    settings (or none when ``LORE_STORE=false``).
+    Its services are built by ``composition.build_gateway`` at start (the memory
+    store opened from the settings, none with ``LORE_STORE=false``); ``memory``,
+    ``proxy``, ``recall``, ``background`` and ``amnesia`` name them once started.
     """
 
-    def __init__(self, settings: Settings, *, memory: Any = "auto") -> None:
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._memory_arg = memory
-        self.memory: Any = None
-        self.upstream = UpstreamClient(settings)
-        self.recall: RecallService | None = None
-        self.background: Background | None = None
+        self.port = settings.port
+        self._assembly: Assembly | None = None
         self._server: _Server | None = None
-        self._app: GatewayApp | None = None
         self._task: asyncio.Task[None] | None = None
         self._sock: socket.socket | None = None
         self._grace: asyncio.Task[None] | None = None
-        self.proxy: Proxy | None = None
-        self.amnesia: AmnesiaSwitch | None = None
-        self.port = settings.port
 
     @property
     def url(self) -> str:
         return f"http://{self.settings.host}:{self.port}"
 
+    @property
+    def memory(self) -> Memory | None:
+        return self._assembly.memory if self._assembly is not None else None
+
+    @property
+    def proxy(self) -> Proxy | None:
+        return self._assembly.proxy if self._assembly is not None else None
+
+    @property
+    def recall(self) -> RecallService | None:
+        return self._assembly.recall if self._assembly is not None else None
+
+    @property
+    def background(self) -> Background | None:
+        return self._assembly.background if self._assembly is not None else None
+
+    @property
+    def amnesia(self) -> AmnesiaSwitch | None:
+        return self._assembly.amnesia if self._assembly is not None else None
+
     async def start(self) -> None:
+        # Bound first: a port in use fails before memory is opened.
         self._sock = listen_socket(self.settings.host, self.settings.port)
         self.port = self._sock.getsockname()[1]
-        if self._memory_arg == "auto":
-            if self.settings.store:
-                from lore_gateway.memory.service import Memory
-
-                self.memory = await asyncio.to_thread(
-                    partial(Memory.open, self.settings,
-                            turn_process=self.settings.store_process))
-        else:
-            self.memory = self._memory_arg
-        await self.upstream.start()
-        if self.memory is not None:
-            memory = self.memory
+        assembly = self._assembly = await build_gateway(self.settings)
+        await assembly.start()
+        memory = assembly.memory
+        if memory is not None:
             metrics.set_queue_depth_source(lambda: memory.queue_depth)
-        if self.memory is not None:
-            # `lore amnesia` and /ui's switch (memory/amnesia.py), read off the loop.
-            self.amnesia = await asyncio.to_thread(
-                AmnesiaSwitch, db.conn_factory(self.memory.database))
-        turns = TurnSink(self.memory, max_json_bytes=self.settings.max_response_body_bytes,
-                         max_stored_chars=self.settings.store_max_message_bytes + 1,
-                         amnesia=self.amnesia)
-        if self.memory is not None and self.settings.recall:
-            self.recall = RecallService(self.memory, self.upstream)
-        self.proxy = Proxy(self.settings, self.upstream, turns, self.recall)
-        if self.memory is not None:
-            from lore_gateway.compaction.service import CompactionService
-
-            self.proxy.compaction = CompactionService(self.settings, self.memory,
-                                                      expands=self.recall is not None)
-        self.background = await Background.attach(self.settings, self.memory, self.upstream,
-                                                  self.proxy, self.recall)
-        app = self._app = GatewayApp(self.proxy, memory_degraded=self._memory_degraded)
         limits = ConnectionLimits(
             header_timeout=self.settings.header_timeout,
             body_timeout=self.settings.body_timeout,
@@ -146,7 +131,7 @@ class Gateway:
             max_connections=self.settings.max_connections,
         )
         config = uvicorn.Config(
-            app,
+            assembly.app,
             lifespan="off",
             ws="none",
             http=protocol_class(limits),
@@ -166,18 +151,12 @@ class Gateway:
                 self._task.result()
             await asyncio.sleep(0.005)
 
-    def _memory_degraded(self) -> str | None:
-        if self.memory is None:
-            return None
-        reason: str | None = getattr(self.memory, "degraded", None)
-        return reason
-
     def request_stop(self) -> None:
         """Begin a graceful shutdown (a signal handler may call this): stop
         accepting, let open responses run for ``shutdown_grace`` seconds, then end
         them with their protocol's error event."""
-        if self._app is not None:
-            self._app.ui.stopping()  # live /ui streams end, so the server can stop
+        if self._assembly is not None:
+            self._assembly.app.ui.stopping()  # live /ui streams end, so the server can stop
         if self._server is not None:
             self._server.should_exit = True
         if self._grace is None and self.proxy is not None:
@@ -204,18 +183,8 @@ class Gateway:
             await self._task
         if self._grace is not None:
             self._grace.cancel()
-        if self._app is not None:
-            await asyncio.to_thread(self._app.ui.close)  # the last metrics sample
-            await self._app.mcp.close()
-        if self.background is not None:
-            await self.background.stop()
-        await self.upstream.close()
         metrics.set_queue_depth_source(None)
-        if self.recall is not None:
-            await asyncio.to_thread(self.recall.close)
-        if self.amnesia is not None:
-            await asyncio.to_thread(self.amnesia.close)
-        if self.memory is not None and self._memory_arg == "auto":
-            await asyncio.to_thread(self.memory.close)
+        if self._assembly is not None:
+            await self._assembly.close()
         if self._sock is not None:
             self._sock.close()

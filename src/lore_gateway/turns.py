@@ -1,12 +1,14 @@
 """From relayed bytes to stored turns: the proxy's side of storage.
 
 The proxy relays bytes untouched and hands the finished turn (new user input +
-the assistant's full output) to memory: a streamed answer as the bytes the
-client got, parsed where the turn is written (``completed_stream``), any other
-through a ``TurnCollector`` (collector.py) that accumulates the same bytes into
-the protocol's complete response. A collector never raises into the relay: if
-the stream cannot be understood, the client still gets every byte and the turn
-is stored as incomplete.
+the assistant's full output) to memory. Every delivery path (the plain relay,
+JSON from a stream, each recall path) ends in one :class:`TurnOutcome`, and
+``TurnSink.end`` is the one way a turn ends: a streamed answer as the bytes the
+client got, parsed where the turn is written (``TurnOutcome.raw``), any other
+as the output messages a ``TurnCollector`` (collector.py) accumulated from the
+same bytes. A collector never raises into the relay: if the stream cannot be
+understood, the client still gets every byte and the turn is stored as
+incomplete.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from lore_gateway.collector import TurnCollector, model_of, report_usage, stream_usage
+from lore_gateway.collector import TurnCollector, model_of, report_usage
 from lore_gateway.errors import GatewayError
 from lore_gateway.exchange import Exchange
 from lore_gateway.memory.amnesia import AmnesiaSwitch
@@ -29,7 +32,7 @@ from lore_gateway.protocols.common import Message
 from lore_gateway.protocols.usage import Usage
 from lore_gateway.routing import Protocol, Route
 
-__all__ = ["TurnCollector", "TurnSink"]
+__all__ = ["TurnCollector", "TurnOutcome", "TurnSink"]
 
 log = logging.getLogger("lore.turns")
 
@@ -38,6 +41,37 @@ log = logging.getLogger("lore.turns")
 # stops the agent for long. Polled, since the writer is another thread.
 ADMIT_WAIT_S = 30.0
 ADMIT_POLL_S = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOutcome:
+    """What one response came to, whichever path delivered it.
+
+    ``complete``: the client got a whole answer (else the turn is stored as
+    incomplete, with what there is). ``outputs``: the turn's output messages;
+    ``raw``: more output still as the bytes the client got, parsed where the turn
+    is written (after ``outputs``). ``usage``: what the upstream reported, for the
+    token metrics; ``follow_ups``: the gateway sent recall follow-ups, so that
+    usage covers more than the request as it went out (``calibration``).
+    """
+
+    complete: bool
+    outputs: Sequence[Message] = ()
+    raw: RawOutputs | None = None
+    usage: Usage | None = None
+    follow_ups: bool = False
+
+    @classmethod
+    def cut(cls, collector: TurnCollector | None = None) -> TurnOutcome:
+        """A response that did not end whole: what the collector read of it."""
+        return cls(False, collector.outputs() if collector is not None else ())
+
+    @property
+    def calibration(self) -> Usage | None:
+        """The usage of the request as sent (context management calibrates its
+        estimate with it: context/service.py); None after recall follow-ups."""
+        return None if self.follow_ups else self.usage
+
 
 class TurnSink:
     """Where the proxy reports turns. Without memory every call is a no-op."""
@@ -122,35 +156,12 @@ class TurnSink:
         )
 
     @staticmethod
-    def finish(pending: PendingTurn | None, outputs: list[Message], *, complete: bool,
-               raw: RawOutputs | None = None) -> None:
-        """End the turn; ``raw``: output still as the client's bytes, parsed
-        where the turn is written (after ``outputs``)."""
+    def end(pending: PendingTurn | None, outcome: TurnOutcome, protocol: Protocol) -> None:
+        """End the turn (a no-op once it ended: a ``PendingTurn`` ends once) and
+        count its usage in the token metrics (the overview's charts)."""
         if pending is not None:
-            if complete:
-                pending.complete(outputs, raw)
+            if outcome.complete:
+                pending.complete(outcome.outputs, outcome.raw)
             else:
-                pending.abandon(outputs)
-
-    @staticmethod
-    def completed_stream(pending: PendingTurn | None, protocol: Protocol,
-                         stream: bytes) -> Usage | None:
-        """End the turn with the event stream the client got, as it is: its
-        output is parsed where the turn is written, not on the event loop. Only
-        its usage is read here (``stream_usage``), and returned."""
-        usage = stream_usage(protocol, stream)
-        if pending is not None:
-            pending.complete((), RawOutputs(protocol.value, stream, ()))
-            report_usage(protocol.value, usage)
-        return usage
-
-    @staticmethod
-    def completed(pending: PendingTurn | None, collector: TurnCollector | None) -> None:
-        if pending is not None and collector is not None:
-            pending.complete(collector.outputs())
-            collector.report_usage(pending.protocol)
-
-    @staticmethod
-    def abandoned(pending: PendingTurn | None, collector: TurnCollector | None = None) -> None:
-        if pending is not None:
-            pending.abandon(collector.outputs() if collector is not None else ())
+                pending.abandon(outcome.outputs)
+        report_usage(protocol.value, outcome.usage)

@@ -15,9 +15,9 @@ from lore_gateway.compaction.detect import Flow, detect
 from lore_gateway.distill.format import HIGH, LOW, MEDIUM, Observation
 from lore_gateway.knowledge.sidechannel import is_coding_turn
 from lore_gateway.memory.records import Identity
+from lore_gateway.pipeline import transforms as pipeline
 from lore_gateway.protocols.anthropic import AnthropicAccumulator
 from lore_gateway.protocols.responses_stream import ResponsesAccumulator
-from lore_gateway.recall import pipeline
 from lore_gateway.routing import Protocol
 from lore_gateway.sse import SSEDecoder
 

@@ -1,5 +1,5 @@
 """A plain relay (no recall tool) hands the event stream the client got to
-storage as it is (``TurnSink.completed_stream``): the output is parsed where the
+storage as it is (``TurnOutcome.raw``): the output is parsed where the
 turn is written, and only the usage is read on the event loop. Both must be
 what the collector reading the same bytes on the loop gave before: the stored
 messages and the usage, on every fake stream shape, bent streams and every

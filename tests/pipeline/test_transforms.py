@@ -1,4 +1,4 @@
-"""The request pipeline: named pure transforms in a fixed order (issue 9 §5)."""
+"""The request pipeline's pure half: named transforms in a fixed order (issue 9 §5)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 from lore_gateway.context.transform import manage_context
 from lore_gateway.memory.records import Identity
-from lore_gateway.recall import pipeline
-from lore_gateway.recall.pipeline import RequestContext
+from lore_gateway.pipeline import transforms as pipeline
+from lore_gateway.pipeline.transforms import RequestContext
 from lore_gateway.routing import Family, Protocol
 
 IDENTITY = Identity(tenant="t", project="p", session="session-pipeline")
@@ -25,10 +25,21 @@ def ctx(protocol: Protocol = Protocol.RESPONSES, **headers: str) -> RequestConte
 
 def test_slots_are_named_and_ordered() -> None:
     assert [name for name, _ in pipeline.REQUEST_PIPELINE] == [
-        "expand_compaction", "expand_anchors", "context", "knowledge", "inject_tool"]
+        "expand_compaction", "context", "knowledge", "inject_tool"]
     slots = dict(pipeline.REQUEST_PIPELINE)
     assert slots["context"] is manage_context  # issue 13
     assert slots["knowledge"] is pipeline.add_knowledge
+
+
+def test_recall_off_empties_its_slot_alone() -> None:
+    """LORE_RECALL=false: no recall tool; every other slot as with recall on."""
+    off = dict(pipeline.slots(recall=False))
+    assert off["inject_tool"] is None
+    assert {k: v for k, v in off.items() if k != "inject_tool"} == {
+        k: v for k, v in pipeline.REQUEST_PIPELINE if k != "inject_tool"}
+    payload: dict[str, Any] = {"model": "m", "input": "hi", "tools": TOOLS}
+    assert pipeline.run(payload, ctx(), pipeline.slots(recall=False)) is payload
+    assert pipeline.slots(recall=True) is pipeline.REQUEST_PIPELINE
 
 
 def test_context_is_read_only() -> None:

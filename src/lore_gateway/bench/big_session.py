@@ -151,9 +151,9 @@ class _LoopWatch:
 
 async def _measure(tokens: int, runs: int, data_dir: Path,
                    progress: Progress | None) -> dict[str, Any]:
-    from lore_gateway import proxy as proxy_module
     from lore_gateway.body import decode_body
     from lore_gateway.config import Settings
+    from lore_gateway.exchange import parse_request
     from lore_gateway.headers import header_map
     from lore_gateway.knowledge import store as knowledge_store
     from lore_gateway.knowledge.sidechannel import is_coding_turn
@@ -161,6 +161,7 @@ async def _measure(tokens: int, runs: int, data_dir: Path,
     from lore_gateway.recall.core.anchor_context import history_items, prefix_context_id
     from lore_gateway.routing import Family, match
     from lore_gateway.server import Gateway
+    from lore_gateway.turns import TurnOutcome
 
     items, anchor_at = session_items(tokens)
     anchor_id = str(uuid.UUID("0e7c2a4d-9f1b-4c3a-8d2e-14b14b14b14b"))
@@ -182,6 +183,7 @@ async def _measure(tokens: int, runs: int, data_dir: Path,
     try:
         proxy = gateway.proxy
         assert proxy is not None and gateway.recall is not None
+        pipeline = proxy.pipeline
         context = prefix_context_id(history_items({"input": items[:anchor_at]}, "input"))
         gateway.recall.replay.store.commit("personal", SESSION, [StoredRecall.from_messages(
             anchor_id=anchor_id, protocol="responses", marker=None, call_id="call_recall",
@@ -209,12 +211,12 @@ async def _measure(tokens: int, runs: int, data_dir: Path,
                      "headers": headers}
             with _LoopWatch() as watch:
                 start, cpu = time.perf_counter(), time.process_time()
-                exchange, _ = await proxy._read_exchange(scope, receive, route)
+                exchange, _ = await proxy.prepare(scope, receive, route)
                 pending = proxy.turns.begin(exchange)
                 elapsed = time.perf_counter() - start
                 cpu = time.process_time() - cpu
                 await asyncio.sleep(0.003)  # the ticker's last lap
-            proxy.turns.abandoned(pending)
+            proxy.turns.end(pending, TurnOutcome(False), exchange.protocol)
             return elapsed, cpu, watch.longest, exchange
 
         totals: list[float] = []
@@ -241,12 +243,12 @@ async def _measure(tokens: int, runs: int, data_dir: Path,
         steps: dict[str, list[float]] = {k: [] for k in (
             "decode zstd", "parse and check JSON", "identify (and coding turn?)",
             "pending turn (inputs)",
-            "pipeline (anchors, context, knowledge, tool)", "upstream rules and bytes")}
+            "pipeline (anchors, context, knowledge, tool)", "upstream bytes")}
         for _ in range(runs):
             t0 = time.perf_counter()
             decoded = decode_body(body, "zstd", limit=settings.max_request_bytes)
             t1 = time.perf_counter()
-            payload = proxy_module._parse_checked(decoded, route.protocol)  # type: ignore[arg-type]
+            payload = parse_request(decoded, route.protocol)  # type: ignore[arg-type]
             t2 = time.perf_counter()
             ident = proxy.turns.identify(route, hmap, payload)
             coding = is_coding_turn(Family.RESPONSES, payload, hmap)
@@ -256,10 +258,10 @@ async def _measure(tokens: int, runs: int, data_dir: Path,
 
             responses_protocol.new_input_messages(payload)
             t4 = time.perf_counter()
-            prepared = await gateway.recall.prepare(route, hmap, payload, ident, decoded,
-                                                    coding=coding)
+            prepared = await pipeline.prepare(route, hmap, payload, ident, decoded,
+                                              coding=coding)
             t5 = time.perf_counter()
-            upstream, _ = proxy_module._upstream_rules(route, payload, prepared.upstream_payload)
+            upstream = prepared.upstream_payload
             orjson.dumps(upstream if upstream is not None else payload)
             t6 = time.perf_counter()
             for name, seconds in zip(steps, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4,

@@ -91,6 +91,7 @@ def run(path: Path, *, limit: int = 0, window: int = WINDOW, style: Style = "cla
             session = f"bench-context-{style}"
             figures = _drive(gw, fake, client_for(style, len(plan)), plan, session, window,
                              progress)
+            assert gw.memory is not None  # gateway_settings stores
             gw.memory.flush(60)
             figures["style"] = style
             figures["early_facts"] = _early_facts(gw, fake, early, session)

@@ -74,13 +74,12 @@ def usage_cap(settings: Settings, protocol: Protocol, headers: Mapping[str, str]
 
 
 class CompactionService:
-    def __init__(self, settings: Settings, memory: Any, *, expands: bool = True) -> None:
-        """``expands``: the request pipeline runs (recall on), so a compaction item
-        of ours that comes back is expanded; without it, ``compaction_trigger``
-        goes upstream, since our handle must never reach the provider."""
+    def __init__(self, settings: Settings, memory: Any) -> None:
+        """Built with memory only: then the request pipeline runs, and its
+        ``expand_compaction`` slot turns a compaction item of ours that comes
+        back into its summary, so our handle never reaches the provider."""
         self.settings = settings
         self.memory = memory
-        self.expands = expands
 
     async def answer(self, protocol: Protocol, payload: dict[str, Any],
                      headers: Mapping[str, str],
@@ -90,7 +89,7 @@ class CompactionService:
         if not self.settings.compaction_from_memory:
             return None
         flow = detect.detect(family_of(protocol).value, payload, headers)
-        if flow is None or (flow is Flow.CODEX_TRIGGER and not self.expands):
+        if flow is None:
             return None
         # A summary prompt from any other client (an SDK user's own) is theirs.
         expected = _AGENT_OF.get(flow)

@@ -1,30 +1,34 @@
-"""The request pipeline: what the gateway does to a model request before it goes
-upstream, as an explicit, ordered list of named pure transforms.
+"""The request pipeline's pure half: what the gateway does to a model request
+before it goes upstream, as an explicit, ordered list of named pure transforms.
 
 Each transform is ``(payload, ctx) -> payload``: it returns the upstream payload,
 the same object when it changes nothing (then the client's bytes are forwarded
 untouched), never mutating its input. ``ctx`` is a frozen :class:`RequestContext`
-with everything a transform may look at, gathered once before the pipeline runs
-(the only async step: loading the session's recall anchors), so every transform
-is a unit test with a dict in and a dict out.
+with everything a transform may look at, gathered once before the slots run by
+the pipeline's asyncio shell (``pipeline/request.py``), so every transform is a
+unit test with a dict in and a dict out.
 
-The order is part of the contract:
+The order is part of the contract. Before the slots, the shell expands the
+session's recall anchors (:func:`expand_anchors`, after loading the session's
+anchors), so that the async halves below and every slot see the history the
+upstream saw last time (byte-stable: the provider's prompt cache keeps
+hitting); then it asks knowledge (``KnowledgeService.view``) and context
+(``ContextService.prepare``) what this request carries. The slots:
 
-0. ``expand_compaction``: a Codex ``compaction`` item the gateway answered with
+1. ``expand_compaction``: a Codex ``compaction`` item the gateway answered with
    (compaction/answers.py) back into the summary it stands for;
-1. ``expand_anchors`` first, so every later step sees the history the upstream saw
-   last time (byte-stable: the provider's prompt cache keeps hitting);
 2. ``context`` (issue 13): a managed session's distilled prefix and raw tail
-   (``context.transform.manage_context``; the layout is planned before the
-   pipeline, by ``context.service.ContextService.prepare``, as ``ctx.context``);
+   (``context.transform.manage_context``; the layout arrives as ``ctx.context``);
 3. ``knowledge`` (issue 12): the session's frozen knowledge block and appended
-   updates (``knowledge.inject.inject_knowledge``; its one async step, deciding
-   what the session carries, runs before the pipeline and arrives as
-   ``ctx.knowledge``);
+   updates (``knowledge.inject.inject_knowledge``, as ``ctx.knowledge``), after
+   context, whose rewritten history moves where those updates go;
 4. ``inject_tool`` last, so the recall tool is added to the final tool list.
 
-Plugging a transform into a slot is one line in :data:`REQUEST_PIPELINE`; no
-handler changes.
+A feature that is off leaves its slot inert (its context field None, or, for
+recall, the slot None: :func:`slots`), never another feature's. Plugging a
+transform into a slot is one line in :data:`REQUEST_PIPELINE`; no handler
+changes. :func:`upstream_rules` then applies the upstream's own rules (the
+Codex backend's) to whatever the slots returned.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from lore_gateway.memory.anchor_store import SessionRecalls
 from lore_gateway.memory.records import Identity
 from lore_gateway.recall import replay
 from lore_gateway.recall.core import tool
-from lore_gateway.routing import Family, Protocol, family_of
+from lore_gateway.routing import Family, Protocol, Route, family_of
 
 log = logging.getLogger("lore.recall")
 
@@ -121,7 +125,8 @@ def expand_compaction(payload: Payload, ctx: RequestContext) -> Payload:
 
 def expand_anchors(payload: Payload, ctx: RequestContext) -> Payload:
     """Our anchors in the client's history back into the exact recall pairs the
-    upstream saw (always, recall injected this turn or not)."""
+    upstream saw (always, recall injected this turn or not). Not a slot: it runs
+    before the async halves, which read the expanded history."""
     if ctx.anchors is None:
         return payload
     return replay.expand(ctx.family, payload, ctx.anchors)
@@ -141,18 +146,27 @@ def inject_tool(payload: Payload, ctx: RequestContext) -> Payload:
     return tool.with_recall_tool(ctx.family, payload)
 
 
+Slots = tuple[tuple[str, Transform | None], ...]
+
 # The pipeline. A slot holding None is a named place for a later transform.
-REQUEST_PIPELINE: tuple[tuple[str, Transform | None], ...] = (
+REQUEST_PIPELINE: Slots = (
     ("expand_compaction", expand_compaction),  # issue 13: our compaction items
-    ("expand_anchors", expand_anchors),
     ("context", manage_context),  # issue 13: context management
     ("knowledge", add_knowledge),  # issue 12: knowledge block and updates
-    ("inject_tool", inject_tool),
+    ("inject_tool", inject_tool),  # the hidden recall tool
 )
 
 
-def run(payload: Payload, ctx: RequestContext,
-        pipeline: tuple[tuple[str, Transform | None], ...] = REQUEST_PIPELINE) -> Payload:
+def slots(*, recall: bool) -> Slots:
+    """The pipeline of a gateway: the recall slot empty with ``LORE_RECALL=false``
+    (context and knowledge switch themselves off through their own settings)."""
+    if recall:
+        return REQUEST_PIPELINE
+    return tuple((name, None if name == "inject_tool" else step)
+                 for name, step in REQUEST_PIPELINE)
+
+
+def run(payload: Payload, ctx: RequestContext, pipeline: Slots = REQUEST_PIPELINE) -> Payload:
     """Apply the transforms in order; the client's payload object itself when
     none changed anything."""
     for _name, transform in pipeline:
@@ -166,3 +180,24 @@ def carries_recall(family: Family, before: Payload, after: Payload) -> bool:
     own ``recall`` is never ours)."""
     return (after is not before and tool.has_recall_tool(family, after)
             and not tool.has_recall_tool(family, before))
+
+
+def upstream_rules(route: Route, payload: Payload,
+                   changed: Payload | None) -> tuple[Payload | None, bool]:
+    """Apply the upstream's own rules to the (possibly already changed) request.
+
+    The Codex backend only streams, rejects ``max_output_tokens`` and requires
+    ``store: false``. Returns the upstream payload (None when nothing changed, so
+    the original bytes are forwarded) and the upstream stream flag.
+    """
+    current = payload if changed is None else changed
+    if route.protocol is not Protocol.CODEX:
+        return changed, current.get("stream") is True
+    if (current.get("stream") is True and "max_output_tokens" not in current
+            and current.get("store", False) is False):
+        return changed, True
+    upstream = dict(current)
+    upstream["stream"] = True
+    upstream.pop("max_output_tokens", None)
+    upstream["store"] = False
+    return upstream, True

@@ -1,33 +1,32 @@
-"""Hidden recall, as the proxy sees it: one object with two questions.
+"""Hidden recall, as the proxy sees it: the answer to a request that carries the
+recall tool.
 
-``prepare`` decides, before forwarding, whether this request gets the recall
-tool (and returns the upstream body with it); ``respond`` serves the upstream's
-answer to the client through the protocol's recall handler, which hides recall
-calls, runs them and continues the answer in the same response. Everything
-protocol-specific lives in the handlers; this module only picks one.
+Whether a request gets the tool is the request pipeline's ``inject_tool`` slot
+(pipeline/transforms.py). ``respond`` serves the upstream's answer to the client
+through the protocol's recall handler, which hides recall calls, runs them and
+continues the answer in the same response; every path comes to one
+``TurnOutcome`` (turns.py). Everything protocol-specific lives in the handlers;
+this module only picks one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from lore_gateway.channel import JSON_HEADERS, ClientChannel
+from lore_gateway.collector import TurnCollector, stream_usage
 from lore_gateway.config import Settings
 from lore_gateway.errors import error_body
 from lore_gateway.exchange import Exchange
 from lore_gateway.headers import client_response_headers
-from lore_gateway.memory.anchor_store import AnchorStore
 from lore_gateway.memory.recall_order import place_recalls
-from lore_gateway.memory.records import RAW_OUTPUT_MAX_BYTES, Identity, RawOutputs, RecallRow
+from lore_gateway.memory.records import RAW_OUTPUT_MAX_BYTES, RawOutputs, RecallRow
 from lore_gateway.memory.service import Memory
-from lore_gateway.obs import metrics
 from lore_gateway.protocols.common import Message, ProtocolError
 from lore_gateway.protocols.usage import Usage, usage_from_responses
-from lore_gateway.recall import pipeline, replay
 from lore_gateway.recall.anthropic import handler as anthropic_handler
 from lore_gateway.recall.chat import handler as chat_handler
 from lore_gateway.recall.core import telemetry
@@ -40,112 +39,40 @@ from lore_gateway.recall.core.chain import (
 from lore_gateway.recall.core.executor import RecallExecutor, SearchGate
 from lore_gateway.recall.fit import ContextFit
 from lore_gateway.recall.replay import AnchorReplay
-
-if TYPE_CHECKING:
-    from lore_gateway.context.service import ContextService
-    from lore_gateway.knowledge.service import KnowledgeService
-from lore_gateway.collector import TurnCollector, report_usage, stream_usage
 from lore_gateway.recall.responses.buffered import buffered_responses_recall
 from lore_gateway.recall.responses.handler import stream_responses_recall
 from lore_gateway.recall.responses.round import Limits
 from lore_gateway.recall.responses.stored import turn_messages
-from lore_gateway.routing import Family, Protocol, Route, family_of
+from lore_gateway.routing import Family, Protocol, family_of
+from lore_gateway.turns import TurnOutcome
 from lore_gateway.upstream import UpstreamClient, UpstreamResponse
 
 log = logging.getLogger("lore.recall")
 
-@dataclass(frozen=True, slots=True)
-class Prepared:
-    """The upstream body (None: forward the client's bytes unchanged) and whether
-    it carries the hidden recall tool (then the answer goes through ``respond``)."""
-
-    upstream_payload: dict[str, Any] | None
-    inject: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """What one recall-served response came to: the one handler contract.
-
-    ``status`` and ``headers`` as the client got them; ``outputs`` the turn's
-    output messages for storage (the only place storage takes them from);
-    ``complete`` whether the client got a whole answer (else the turn is stored
-    as incomplete); ``body`` the JSON body sent (None when streamed).
-    """
-
-    status: int
-    headers: list[tuple[bytes, bytes]]
-    outputs: list[Message]
-    complete: bool
-    body: bytes | None = None
-    # The upstream's usage when the answer took one round (no recall ran): what
-    # context management calibrates its estimate with (context/service.py).
-    usage: Usage | None = None
-    # More output for storage, still as the bytes the client got: parsed where
-    # the turn is written (the storage process), after ``outputs``.
-    raw: RawOutputs | None = None
+# Context management's fit of a request's recall follow-ups (None: its context is
+# not managed): ``RequestPipeline.fit``.
+FitFor = Callable[[Exchange, dict[str, Any]], ContextFit | None]
 
 
 class RecallService:
     """Hidden recall for one gateway."""
 
-    def __init__(self, memory: Memory, upstream: UpstreamClient,
-                 anchors: AnchorStore | None = None) -> None:
+    def __init__(self, memory: Memory, upstream: UpstreamClient, replay: AnchorReplay, *,
+                 fit: FitFor) -> None:
         self.memory = memory
         self.upstream = upstream
-        if anchors is None:
-            anchors = AnchorStore(writer=memory.writer)
-        self.replay = AnchorReplay(anchors)
+        # The session's anchors: expanded by the request pipeline, committed here.
+        self.replay = replay
+        self.fit = fit
         self.limits = _live_limits(memory.settings)
         # Shared by every request: bounds the recall searches of the whole gateway.
         self.gate = SearchGate(timeout=memory.settings.search_timeout)
-        # The knowledge slot's IO half (knowledge/service.py), set by worker/wiring.py.
-        self.knowledge: KnowledgeService | None = None
-        # The context slot's IO half (context/service.py), set by worker/wiring.py.
-        self.context: ContextService | None = None
-
-    async def prepare(self, route: Route, headers: Mapping[str, str], payload: dict[str, Any],
-                      identity: Identity, body: bytes, *, coding: bool,
-                      keep: bool = True) -> Prepared:
-        """What goes upstream: the client's payload through the request pipeline
-        (``pipeline.REQUEST_PIPELINE``: anchors expanded, the slots for later
-        transforms, the recall tool injected when the request qualifies).
-        ``coding``: a coding agent's turn (knowledge and context serve only those).
-        ``keep``: False for a turn memory does not keep (``Exchange.keep``): knowledge
-        and context shape the request as usual but write nothing."""
-        assert route.protocol is not None
-        family = family_of(route.protocol)
-        anchors = await self.replay.session_for(identity, body)
-        # The async steps run on the history as the upstream sees it (anchors
-        # expanded once, here), before the pure transforms run.
-        expanded = payload
-        if anchors is not None:
-            expanded = pipeline.expand_anchors(payload, pipeline.request_context(
-                route.protocol, headers, identity, anchors))
-        view = layout = None
-        if self.knowledge is not None:
-            view = await self.knowledge.view(family, expanded, identity, coding=coding,
-                                             keep=keep)
-        if self.context is not None:
-            # Sized as it goes upstream: the recall pairs expansion restored count.
-            size = replay.expanded_length(family, payload, expanded, len(body))
-            layout = await self.context.prepare(family, expanded, size, identity,
-                                                coding=coding, keep=keep)
-        ctx = pipeline.request_context(route.protocol, headers, identity, body_bytes=len(body),
-                                       knowledge=view, context=layout)
-        upstream = pipeline.run(expanded, ctx)
-        return Prepared(None if upstream is payload else upstream,
-                        pipeline.carries_recall(ctx.family, payload, upstream))
-
-    def close(self) -> None:
-        """Finish the anchor store's queued writes."""
-        self.replay.store.close()
 
     async def respond(self, exchange: Exchange, resp: UpstreamResponse,
                       client: ClientChannel, upstream_payload: dict[str, Any],
-                      collector: TurnCollector) -> Delivery:
+                      collector: TurnCollector) -> TurnOutcome:
         """Serve a 2xx upstream answer to a request that carries the recall tool:
-        dispatch to the protocol's path; every path returns one :class:`Delivery`."""
+        dispatch to the protocol's path; every path comes to one ``TurnOutcome``."""
         assert exchange.identity is not None, "recall is only injected with an identity"
         ctx = RecallContext(
             upstream=self.upstream,
@@ -156,7 +83,7 @@ class RecallService:
             budget=RecallChainBudget(),
             session=exchange.identity.session,
             retained_bytes=self.limits.retained_bytes,
-            fit=self._fit(exchange, upstream_payload),
+            fit=self.fit(exchange, upstream_payload),
         )
         ctx.on_delivered = lambda staged: self._delivered(exchange, staged)
         family = family_of(exchange.protocol)
@@ -168,17 +95,15 @@ class RecallService:
             principal = await _principal_json(exchange, resp, collector)
         except (ProtocolError, ValueError) as exc:
             log.warning("recall principal unusable: %s", exc)
-            body = error_body("server_error", "Gateway request failed")
-            await client.respond(502, body)
-            return Delivery(502, JSON_HEADERS, [], False, body)
+            await client.respond(502, error_body("server_error", "Gateway request failed"))
+            return TurnOutcome(False)
         if family is Family.RESPONSES:
             return await self._buffered_responses(exchange, ctx, principal, client)
         return await self._buffered_messages(exchange, ctx, principal, client)
 
     async def _stream_responses(self, exchange: Exchange, ctx: RecallContext,
-                                resp: UpstreamResponse, client: ClientChannel) -> Delivery:
-        headers = client_response_headers(resp.raw_headers)
-        await client.start(resp.status, headers)
+                                resp: UpstreamResponse, client: ClientChannel) -> TurnOutcome:
+        await client.start(resp.status, client_response_headers(resp.raw_headers))
         streamed = await stream_responses_recall(ctx, resp, client,
                                                  codex=exchange.protocol is Protocol.CODEX,
                                                  limits=self.limits)
@@ -191,17 +116,16 @@ class RecallService:
             # The rounds' usage as read from their terminals (the delivered
             # response carries the same, re-encoded).
             usage = icpt.usage
-            report_usage(exchange.protocol.value, usage)
         if streamed.untouched is not None:
             # Nothing was hidden and the items were never tracked: storage reads
             # them from the terminal's output (``answer_scan.responses_output``).
             raw = RawOutputs(exchange.protocol.value, streamed.untouched, ())
-            return Delivery(resp.status, headers, [], icpt.failure is None, usage=usage, raw=raw)
-        return Delivery(resp.status, headers, turn_messages(icpt.turn_items()),
-                        icpt.failure is None, usage=usage if icpt.depth == 0 else None)
+            return TurnOutcome(icpt.failure is None, raw=raw, usage=usage)
+        return TurnOutcome(icpt.failure is None, turn_messages(icpt.turn_items()),
+                           usage=usage, follow_ups=icpt.depth > 0)
 
     async def _stream_messages(self, exchange: Exchange, ctx: RecallContext,
-                               resp: UpstreamResponse, client: ClientChannel) -> Delivery:
+                               resp: UpstreamResponse, client: ClientChannel) -> TurnOutcome:
         """Anthropic or Chat to a streaming client. What the client got is kept
         (bounded). Up to 256 KiB it goes to storage as it is, parsed where the
         turn is written; its usage is the live round's when the answer went out
@@ -213,64 +137,39 @@ class RecallService:
         one_round = await handler.stream_recall(ctx, resp, tee, headers)
         if sum(map(len, tee.chunks)) > RAW_OUTPUT_MAX_BYTES:
             outputs, usage = await _outputs(exchange.protocol, tee.chunks)
-            return Delivery(200, headers, place_recalls(outputs, _recall_rows(ctx)), True,
-                            usage=_one_round(ctx, usage))
+            return TurnOutcome(True, place_recalls(outputs, _recall_rows(ctx)), usage=usage,
+                               follow_ups=_follow_ups(ctx))
         body = b"".join(tee.chunks)
         # Answered in one round as it came: the round read the usage already.
         usage = (one_round.usage if one_round is not None
                  else stream_usage(exchange.protocol, body))
-        report_usage(exchange.protocol.value, usage)  # token metrics (the overview's charts)
         raw = RawOutputs(exchange.protocol.value, body, _recall_rows(ctx))
-        return Delivery(200, headers, [], True, usage=_one_round(ctx, usage), raw=raw)
+        return TurnOutcome(True, raw=raw, usage=usage, follow_ups=_follow_ups(ctx))
 
     async def _buffered_responses(self, exchange: Exchange, ctx: RecallContext,
-                                  principal: dict[str, Any], client: ClientChannel) -> Delivery:
+                                  principal: dict[str, Any], client: ClientChannel) -> TurnOutcome:
         status, extra, body, final = await buffered_responses_recall(
             ctx, principal, codex=exchange.protocol is Protocol.CODEX)
-        headers = JSON_HEADERS + extra
-        await client.respond(status, body, headers)
+        await client.respond(status, body, JSON_HEADERS + extra)
         if final is None:
-            return Delivery(status, headers, [], False, body)
+            return TurnOutcome(False)
         ctx.delivered()
         _check_empty(exchange, final, ctx.budget.executions)
-        usage = _report_usage(exchange, final)
         calls = {s.anchor_id: s.assistant for s in ctx.staged if s.anchor_id}
-        return Delivery(status, headers, turn_messages(final.get("output") or [], calls),
-                        True, body, _one_round(ctx, usage))
+        return TurnOutcome(True, turn_messages(final.get("output") or [], calls),
+                           usage=_responses_usage(final), follow_ups=_follow_ups(ctx))
 
     async def _buffered_messages(self, exchange: Exchange, ctx: RecallContext,
-                                 principal: dict[str, Any], client: ClientChannel) -> Delivery:
+                                 principal: dict[str, Any], client: ClientChannel) -> TurnOutcome:
         handler = anthropic_handler if exchange.protocol is Protocol.ANTHROPIC else chat_handler
         status, body, headers = await handler.buffered_recall(ctx, principal)
         await client.respond(status, body, headers)
         if status != 200:
-            return Delivery(status, headers, [], False, body)
+            return TurnOutcome(False)
         ctx.delivered()
         outputs, usage = await _outputs(exchange.protocol, [body])
-        return Delivery(status, headers, place_recalls(outputs, _recall_rows(ctx)), True, body,
-                        _one_round(ctx, usage))
-
-    def _fit(self, exchange: Exchange, upstream: dict[str, Any]) -> ContextFit | None:
-        """Context management's fit of this chain's follow-ups (recall/fit.py);
-        None when the session's context is not managed."""
-        identity = exchange.identity
-        if self.context is None or identity is None or not exchange.coding:
-            return None
-        key = replay.history_key(family_of(exchange.protocol))
-        items = upstream.get(key)
-
-        async def rebase() -> list[Any] | None:
-            assert identity is not None
-            prepared = await self.prepare(exchange.route, exchange.header_map,
-                                          exchange.payload, identity, exchange.body,
-                                          coding=exchange.coding, keep=exchange.keep)
-            new = prepared.upstream_payload
-            base = new.get(key) if new is not None else None
-            return base if isinstance(base, list) else None
-
-        return ContextFit(self.context, identity, str(exchange.payload.get("model") or ""),
-                          key, len(items) if isinstance(items, list) else 0, rebase,
-                          keep=exchange.keep)
+        return TurnOutcome(True, place_recalls(outputs, _recall_rows(ctx)), usage=usage,
+                           follow_ups=_follow_ups(ctx))
 
     def _delivered(self, exchange: Exchange, staged: list[StagedRecall]) -> None:
         """The client has the whole answer: keep its recalls for expansion (not for
@@ -327,9 +226,9 @@ class _Tee:
 PARSE_OFF_LOOP_BYTES = 256 * 1024
 
 
-def _one_round(ctx: RecallContext, usage: Usage | None) -> Usage | None:
-    """``usage`` when no recall ran (then it describes the first request alone)."""
-    return usage if ctx.budget.executions == 0 else None
+def _follow_ups(ctx: RecallContext) -> bool:
+    """Whether a recall ran (then the usage is not the first request's alone)."""
+    return ctx.budget.executions > 0
 
 
 async def _outputs(protocol: Protocol,
@@ -346,20 +245,15 @@ def _parsed_outputs(protocol: Protocol,
     collector = TurnCollector(protocol, max_json_bytes=sum(map(len, chunks)) + 1)
     for chunk in chunks:
         collector.feed(chunk)
-    collector.report_usage(protocol.value)  # token metrics (the overview's charts)
     return collector.outputs(), collector.usage()
 
 
-def _report_usage(exchange: Exchange, response: dict[str, Any]) -> Usage | None:
-    """Token metrics from a delivered Responses answer (the overview's token
-    charts); the usage itself."""
+def _responses_usage(response: dict[str, Any]) -> Usage | None:
+    """The usage of a delivered Responses answer (None when it carries none)."""
     try:
-        usage = usage_from_responses(response.get("usage"))
+        return usage_from_responses(response.get("usage"))
     except Exception:
         return None
-    metrics.record_usage(exchange.protocol.value, usage.prompt_tokens, usage.cache_read or 0,
-                         usage.output_tokens)
-    return usage
 
 
 async def _principal_json(exchange: Exchange, resp: UpstreamResponse,

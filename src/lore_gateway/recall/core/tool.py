@@ -357,7 +357,7 @@ def inject(
 
 # The injected definitions, built once (a strict schema is a deep copy, most of
 # the cost of preparing a request). Shared by every upstream body: request
-# transforms never mutate a payload (recall/pipeline.py), so sharing is safe.
+# transforms never mutate a payload (pipeline/transforms.py), so sharing is safe.
 _INJECTED: dict[str, dict[str, Any]] = {
     "responses": responses_tool(),
     "chat": chat_tool(),
