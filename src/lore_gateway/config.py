@@ -118,6 +118,7 @@ class Settings(BaseSettings):
     # Agent binaries launched by `lore run` (a name looked up on PATH, or a path).
     codex_bin: str = "codex"
     claude_bin: str = "claude"
+    opencode_bin: str = "opencode"
 
     # Memory
     # Whose memory a request is: "personal" (every request is the one user's) or

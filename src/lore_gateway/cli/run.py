@@ -1,4 +1,4 @@
-"""``lore run codex|claude [-- agent args...]``: one command to put an agent behind lore.
+"""``lore run codex|claude|opencode [-- agent args...]``: one command to put an agent behind lore.
 
 If no gateway answers on the configured port, one is started in the background
 (``python -m lore_gateway serve``, its own session so the terminal's Ctrl-C goes
@@ -28,13 +28,13 @@ from typing import IO
 import orjson
 import typer
 
-from lore_gateway.agents import claude, codex
+from lore_gateway.agents import claude, codex, jsonc, opencode
 from lore_gateway.cli import output
 from lore_gateway.cli.main import app
 from lore_gateway.cli.output import UserError
 from lore_gateway.config import Settings
 
-AGENTS = ("codex", "claude")
+AGENTS = ("codex", "claude", "opencode")
 # The gateway opens its database and binds in well under a second; allow for a
 # cold disk cache and a busy machine before declaring failure.
 STARTUP_TIMEOUT_S = 30.0
@@ -160,6 +160,13 @@ def agent_command(
         key_env = codex.GATEWAY_KEY_ENV if key is not None else None
         overrides = codex.run_overrides(settings.base_url, mode, project, key_env)
         return [binary, *overrides, *args], child_env
+    if agent == "opencode":
+        binary = resolve_binary("opencode", settings.opencode_bin)
+        try:
+            child_env.update(opencode.run_env(settings.base_url, project, env, key))
+        except jsonc.JsoncError as exc:
+            raise UserError(f"{exc}: fix it or unset it") from None
+        return [binary, *args], child_env
     binary = resolve_binary("claude", settings.claude_bin)
     child_env.update(claude.run_env(settings.base_url, project, env, key))
     return [binary, *args], child_env
@@ -230,12 +237,14 @@ def run_agent(agent: str, args: list[str], settings: Settings) -> int:
 )
 def run_command(
     ctx: typer.Context,
-    agent: str = typer.Argument(..., help="codex or claude"),
+    agent: str = typer.Argument(..., help="codex, claude or opencode"),
 ) -> None:
     """Run an agent through lore, starting a gateway for it if none is running.
 
     Claude Code runs with its auto-compaction off (DISABLE_AUTO_COMPACT=1, unless
     you set it): the gateway manages the context and answers /compact from memory.
+    OpenCode gets the gateway as its Anthropic and OpenAI base URL through
+    OPENCODE_CONFIG_CONTENT; no file is written.
 
     Everything after ``--`` goes to the agent: lore run codex -- exec "say hi"
     """

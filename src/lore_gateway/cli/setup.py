@@ -1,8 +1,8 @@
-"""``lore setup codex|claude|cursor|claude-desktop|windsurf``, ``lore setup --undo <agent>``,
-``lore setup --status``.
+"""``lore setup codex|claude|opencode|cursor|claude-desktop|windsurf``, ``lore setup
+--undo <agent>``, ``lore setup --status``.
 
-Codex and Claude Code are pointed at the gateway; the MCP clients get ``lore mcp`` as
-a server in the file they read (``agents/mcp_clients.py``).
+Codex, Claude Code and OpenCode are pointed at the gateway; the MCP clients get
+``lore mcp`` as a server in the file they read (``agents/mcp_clients.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import typer
 from rich.console import Console
 
-from lore_gateway.agents import mcp_clients, setup_state
+from lore_gateway.agents import mcp_clients, opencode, setup_state
 from lore_gateway.agents.codex import SetupConflict
 from lore_gateway.cli import output, preflight
 from lore_gateway.cli.main import app
@@ -27,13 +27,16 @@ def setup_command(
     undo: bool = typer.Option(False, "--undo", help="Restore the agent's config from the backup."),
     status: bool = typer.Option(False, "--status", help="Show which agents point at lore."),
     as_json: bool = typer.Option(False, "--json", help="With --status: print one JSON object."),
-    show: bool = typer.Option(False, "--print", help="MCP clients: print the config entry "
-                              "instead of writing it (for a client lore does not write)."),
+    show: bool = typer.Option(False, "--print", help="OpenCode and MCP clients: print the "
+                              "config entry instead of writing it (for a client lore does "
+                              "not write, or a project's opencode.json)."),
 ) -> None:
     """Point an agent at the gateway permanently (with a backup), or undo it exactly.
 
     For Claude Code this also sets DISABLE_AUTO_COMPACT=1 in settings.json (unless
     you set it): the gateway manages the context and answers /compact from memory.
+    OpenCode's Anthropic and OpenAI providers get the gateway as their base URL in
+    ~/.config/opencode/opencode.json (or .jsonc; its comments are kept).
     Cursor, Claude Desktop and Windsurf get the memory as an MCP server (`lore mcp`).
     """
     settings = preflight.settings()
@@ -45,10 +48,14 @@ def setup_command(
         raise typer.BadParameter(
             f"name an agent: {', '.join(setup_state.TARGETS)}", param_hint="AGENT"
         )
+    if show and agent == "opencode":
+        config = opencode.provider_config(settings.base_url, gateway_key(settings, os.environ))
+        typer.echo(json.dumps(config, indent=2))
+        return
     if show:
         if agent not in mcp_clients.CLIENTS:
             raise typer.BadParameter(
-                f"--print is for MCP clients ({', '.join(mcp_clients.CLIENTS)})",
+                f"--print is for MCP clients ({', '.join(mcp_clients.CLIENTS)}) and opencode",
                 param_hint="--print")
         entry = mcp_clients.server_entry(agent, os.environ, gateway_key(settings, os.environ))
         typer.echo(json.dumps({"mcpServers": {mcp_clients.SERVER_NAME: entry}}, indent=2))
@@ -71,6 +78,9 @@ def setup_command(
             if agent == "claude":
                 note += (" Its auto-compaction is off (DISABLE_AUTO_COMPACT=1, unless you set"
                          " it): the gateway manages the context and answers /compact.")
+            if agent == "opencode":
+                note += (" Its anthropic and openai providers go through it (a project's"
+                         " opencode.json that sets their baseURL still wins).")
             console.print(
                 f"{agent} now uses lore at {settings.base_url} ({path}).{note} "
                 f"Undo with `lore setup --undo {agent}`."
@@ -88,10 +98,12 @@ def _print_status(settings: Settings, as_json: bool) -> None:
             agent: {"config": str(s.path), "exists": s.exists, "set_up_by_lore": s.set_up_by_lore,
                     "points_at_gateway": s.points_at_gateway} for agent, s in states.items()}})
         return
-    # An IDE the user does not have is noise in the table: an MCP client is listed
-    # once its config file exists or lore set it up (--json lists every one).
+    # A client the user does not have is noise in the table: OpenCode is listed once
+    # its config folder exists, an MCP client once its config file exists, either
+    # once lore set it up (--json lists every one).
     shown = {agent: s for agent, s in states.items()
-             if agent in setup_state.AGENTS or s.exists or s.set_up_by_lore}
+             if agent in ("codex", "claude") or s.exists or s.set_up_by_lore
+             or (agent == "opencode" and s.path.parent.is_dir())}
     output.print_table(
         [output.Column("agent", wrap=False), output.Column("config"),
          output.Column("set up by lore", wrap=True), output.Column("points at gateway")],
