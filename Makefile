@@ -7,8 +7,10 @@ BIN := $(VENV)/bin
 TOOLS := .tools
 CODEX_VERSION := 0.171.0
 CLAUDE_VERSION := 2.1.197
+OPENCODE_VERSION := 1.18.33
 CODEX := $(TOOLS)/node_modules/.bin/codex
 CLAUDE := $(TOOLS)/node_modules/@anthropic-ai/claude-code/bin/claude.exe
+OPENCODE := $(TOOLS)/node_modules/opencode-ai/bin/opencode.exe
 
 .PHONY: setup serve test lint tools browser clean
 
@@ -24,11 +26,12 @@ $(VENV)/.installed: pyproject.toml
 serve: setup
 	$(BIN)/lore serve
 
-tools: $(CODEX) $(CLAUDE)
+tools: $(CODEX) $(CLAUDE) $(OPENCODE)
 
-$(CODEX) $(CLAUDE):
+$(CODEX) $(CLAUDE) $(OPENCODE):
 	npm install --prefix $(TOOLS) --no-audit --no-fund --loglevel=error \
-		@openai/codex@$(CODEX_VERSION) @anthropic-ai/claude-code@$(CLAUDE_VERSION)
+		@openai/codex@$(CODEX_VERSION) @anthropic-ai/claude-code@$(CLAUDE_VERSION) \
+		opencode-ai@$(OPENCODE_VERSION)
 
 lint: setup
 	$(BIN)/ruff check src tests
