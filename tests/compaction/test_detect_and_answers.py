@@ -17,6 +17,9 @@ from lore_gateway.knowledge.sidechannel import is_coding_turn
 from lore_gateway.memory.records import Identity
 from lore_gateway.pipeline import transforms as pipeline
 from lore_gateway.protocols.anthropic import AnthropicAccumulator
+from lore_gateway.protocols.history_anthropic import ANTHROPIC
+from lore_gateway.protocols.history_chat import CHAT
+from lore_gateway.protocols.history_responses import RESPONSES
 from lore_gateway.protocols.responses_stream import ResponsesAccumulator
 from lore_gateway.routing import Protocol
 from lore_gateway.sse import SSEDecoder
@@ -28,14 +31,14 @@ CODEX_META = json.dumps({"request_kind": "compaction", "session_id": "s"})
 
 
 def test_claude_code_summary_fork_is_detected() -> None:
-    assert detect("anthropic", CLAUDE_COMPACT, {}) is Flow.CLAUDE_SUMMARY
+    assert detect(ANTHROPIC, CLAUDE_COMPACT, {}) is Flow.CLAUDE_SUMMARY
 
 
 def test_claude_code_normal_turn_is_not_a_compaction() -> None:
     turn = copy.deepcopy(CLAUDE_COMPACT)
     last = turn["messages"][-1]
     last["content"] = [last["content"][0] | {"cache_control": {"type": "ephemeral"}}]
-    assert detect("anthropic", turn, {}) is None
+    assert detect(ANTHROPIC, turn, {}) is None
 
 
 def test_summary_prompt_on_the_cache_marked_message_is_not_the_fork() -> None:
@@ -43,7 +46,7 @@ def test_summary_prompt_on_the_cache_marked_message_is_not_the_fork() -> None:
     prompt into a normal turn (marker on the last message) is just talking."""
     turn = copy.deepcopy(CLAUDE_COMPACT)
     turn["messages"][-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
-    assert detect("anthropic", turn, {}) is None
+    assert detect(ANTHROPIC, turn, {}) is None
 
 
 def test_side_channels_are_never_compactions() -> None:
@@ -54,26 +57,26 @@ def test_side_channels_are_never_compactions() -> None:
     classifier = {**title, "stop_sequences": ["</block>"]}
     for request in (title, classifier):
         assert not is_coding_turn("anthropic", request, {})
-        assert detect("anthropic", request, {}) is None
+        assert detect(ANTHROPIC, request, {}) is None
     codex_title = {"input": [{"type": "message", "role": "user", "content": [
         {"type": "input_text", "text": "Summarize this thread in 5 words"}]}]}
     meta = json.dumps({"request_kind": "title"})
-    assert detect("responses", codex_title, {"x-codex-turn-metadata": meta}) is None
+    assert detect(RESPONSES, codex_title, {"x-codex-turn-metadata": meta}) is None
     worker = {"input": [{"type": "compaction_trigger"}]}
-    assert detect("responses", worker, {"x-lore-worker": "distill"}) is None
+    assert detect(RESPONSES, worker, {"x-lore-worker": "distill"}) is None
 
 
 def test_codex_flows_are_detected() -> None:
     prompt = {"type": "message", "role": "user", "content": [{"type": "input_text", "text":
               "You are performing a CONTEXT CHECKPOINT COMPACTION. Create a handoff summary"}]}
-    assert detect("responses", {"input": [prompt]}, {}) is Flow.CODEX_LOCAL
+    assert detect(RESPONSES, {"input": [prompt]}, {}) is Flow.CODEX_LOCAL
     user = {"type": "message", "role": "user", "content": "hi"}
-    assert detect("responses", {"input": [user]}, {"x-codex-turn-metadata": CODEX_META}) \
+    assert detect(RESPONSES, {"input": [user]}, {"x-codex-turn-metadata": CODEX_META}) \
         is Flow.CODEX_LOCAL
-    assert detect("responses", {"input": [user, {"type": "compaction_trigger"}]}, {}) \
+    assert detect(RESPONSES, {"input": [user, {"type": "compaction_trigger"}]}, {}) \
         is Flow.CODEX_TRIGGER
-    assert detect("responses", {"input": [user]}, {}) is None
-    assert detect("chat", {"messages": [prompt]}, {}) is None
+    assert detect(RESPONSES, {"input": [user]}, {}) is None
+    assert detect(CHAT, {"messages": [prompt]}, {}) is None
 
 
 def _dated(mark: str, text: str, clock: str = "09:14") -> summary.Dated:
@@ -181,4 +184,4 @@ def test_claude_code_fallback_summary_path_is_detected() -> None:
                 "messages": [{"role": "user", "content": "earlier work"},
                              {"role": "assistant", "content": "done"},
                              {"role": "user", "content": [{"type": "text", "text": prompt}]}]}
-    assert detect("anthropic", fallback, {}) is Flow.CLAUDE_SUMMARY
+    assert detect(ANTHROPIC, fallback, {}) is Flow.CLAUDE_SUMMARY

@@ -15,6 +15,8 @@ from lore_gateway.compaction.usage import (
     client_agent,
     codex_cap,
 )
+from lore_gateway.protocols.history_anthropic import ANTHROPIC
+from lore_gateway.protocols.history_responses import RESPONSES
 from lore_gateway.sse import SSEDecoder
 from lore_gateway.testing import fake_compaction
 from lore_gateway.testing import fake_streams as fs
@@ -54,7 +56,7 @@ def _usages(data: bytes) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("step", [1, 7, 64, 100_000])
 def test_anthropic_stream_capped_at_any_chunking(step: int) -> None:
     data = _stream("anthropic", fs.anthropic_text("hello there", "claude-x"), 400_000)
-    out = _rewrite(UsageCap(150_300, "anthropic"), data, step)
+    out = _rewrite(UsageCap(150_300, ANTHROPIC), data, step)
     start, _delta = _usages(out)
     assert start["input_tokens"] + start["output_tokens"] <= 150_300
     assert start["input_tokens"] > 140_000
@@ -66,7 +68,7 @@ def test_anthropic_stream_capped_at_any_chunking(step: int) -> None:
 @pytest.mark.parametrize("step", [3, 100_000])
 def test_responses_stream_capped_and_consistent(step: int) -> None:
     data = _stream("responses", fs.responses_text("hi", "gpt-5"), 900_000)
-    out = _rewrite(UsageCap(220_320, "responses"), data, step)
+    out = _rewrite(UsageCap(220_320, RESPONSES), data, step)
     (usage,) = [u for u in _usages(out) if u]
     assert usage["total_tokens"] <= 220_320
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
@@ -74,15 +76,15 @@ def test_responses_stream_capped_and_consistent(step: int) -> None:
 
 def test_under_the_cap_nothing_changes() -> None:
     data = b"".join(fs.responses_text("hi", "gpt-5").frames)
-    rewriter = UsageRewriter(UsageCap(220_320, "responses"))
+    rewriter = UsageRewriter(UsageCap(220_320, RESPONSES))
     assert rewriter.feed(data) + rewriter.close() == data
     assert rewriter.scaled == 0
     body = fs.anthropic_text("hi", "c").body
-    assert UsageRewriter(UsageCap(150_300, "anthropic")).json_body(body) == body
+    assert UsageRewriter(UsageCap(150_300, ANTHROPIC)).json_body(body) == body
 
 
 def test_json_bodies_are_capped() -> None:
     body = fake_compaction.with_input_tokens(fs.responses_text("hi", "gpt-5"), "responses",
                                              900_000).body
-    usage = orjson.loads(UsageRewriter(UsageCap(1_000, "responses")).json_body(body))["usage"]
+    usage = orjson.loads(UsageRewriter(UsageCap(1_000, RESPONSES)).json_body(body))["usage"]
     assert usage["total_tokens"] <= 1_000

@@ -11,8 +11,8 @@ from typing import Any
 import orjson
 import pytest
 
-from lore_gateway.context import history as h
 from lore_gateway.distill import store as dstore
+from lore_gateway.protocols.history_anthropic import MAX_BREAKPOINTS, count_breakpoints
 from lore_gateway.testing import (
     ANTHROPIC_KEY,
     OPENAI_KEY,
@@ -145,7 +145,7 @@ def test_a_long_anthropic_session_stays_in_budget_and_extends_between_rewrites(
         # The client's system prompt and tools: byte-identical, recall appended.
         assert new.json["system"] == SYSTEM
         assert new.json["tools"][:1] == TOOLS
-        assert h.count_breakpoints(new.json, new.json["messages"]) <= h.MAX_BREAKPOINTS
+        assert count_breakpoints(new.json, new.json["messages"]) <= MAX_BREAKPOINTS
         if not extends(prev.json["messages"], new.json["messages"]):
             breaks += 1
     counted = {k: v - before.get(k, 0) for k, v in rewrites(gw).items()}

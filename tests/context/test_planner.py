@@ -8,9 +8,11 @@ from typing import Any
 import orjson
 import pytest
 
-from lore_gateway.context import history as h
 from lore_gateway.context import planner
 from lore_gateway.context.planner import Distilled, Limits, SessionState
+from lore_gateway.protocols.history import adapter_for
+from lore_gateway.protocols.history_anthropic import ANTHROPIC, count_breakpoints
+from lore_gateway.protocols.history_responses import RESPONSES
 from lore_gateway.routing import Family
 
 LIMITS = Limits(window=4_000, share=0.7)  # budget 2,800 tokens
@@ -43,9 +45,10 @@ def body(messages: list[dict[str, Any]]) -> dict[str, Any]:
 def run(payload: dict[str, Any], state: SessionState, now: float = 1000.0,
         family: Family = Family.ANTHROPIC) -> planner.Plan:
     size = len(orjson.dumps(payload))
-    result = planner.plan(family, payload, size, state, LIMITS, now)
+    history = adapter_for(family)
+    result = planner.plan(history, payload, size, state, LIMITS, now)
     if result.action == "load":
-        result = planner.plan(family, payload, size, state, LIMITS, now, ROWS)
+        result = planner.plan(history, payload, size, state, LIMITS, now, ROWS)
     return result
 
 
@@ -57,7 +60,7 @@ def test_under_budget_passes_through_without_walking_the_history() -> None:
     payload = body(anthropic_history(2))
     result = run(payload, calibrated())
     assert result.action == "pass"
-    assert planner.render(Family.ANTHROPIC, payload, result.state) is payload
+    assert planner.render(ANTHROPIC, payload, result.state) is payload
 
 
 def test_over_budget_rewrites_to_prefix_and_raw_tail_keeping_system_and_tools() -> None:
@@ -65,7 +68,7 @@ def test_over_budget_rewrites_to_prefix_and_raw_tail_keeping_system_and_tools() 
     result = run(payload, calibrated())
     assert result.action == "rewrite" and result.reason == "budget"
     assert result.state.layer >= 1
-    out = planner.render(Family.ANTHROPIC, payload, result.state)
+    out = planner.render(ANTHROPIC, payload, result.state)
     assert out["system"] is payload["system"] and out["tools"] is payload["tools"]
     first = out["messages"][0]
     assert first["role"] == "user" and "port is 8417" in first["content"][0]["text"]
@@ -87,7 +90,7 @@ def assert_no_orphans(messages: list[dict[str, Any]]) -> None:
 def test_mid_turn_cut_keeps_the_users_request_in_the_prefix() -> None:
     payload = body(anthropic_history(30))
     state = run(payload, calibrated()).state
-    out = planner.render(Family.ANTHROPIC, payload, state)
+    out = planner.render(ANTHROPIC, payload, state)
     assert "Fix the failing test." in out["messages"][2]["content"][0]["text"]
     # The tail starts inside the turn: prefix pair, then the request repeated.
     assert [m["role"] for m in out["messages"][:4]] == ["user", "assistant", "user",
@@ -97,14 +100,14 @@ def test_mid_turn_cut_keeps_the_users_request_in_the_prefix() -> None:
 def test_between_rewrites_each_request_extends_the_previous_one() -> None:
     history = anthropic_history(30)
     state = run(body(history), calibrated()).state
-    previous = planner.render(Family.ANTHROPIC, body(history), state)["messages"]
+    previous = planner.render(ANTHROPIC, body(history), state)["messages"]
     rewrites = 0
     for i in range(30, 60):
         history = [*history, *anthropic_history(i + 1)[-2:]]
         history[-2]["content"][1]["id"] = history[-1]["content"][0]["tool_use_id"] = f"n{i}"
         result = run(body(history), state)
         state = result.state
-        now = planner.render(Family.ANTHROPIC, body(history), state)["messages"]
+        now = planner.render(ANTHROPIC, body(history), state)["messages"]
         if result.action == "rewrite":
             rewrites += 1
         else:
@@ -148,7 +151,7 @@ def test_overflow_forces_a_higher_layer_within_the_reported_window() -> None:
     result = run(payload, state)
     assert result.action == "rewrite" and result.reason == "overflow"
     assert result.state.layer >= 3
-    out = planner.render(Family.ANTHROPIC, payload, result.state)
+    out = planner.render(ANTHROPIC, payload, result.state)
     assert len(orjson.dumps(out)) * 0.25 <= 3_000 * LIMITS.share
 
 
@@ -157,9 +160,9 @@ def test_higher_layers_strip_old_tool_outputs_but_not_the_last_rounds() -> None:
     size = len(orjson.dumps(payload))
     limits = Limits(window=20_000, share=0.7)
     state = planner.force_layer(calibrated(), 1.1)
-    result = planner.plan(Family.ANTHROPIC, payload, size, state, limits, 1.0, ROWS)
+    result = planner.plan(ANTHROPIC, payload, size, state, limits, 1.0, ROWS)
     assert result.state.layer == 2
-    out = planner.render(Family.ANTHROPIC, payload, result.state)
+    out = planner.render(ANTHROPIC, payload, result.state)
     outputs = [b["content"] for m in out["messages"] for b in m["content"]
                if b.get("type") == "tool_result"]
     client = [b["content"] for m in payload["messages"] for b in m["content"]
@@ -174,7 +177,7 @@ def test_emergency_layer_sizes_the_tail_and_truncates_a_huge_output() -> None:
     payload = body(history)
     result = run(payload, calibrated())
     assert result.state.layer == planner.EMERGENCY
-    out = planner.render(Family.ANTHROPIC, payload, result.state)
+    out = planner.render(ANTHROPIC, payload, result.state)
     assert len(orjson.dumps(out)) < len(orjson.dumps(payload)) // 2
 
 
@@ -184,7 +187,7 @@ def test_client_replacing_its_history_is_followed() -> None:
     small = body(anthropic_history(1))
     result = run(small, state)
     assert result.action == "pass"
-    assert planner.render(Family.ANTHROPIC, small, result.state) is small
+    assert planner.render(ANTHROPIC, small, result.state) is small
 
 
 def test_anthropic_breakpoints_never_exceed_four() -> None:
@@ -195,8 +198,8 @@ def test_anthropic_breakpoints_never_exceed_four() -> None:
     payload["system"] = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
     payload["tools"] = [{**TOOLS[0], "cache_control": {"type": "ephemeral"}}]
     state = run(payload, calibrated()).state
-    out = planner.render(Family.ANTHROPIC, payload, state)
-    assert h.count_breakpoints(out, out["messages"]) == 4
+    out = planner.render(ANTHROPIC, payload, state)
+    assert count_breakpoints(out, out["messages"]) == 4
     prefix_blocks = out["messages"][0]["content"]
     assert "cache_control" in prefix_blocks[-1]  # ours, on the distilled prefix
     assert "cache_control" in out["messages"][-1]["content"][0]  # the client's newest
@@ -233,7 +236,7 @@ def test_openai_shapes_keep_leading_instructions_and_pair_calls(
     payload = {"model": "gpt-test", key: items, "tools": []}
     result = run(payload, calibrated(), family=family)
     assert result.action == "rewrite"
-    out = planner.render(family, payload, result.state)
+    out = planner.render(adapter_for(family), payload, result.state)
     new = out[key]
     assert new[0] == items[0]  # the developer/system item stays first, untouched
     assert new[1]["role"] == "user" and "port is 8417" in orjson.dumps(new[1]).decode()
@@ -272,7 +275,7 @@ def test_codex_backend_shape_keeps_instructions_cache_key_and_reasoning_pairs() 
     payload = {"model": "gpt-5.1-codex", "instructions": SYSTEM, "input": items,
                "tools": [], "prompt_cache_key": "thread-1", "store": False, "stream": True}
     result = run(payload, calibrated(), family=Family.RESPONSES)
-    out = planner.render(Family.RESPONSES, payload, result.state)
+    out = planner.render(RESPONSES, payload, result.state)
     assert out["instructions"] is payload["instructions"]
     assert out["prompt_cache_key"] == "thread-1"
     tail = out["input"][3:]  # prefix pair, the request of the cut turn, then raw items

@@ -16,6 +16,7 @@ import orjson
 
 from lore_gateway.context import planner
 from lore_gateway.context.planner import Distilled, Limits, SessionState
+from lore_gateway.protocols.history_anthropic import ANTHROPIC
 from lore_gateway.recall import replay
 from lore_gateway.routing import Family
 from lore_gateway.testing import strict
@@ -51,9 +52,9 @@ def body(messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
 
 def run(payload: dict[str, Any], state: SessionState, now: float = 1000.0) -> planner.Plan:
     size = len(orjson.dumps(payload))
-    result = planner.plan(Family.ANTHROPIC, payload, size, state, LIMITS, now)
+    result = planner.plan(ANTHROPIC, payload, size, state, LIMITS, now)
     if result.action == "load":
-        result = planner.plan(Family.ANTHROPIC, payload, size, state, LIMITS, now, ROWS)
+        result = planner.plan(ANTHROPIC, payload, size, state, LIMITS, now, ROWS)
     return result
 
 
@@ -77,13 +78,13 @@ def test_a_mid_turn_cut_under_thinking_opens_the_final_turn_with_its_thinking() 
     payload = body(messages, thinking={"type": "enabled", "budget_tokens": 2048})
     result = run(payload, CALIBRATED)
     assert result.action == "rewrite"
-    out = planner.render(Family.ANTHROPIC, payload, result.state)
+    out = planner.render(ANTHROPIC, payload, result.state)
     accepted(out)
     tail = out["messages"][planner.prefix_length(result.state):]
     assert tail[0]["content"][0]["type"] == "thinking"
     # Without thinking, any round may open the tail (more room to cut).
     plain = body(messages)
-    accepted(planner.render(Family.ANTHROPIC, plain, run(plain, CALIBRATED).state))
+    accepted(planner.render(ANTHROPIC, plain, run(plain, CALIBRATED).state))
 
 
 def test_adaptive_thinking_cuts_where_the_rest_of_the_turn_did_not_think() -> None:
@@ -98,13 +99,13 @@ def test_adaptive_thinking_cuts_where_the_rest_of_the_turn_did_not_think() -> No
     quiet = body(messages, thinking={"type": "adaptive"})
     result = run(quiet, CALIBRATED)
     assert result.action == "rewrite" and result.state.request  # cut mid-turn
-    accepted(planner.render(Family.ANTHROPIC, quiet, result.state))
+    accepted(planner.render(ANTHROPIC, quiet, result.state))
     messages = messages[:41]
     for i in range(40, 60):
         messages += tool_round(i, think=i % 4 == 0)
     mixed = body(messages, thinking={"type": "adaptive"})
     result = run(mixed, CALIBRATED)
-    out = planner.render(Family.ANTHROPIC, mixed, result.state)
+    out = planner.render(ANTHROPIC, mixed, result.state)
     tail = out["messages"][planner.prefix_length(result.state):]
     assert tail[0]["role"] == "user" or tail[0]["content"][0]["type"] == "thinking"
 
@@ -124,18 +125,18 @@ def test_our_breakpoint_follows_the_clients_switch_from_5m_to_1h() -> None:
 
     first = run(marked(None), CALIBRATED)
     assert first.action == "rewrite"
-    accepted(planner.render(Family.ANTHROPIC, marked(None), first.state))
+    accepted(planner.render(ANTHROPIC, marked(None), first.state))
     # The client switches every marker to 1h; the layout is steady (no rewrite),
     # and our marker goes to 1h with them: a 5m one between two 1h is refused.
     switched = marked("1h")
     steady = run(switched, first.state, now=1001.0)
     assert steady.action == "steady"
-    out = planner.render(Family.ANTHROPIC, switched, steady.state)
+    out = planner.render(ANTHROPIC, switched, steady.state)
     accepted(out)
     assert out["messages"][0]["content"][0]["cache_control"] == {"type": "ephemeral",
                                                                  "ttl": "1h"}
     # The prefix's bytes apart from the marker are the ones the cache holds.
-    before = planner.render(Family.ANTHROPIC, marked(None), first.state)["messages"][0]
+    before = planner.render(ANTHROPIC, marked(None), first.state)["messages"][0]
     assert before["content"][0]["text"] == out["messages"][0]["content"][0]["text"]
 
 
@@ -148,14 +149,14 @@ def test_an_overflow_at_the_top_layer_replans_smaller_instead_of_resending() -> 
     state = dataclasses.replace(CALIBRATED, force_min=planner.EMERGENCY)
     top = run(payload, state)
     assert top.state.layer == planner.EMERGENCY
-    sent = planner.render(Family.ANTHROPIC, payload, top.state)
+    sent = planner.render(ANTHROPIC, payload, top.state)
     sent_bytes = len(orjson.dumps(sent))
     # The provider counts 1.5x what the calibration thought, and refuses.
     reported = int(sent_bytes * top.state.ratio * 1.5)
     forced = planner.force_layer(top.state, reported / LIMITS.window, LIMITS.window, sent_bytes)
     again = run(payload, forced, now=1001.0)
     assert again.action == "rewrite" and again.reason == "overflow"
-    smaller = planner.render(Family.ANTHROPIC, payload, again.state)
+    smaller = planner.render(ANTHROPIC, payload, again.state)
     assert len(orjson.dumps(smaller)) < sent_bytes
     assert again.state.ratio >= reported / sent_bytes
     # ... and at the true ratio it fits the budget.
@@ -171,7 +172,7 @@ def test_mid_conversation_system_messages_are_kept_where_they_are_valid() -> Non
     payload = body(messages)
     result = run(payload, CALIBRATED)
     assert result.action == "rewrite"
-    out = planner.render(Family.ANTHROPIC, payload, result.state)
+    out = planner.render(ANTHROPIC, payload, result.state)
     accepted(out)
     assert out["messages"][1] == reminder  # right after the prefix's user message
     assert planner.remap(result.state, result.state.cut) == planner.prefix_length(result.state)
@@ -189,7 +190,7 @@ def test_the_request_repeated_after_a_mid_turn_cut_is_the_task_not_a_nudge() -> 
     result = run(payload, CALIBRATED)
     assert result.action == "rewrite" and result.state.request
     assert result.state.request == TASK
-    accepted(planner.render(Family.ANTHROPIC, payload, result.state))
+    accepted(planner.render(ANTHROPIC, payload, result.state))
 
 
 def test_the_size_of_an_expanded_request_is_measured_without_serialising_it() -> None:

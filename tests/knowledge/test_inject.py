@@ -17,6 +17,10 @@ from lore_gateway.knowledge.inject import (
     inject_knowledge,
     update_slot,
 )
+from lore_gateway.protocols.history import adapter_for
+from lore_gateway.protocols.history_anthropic import ANTHROPIC
+from lore_gateway.protocols.history_chat import CHAT
+from lore_gateway.protocols.history_responses import RESPONSES
 
 BLOCK = "## Long-term knowledge\n* **deploy branch**: tangerine"
 
@@ -103,7 +107,7 @@ def test_each_request_extends_the_previous_one_byte_for_byte(family: str) -> Non
         if turn:
             payload = {**payload, key: [*payload[key], assistant, user]}
         if turn == 2:
-            slot = update_slot(family, payload[key])  # type: ignore[arg-type]
+            slot = update_slot(adapter_for(family), payload[key])  # type: ignore[arg-type]
             assert slot == len(payload[key]) - 1
             deltas.append(Delta(slot, "[update] port 8443"))
         sent.append(inject_knowledge(payload, ctx(family, BLOCK, *deltas)))
@@ -118,16 +122,16 @@ def test_update_slot_never_splits_a_tool_call_from_its_result() -> None:
     tool_loop = [{"role": "user", "content": "fix it"},
                  {"role": "assistant", "content": [{"type": "tool_use", "id": "1"}]},
                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "1"}]}]
-    assert update_slot("anthropic", tool_loop) is None
+    assert update_slot(ANTHROPIC, tool_loop) is None
     codex_loop = [{"type": "message", "role": "user", "content": []},
                   {"type": "function_call", "call_id": "c"},
                   {"type": "function_call_output", "call_id": "c"}]
-    assert update_slot("responses", codex_loop) is None
+    assert update_slot(RESPONSES, codex_loop) is None
     # Claude Code ends its first request with a system message after the user's.
     claude = [{"role": "user", "content": [{"type": "text", "text": "hi"}]},
               {"role": "system", "content": "agents"}]
-    assert update_slot("anthropic", claude) == 0
-    assert update_slot("chat", "not a list") is None
+    assert update_slot(ANTHROPIC, claude) == 0
+    assert update_slot(CHAT, "not a list") is None
 
 
 def test_anthropic_update_is_a_user_assistant_pair() -> None:

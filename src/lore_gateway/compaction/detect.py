@@ -26,7 +26,10 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lore_gateway.protocols.history import HistoryAdapter
 
 CLAUDE_SUMMARY_PREAMBLE = "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools."
 CLAUDE_SUMMARY_MARKERS = ("<summary>", "summary of the conversation")
@@ -44,14 +47,18 @@ class Flow(enum.StrEnum):
     CODEX_COMPACT = "codex_compact"  # POST …/responses/compact
 
 
-def detect(family: str, payload: Mapping[str, Any], headers: Mapping[str, str]) -> Flow | None:
-    """The compaction flow this model request is, or None for any other request."""
+def detect(history: HistoryAdapter, payload: Mapping[str, Any],
+           headers: Mapping[str, str]) -> Flow | None:
+    """The compaction flow this model request is, or None for any other request.
+    Each protocol's adapter knows which agent flows its requests may be
+    (``HistoryAdapter.compaction_flow``: the checks below)."""
     if "x-lore-worker" in headers:
         return None
-    if family == "anthropic":
-        return Flow.CLAUDE_SUMMARY if is_claude_summary(payload) else None
-    if family != "responses":
-        return None
+    return history.compaction_flow(payload, headers)
+
+
+def codex_flow(payload: Mapping[str, Any], headers: Mapping[str, str]) -> Flow | None:
+    """Codex's compaction requests (Responses ``input``)."""
     items = payload.get("input")
     if not isinstance(items, list) or not items or not isinstance(items[-1], dict):
         return None

@@ -23,6 +23,7 @@ from lore_gateway.compaction.usage import Agent, UsageCap, claude_cap, client_ag
 from lore_gateway.config import Settings
 from lore_gateway.memory.records import Identity
 from lore_gateway.obs import metrics, status
+from lore_gateway.protocols.history import adapter_for
 from lore_gateway.routing import Family, Protocol, family_of
 from lore_gateway.storage.base import in_tenant
 
@@ -55,6 +56,9 @@ def _count(flow: Flow, outcome: str) -> None:
 # The agent whose structure a flow recognises (a compaction_trigger is answered
 # for any client: it asks for exactly that).
 _AGENT_OF = {Flow.CLAUDE_SUMMARY: Agent.CLAUDE_CODE, Flow.CODEX_LOCAL: Agent.CODEX}
+# What each compacting agent speaks: its usage is scaled only there (an SDK
+# request from the same machine through another protocol is not the agent's).
+_SPEAKS = {Agent.CLAUDE_CODE: Family.ANTHROPIC, Agent.CODEX: Family.RESPONSES}
 
 
 def usage_cap(settings: Settings, protocol: Protocol, headers: Mapping[str, str],
@@ -63,14 +67,15 @@ def usage_cap(settings: Settings, protocol: Protocol, headers: Mapping[str, str]
     if not settings.usage_scaling:
         return None
     agent = client_agent(headers)
-    if agent is Agent.CLAUDE_CODE and protocol is Protocol.ANTHROPIC:
-        max_tokens = payload.get("max_tokens")
-        cap = claude_cap(settings.claude_window_tokens,
-                         max_tokens if isinstance(max_tokens, int) else None)
-        return UsageCap(cap, "anthropic")
-    if agent is Agent.CODEX and family_of(protocol) is Family.RESPONSES:
-        return UsageCap(codex_cap(settings.codex_window_tokens), "responses")
-    return None
+    family = family_of(protocol)
+    if agent is None or _SPEAKS[agent] is not family:
+        return None
+    if agent is Agent.CODEX:
+        return UsageCap(codex_cap(settings.codex_window_tokens), adapter_for(family))
+    max_tokens = payload.get("max_tokens")
+    cap = claude_cap(settings.claude_window_tokens,
+                     max_tokens if isinstance(max_tokens, int) else None)
+    return UsageCap(cap, adapter_for(family))
 
 
 class CompactionService:
@@ -88,7 +93,7 @@ class CompactionService:
         from memory (or, with no memory, one without a body: pass it through)."""
         if not self.settings.compaction_from_memory:
             return None
-        flow = detect.detect(family_of(protocol).value, payload, headers)
+        flow = detect.detect(adapter_for(family_of(protocol)), payload, headers)
         if flow is None:
             return None
         # A summary prompt from any other client (an SDK user's own) is theirs.

@@ -22,9 +22,12 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from lore_gateway.protocols.history import HistoryAdapter
 
 # Claude Code's reserve for the summary's output and its auto-compact buffer.
 CLAUDE_SUMMARY_RESERVE = 20_000
@@ -68,7 +71,7 @@ class UsageCap:
     """The most total tokens one response may report to this client."""
 
     tokens: int
-    family: str  # "anthropic" or "responses"
+    history: HistoryAdapter  # the protocol's usage shape (``usage_scaler``)
 
     def factor(self, total: int) -> float | None:
         """The scale for a response whose real total is ``total`` (None: unchanged)."""
@@ -88,14 +91,12 @@ class UsageRewriter:
     ``"usage"`` go out as they came.
     """
 
-    __slots__ = ("_anthropic_factor", "_held", "cap", "scaled")
+    __slots__ = ("_held", "_usage", "cap", "scaled")
 
     def __init__(self, cap: UsageCap) -> None:
         self.cap = cap
         self._held = b""
-        # Anthropic reports input at message_start and output at message_delta:
-        # the factor chosen at the start holds for the whole message.
-        self._anthropic_factor: float | None = None
+        self._usage = cap.history.usage_scaler()
         self.scaled = 0  # frames (or bodies) rewritten
 
     def feed(self, chunk: bytes) -> bytes:
@@ -152,49 +153,8 @@ class UsageRewriter:
         kind = payload.get("type")
         for holder in (payload, payload.get("message"), payload.get("response")):
             if isinstance(holder, dict) and isinstance(holder.get("usage"), dict):
-                usage = holder["usage"]
-                if self.cap.family == "anthropic":
-                    changed |= self._anthropic(usage, delta=kind == "message_delta")
-                else:
-                    changed |= self._responses(usage)
+                changed |= self._usage.scale(holder["usage"], self.cap.factor, kind)
         return changed
-
-    def _anthropic(self, usage: dict[str, Any], *, delta: bool) -> bool:
-        keys = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-        if not delta or any(isinstance(usage.get(k), int) and usage[k] for k in keys):
-            total = sum(_int(usage.get(k)) for k in (*keys, "output_tokens"))
-            factor = self.cap.factor(total)
-            if not delta or factor is not None:
-                self._anthropic_factor = factor
-        factor = self._anthropic_factor
-        if factor is None:
-            return False
-        for key in (*keys, "output_tokens"):
-            if isinstance(usage.get(key), int):
-                usage[key] = int(usage[key] * factor)
-        return True
-
-    def _responses(self, usage: dict[str, Any]) -> bool:
-        total = _int(usage.get("total_tokens")) or (
-            _int(usage.get("input_tokens")) + _int(usage.get("output_tokens")))
-        factor = self.cap.factor(total)
-        if factor is None:
-            return False
-        for key in ("input_tokens", "output_tokens"):
-            if isinstance(usage.get(key), int):
-                usage[key] = int(usage[key] * factor)
-        for key in ("input_tokens_details", "output_tokens_details"):
-            details = usage.get(key)
-            if isinstance(details, dict):
-                for name, value in details.items():
-                    if isinstance(value, int):
-                        details[name] = int(value * factor)
-        usage["total_tokens"] = _int(usage.get("input_tokens")) + _int(usage.get("output_tokens"))
-        return True
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _last_frame_end(data: bytes) -> int:

@@ -31,8 +31,7 @@ import orjson
 
 from lore_gateway.context import history as h
 from lore_gateway.context.request import turn_request
-from lore_gateway.context.windows import cache_ttl
-from lore_gateway.routing import Family
+from lore_gateway.protocols.history import HistoryAdapter
 
 # Tokens per byte of request JSON before a session is calibrated (English and
 # code run 3.3-4 bytes per token; JSON escaping adds bytes): deliberately high.
@@ -147,25 +146,25 @@ class Limits:
         return int(self.window * self.share)
 
 
-def plan(family: Family, payload: dict[str, Any], body_len: int, state: SessionState,
+def plan(history: HistoryAdapter, payload: dict[str, Any], body_len: int, state: SessionState,
          limits: Limits, now: float, distilled: list[Distilled] | None = None) -> Plan:
     """What this request's upstream history is. ``action == "load"``: a rewrite
     is due and needs ``distilled``; call again with them."""
-    items = payload.get(h.items_key(family))
+    items = payload.get(history.items_key)
     if not isinstance(items, list):
         return Plan(state, "pass")
     ratio = state.ratio * (UNCALIBRATED_SAFETY if state.samples == 0 else 1.0)
     if state.window_cap:
         limits = Limits(min(limits.window, state.window_cap), limits.share)
     budget = limits.budget
-    cold = state.last_at > 0 and now - state.last_at > cache_ttl(family, payload)
+    cold = state.last_at > 0 and now - state.last_at > history.cache_ttl(payload)
     st = dataclasses.replace(state, last_at=now, marks=_mark(state.marks, len(items), now))
     if st.layer == 0 and st.force_min == 0 and not st.reserve:
         estimate = int(body_len * ratio)
         if estimate <= budget:
             return Plan(st, "pass", estimate=estimate)
         reason = "budget"
-    elif st.layer > 0 and not _anchored(family, items, st):
+    elif st.layer > 0 and not _anchored(items, st):
         estimate = int(body_len * ratio)
         if estimate <= budget and st.force_min == 0:
             # The client replaced its history (its own compaction) and it fits.
@@ -184,7 +183,7 @@ def plan(family: Family, payload: dict[str, Any], body_len: int, state: SessionS
         reason = "budget"
     if distilled is None:
         return Plan(st, "load", reason)
-    return _rewrite(family, payload, items, body_len, st, limits, ratio, reason, distilled)
+    return _rewrite(history, payload, items, body_len, st, limits, ratio, reason, distilled)
 
 
 def calibrate(state: SessionState, sent_bytes: int, prompt_tokens: int,
@@ -231,29 +230,26 @@ def force_layer(state: SessionState, overflow_ratio: float | None,
                                window_cap=cap, ratio=ratio, samples=samples, overflowed=True)
 
 
-def render(family: Family, payload: dict[str, Any], state: SessionState) -> dict[str, Any]:
+def render(history: HistoryAdapter, payload: dict[str, Any],
+           state: SessionState) -> dict[str, Any]:
     """The upstream payload for a managed session (the payload itself at layer 0)."""
-    key = h.items_key(family)
+    key = history.items_key
     items = payload.get(key)
     if state.layer == 0 or not isinstance(items, list) or len(items) <= state.cut:
         return payload
     tail = items[state.cut:]
     if state.strip_end > state.cut or state.truncate_to:
         limit = state.truncate_to or None
-        tail = [h.strip_output(family, item, limit)
+        tail = [h.strip_output(history, item, limit)
                 if limit is not None or state.cut + i < state.strip_end else item
                 for i, item in enumerate(tail)]
-    tail = h.repair_boundary(family, tail)
-    ttl = h.prefix_ttl(payload, tail) if state.breakpoint else None
-    prefix = h.prefix_items(family, state.prefix, request=state.request, cache_ttl=ttl,
-                            breakpoint=state.breakpoint, system=_kept(items, state))
+    tail = h.repair_boundary(history, tail)
+    marker = history.cache_marker(payload, tail) if state.breakpoint else None
+    prefix = h.prefix_items(history, state.prefix, request=state.request,
+                            cache_control=marker, system=_kept(items, state))
     new_items = [*items[:state.lead], *prefix, *tail]
     out = dict(payload)
-    if family is Family.ANTHROPIC:
-        excess = h.count_breakpoints(payload, new_items) - h.MAX_BREAKPOINTS
-        if excess > 0:
-            new_items = h.drop_oldest_breakpoints(new_items, excess, state.lead + len(prefix))
-    out[key] = new_items
+    out[key] = history.fit_breakpoints(payload, new_items, state.lead + len(prefix))
     return out
 
 
@@ -276,13 +272,13 @@ def remap(state: SessionState, position: int) -> int:
 # --- rewriting ------------------------------------------------------------------
 
 
-def _rewrite(family: Family, payload: dict[str, Any], items: list[Any], body_len: int,
+def _rewrite(history: HistoryAdapter, payload: dict[str, Any], items: list[Any], body_len: int,
              st: SessionState, limits: Limits, ratio: float, reason: str,
              distilled: list[Distilled]) -> Plan:
     sizes = [len(orjson.dumps(item)) + 1 for item in items]
     overhead = max(0, body_len - sum(sizes))
-    lead = h.lead_count(family, items)
-    cands = h.cut_points(family, items, lead, thinking=h.thinking_mode(family, payload))
+    lead = history.lead_count(items)
+    cands = h.cut_points(history, items, lead, thinking=history.thinking_mode(payload))
     if not cands:
         return Plan(st, "steady" if st.layer else "pass", reason)
     budget = limits.budget
@@ -296,7 +292,7 @@ def _rewrite(family: Family, payload: dict[str, Any], items: list[Any], body_len
         truncate = h.EMERGENCY_OUTPUT_CHARS if layer == EMERGENCY else 0
         # Outputs from the protect_rounds-th last round on are never stripped.
         protect = cands[max(0, len(cands) - rule.protect_rounds)] if rule.strip else 0
-        eff = _effective_sizes(family, items, sizes, strip_before=protect if rule.strip else 0,
+        eff = _effective_sizes(history, items, sizes, strip_before=protect if rule.strip else 0,
                                truncate=truncate)
         suffix = _suffix(eff)
         keep = reason == "budget" and layer == st.layer and bool(st.prefix)
@@ -312,13 +308,13 @@ def _rewrite(family: Family, payload: dict[str, Any], items: list[Any], body_len
                 continue
             cut = cands[-1]
             reason = "emergency"
-        return Plan(*_layout(family, payload, items, sizes, eff, st, layer, lead, cut,
+        return Plan(*_layout(history, payload, items, sizes, eff, st, layer, lead, cut,
                              protect if rule.strip else 0, truncate, distilled, rule, budget,
                              reason, ratio, fixed, keep))
     raise AssertionError("unreachable: the emergency layer always returns")
 
 
-def _layout(family: Family, payload: dict[str, Any], items: list[Any], sizes: list[int],
+def _layout(history: HistoryAdapter, payload: dict[str, Any], items: list[Any], sizes: list[int],
             eff: list[int], st: SessionState, layer: int, lead: int, cut: int, strip_end: int,
             truncate: int, distilled: list[Distilled], rule: LayerRule, budget: int,
             reason: str, ratio: float, fixed: int,
@@ -335,12 +331,11 @@ def _layout(family: Family, payload: dict[str, Any], items: list[Any], sizes: li
         rows = _select([d for d in distilled if d.generation > 0 or d.last_at < cut_at], rule,
                        int(budget * rule.distilled_share))
         text, ids = render_prefix(rows), tuple(d.id for d in rows)
-    request = "" if h.starts_with_user(family, items[cut]) else (
-        turn_request(family, items, lead, cut)[:REQUEST_KEEP_CHARS] or REQUEST_UNKNOWN)
-    system_kept = tuple(i for i in range(lead, cut) if h.is_system(family, items[i]))
-    prefix = h.prefix_items(family, text, request=request,
-                            cache_ttl=h.prefix_ttl(payload, tail),
-                            breakpoint=family is Family.ANTHROPIC,
+    request = "" if history.is_user_text(items[cut]) else (
+        turn_request(history, items, lead, cut)[:REQUEST_KEEP_CHARS] or REQUEST_UNKNOWN)
+    system_kept = tuple(i for i in range(lead, cut) if history.is_system(items[i]))
+    marker = history.cache_marker(payload, tail)
+    prefix = h.prefix_items(history, text, request=request, cache_control=marker,
                             system=[items[i] for i in system_kept])
     prefix_bytes = sum(len(orjson.dumps(p)) + 1 for p in prefix)
     kept = sum(eff[cut:])
@@ -349,20 +344,20 @@ def _layout(family: Family, payload: dict[str, Any], items: list[Any], sizes: li
         st, layer=layer, force_min=0, lead=lead, cut=cut, strip_end=max(strip_end, 0),
         truncate_to=truncate, fingerprint=_fingerprint(items, cut), prefix=text,
         prefix_ids=ids, request=request, system_kept=system_kept, overflowed=False, reserve=0,
-        breakpoint=family is Family.ANTHROPIC, dropped_bytes=dropped,
+        breakpoint=marker is not None, dropped_bytes=dropped,
         rewrites=st.rewrites + 1)
     estimate = int((fixed + kept + prefix_bytes) * ratio)
     return state, "rewrite", reason, estimate, not keep_prefix
 
 
-def _effective_sizes(family: Family, items: list[Any], sizes: list[int], *,
+def _effective_sizes(history: HistoryAdapter, items: list[Any], sizes: list[int], *,
                      strip_before: int, truncate: int) -> list[int]:
     if not strip_before and not truncate:
         return sizes
     out = list(sizes)
     for index, item in enumerate(items):
-        if (truncate or index < strip_before) and h.is_tool_output(family, item):
-            new = h.strip_output(family, item, truncate or None)
+        if (truncate or index < strip_before) and history.is_tool_output(item):
+            new = h.strip_output(history, item, truncate or None)
             if new is not item:
                 out[index] = len(orjson.dumps(new)) + 1
     return out
@@ -414,7 +409,7 @@ def _fingerprint(items: list[Any], cut: int) -> str:
     return digest.hexdigest()
 
 
-def _anchored(family: Family, items: list[Any], st: SessionState) -> bool:
+def _anchored(items: list[Any], st: SessionState) -> bool:
     """Whether the client's history still holds the items the layout was cut at."""
     if len(items) <= st.cut or len(items) < st.strip_end:
         return False

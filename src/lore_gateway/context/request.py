@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from lore_gateway.context import history as h
-from lore_gateway.routing import Family
+from lore_gateway.protocols.history import HistoryAdapter
 
 # Openings of messages that agent harnesses send on their own, not the user:
 # mini-swe-agent / SWE-agent format and timeout feedback, Claude Code's
@@ -34,11 +33,11 @@ HARNESS_OPENINGS = (
 FIRST_LINE_CHARS = 120
 
 
-def turn_request(family: Family, items: list[Any], lead: int, cut: int) -> str:
+def turn_request(history: HistoryAdapter, items: list[Any], lead: int, cut: int) -> str:
     """The request of the turn ``items[cut]`` continues: the nearest user text
     before the cut that is not a harness nudge (the nearest one when all are)."""
-    texts = [(index, h.user_text(family, items[index])) for index in range(lead, cut)
-             if h.is_user_text(family, items[index])]
+    texts = [(index, history.user_text(items[index])) for index in range(lead, cut)
+             if history.is_user_text(items[index])]
     if not texts:
         return ""
     lines = Counter(_first_line(text) for _, text in texts)

@@ -26,6 +26,7 @@ from lore_gateway.context.planner import Limits, SessionState
 from lore_gateway.context.windows import window_for
 from lore_gateway.memory.records import Identity
 from lore_gateway.obs import metrics
+from lore_gateway.protocols.history import adapter_for
 from lore_gateway.routing import Family
 from lore_gateway.storage.base import in_tenant
 
@@ -63,18 +64,19 @@ class ContextService:
         as usual, the state held in this process only, nothing written."""
         if not self.settings.context or not coding:
             return None
+        history = adapter_for(family)
         key = (identity.tenant, identity.session)
         state = await self._state(key)
         limits = self.limits(str(payload.get("model") or ""))
         now = self.clock()
-        result = planner.plan(family, payload, body_len, state, limits, now)
+        result = planner.plan(history, payload, body_len, state, limits, now)
         if result.action == "load":
             rows = await asyncio.to_thread(self.memory.read, in_tenant(
                 identity.tenant, lambda c: cstore.distilled(c, identity.tenant,
                                                             identity.session)))
             # A rewrite measures every history item (tens of ms on a 400K-token
             # body): off the loop. The payload is only read.
-            result = await asyncio.to_thread(planner.plan, family, payload, body_len, state,
+            result = await asyncio.to_thread(planner.plan, history, payload, body_len, state,
                                              limits, now, rows)
         self._keep(key, result.state)
         if result.action == "rewrite":

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from lore_gateway.context import planner
 from lore_gateway.context.planner import SessionState
 from lore_gateway.knowledge.inject import Delta, KnowledgeContext, KnowledgeView
+from lore_gateway.protocols.history import adapter_for
 from lore_gateway.routing import Family
 
 
@@ -31,7 +32,7 @@ def manage_context(payload: dict[str, Any], ctx: ContextRequest) -> dict[str, An
     """The upstream history of a managed session; ``payload`` itself otherwise."""
     if ctx.context is None:
         return payload
-    return planner.render(ctx.family, payload, ctx.context)
+    return planner.render(adapter_for(ctx.family), payload, ctx.context)
 
 
 def knowledge_context(ctx: ContextRequest) -> Any:

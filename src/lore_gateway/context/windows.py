@@ -1,13 +1,12 @@
-"""Model context windows and provider prompt-cache lifetimes (pure tables).
+"""Model context windows (a pure table).
 
 Budgets are shares of a model's window. Names match by prefix, longest first, so
 dated snapshots (``claude-sonnet-4-5-20250929``) find their family; an unknown
 model gets :data:`DEFAULT_WINDOW`, which ``LORE_CONTEXT_WINDOW`` overrides.
+Prompt-cache lifetimes are each protocol's (``HistoryAdapter.cache_ttl``).
 """
 
 from __future__ import annotations
-
-from lore_gateway.routing import Family
 
 # The window every agent meters against unless it opted into more: Claude Code
 # and Codex both compact relative to ~200K on their default models.
@@ -27,18 +26,6 @@ MODEL_WINDOWS: dict[str, int] = {
 }
 _PREFIXES = sorted(MODEL_WINDOWS, key=len, reverse=True)
 
-# How long a provider keeps a prefix cached after its last use (wave2-memory §5):
-# Anthropic's default ephemeral TTL is 5 minutes (1 h when the request asks for
-# it); OpenAI's in-memory retention is 5-10 minutes of inactivity, so the
-# shorter figure is the safe one (a prefix we think cold is then really cold).
-CACHE_TTL_S: dict[Family, float] = {
-    Family.ANTHROPIC: 300.0,
-    Family.RESPONSES: 300.0,
-    Family.CHAT: 300.0,
-}
-ANTHROPIC_LONG_TTL_S = 3_600.0
-OPENAI_24H_TTL_S = 86_400.0
-
 
 def window_for(model: str | None, default: int = DEFAULT_WINDOW) -> int:
     """The model's input window in tokens (``default`` when unknown)."""
@@ -47,25 +34,3 @@ def window_for(model: str | None, default: int = DEFAULT_WINDOW) -> int:
         if name.startswith(prefix):
             return MODEL_WINDOWS[prefix]
     return default
-
-
-def cache_ttl(family: Family, payload: dict[str, object]) -> float:
-    """Seconds a cached prefix of this request stays warm without traffic."""
-    if family is Family.ANTHROPIC and '"ttl": "1h"' in _cache_controls(payload):
-        return ANTHROPIC_LONG_TTL_S
-    if payload.get("prompt_cache_retention") == "24h":
-        return OPENAI_24H_TTL_S
-    return CACHE_TTL_S[family]
-
-
-def _cache_controls(payload: dict[str, object]) -> str:
-    """The request's system and tool cache markers, as text (small: no history)."""
-    parts: list[str] = []
-    for key in ("system", "tools"):
-        blocks = payload.get(key)
-        if isinstance(blocks, list):
-            for block in blocks:
-                if isinstance(block, dict) and isinstance(block.get("cache_control"), dict):
-                    ttl = block["cache_control"].get("ttl")
-                    parts.append(f'"ttl": "{ttl}"')
-    return " ".join(parts)

@@ -42,6 +42,7 @@ from lore_gateway.memory.fingerprint import has_answer
 from lore_gateway.memory.identity import UNKNOWN_PROJECT
 from lore_gateway.memory.records import Identity
 from lore_gateway.obs import metrics
+from lore_gateway.protocols.history import HistoryAdapter, adapter_for
 from lore_gateway.routing import Family
 from lore_gateway.storage.base import in_tenant
 
@@ -66,7 +67,7 @@ class SessionKnowledge:
 
 def agents_file(family: str) -> str:
     """Where the pointer to ``.lore.md`` goes: the file the session's agent reads."""
-    return "CLAUDE.md" if family == "anthropic" else "AGENTS.md"
+    return adapter_for(Family(family)).instructions_file
 
 
 class KnowledgeService:
@@ -105,18 +106,19 @@ class KnowledgeService:
         if not self.settings.knowledge or identity.project == UNKNOWN_PROJECT or not coding:
             # Without a known project, knowledge would mix unrelated work.
             return None
+        history = adapter_for(family)
         try:
-            items = payload.get("input" if family == "responses" else "messages")
-            state = await self._state(identity, family, _underway(items), keep)
+            items = payload.get(history.items_key)
+            state = await self._state(identity, history, _underway(items), keep)
             if keep:
-                await self._maybe_update(family, payload, identity, state)
+                await self._maybe_update(history, payload, identity, state)
         except Exception:
             log.exception("knowledge: could not prepare the session's knowledge; the request"
                           " goes on without it")
             return None
         return KnowledgeView(state.block, tuple(state.deltas))
 
-    async def _state(self, identity: Identity, family: Family,
+    async def _state(self, identity: Identity, history: HistoryAdapter,
                      underway: bool, keep: bool = True) -> SessionKnowledge:
         key = (identity.tenant, identity.session)
         state = self._sessions.get(key)
@@ -129,7 +131,7 @@ class KnowledgeService:
         async with lock:
             state = self._sessions.get(key)
             if state is None:
-                state = await asyncio.to_thread(self._open, identity, family, underway, keep)
+                state = await asyncio.to_thread(self._open, identity, history, underway, keep)
                 self._sessions[key] = state
                 while len(self._sessions) > MAX_SESSIONS:
                     old, _ = self._sessions.popitem(last=False)
@@ -155,7 +157,7 @@ class KnowledgeService:
             (identity.tenant, identity.project)).fetchone()))
         return float(row[0]) if row and row[0] is not None else 0.0
 
-    def _open(self, identity: Identity, family: Family, underway: bool,
+    def _open(self, identity: Identity, history: HistoryAdapter, underway: bool,
               keep: bool = True) -> SessionKnowledge:
         """Load the session's persisted block, or start it (runs in a thread;
         ``keep`` False: rendered from the entries as they are, nothing written).
@@ -218,7 +220,7 @@ class KnowledgeService:
                     [Delta(int(p), str(t)) for p, t in orjson.loads(row[2])], version)
             if root is not None:
                 try:
-                    sync.export(conn, tenant, project, root, agents_file(family))
+                    sync.export(conn, tenant, project, root, history.instructions_file)
                 except OSError as exc:
                     log.warning("knowledge: could not write %s: %s", root / ex.FILE_NAME, exc)
             # Underway: a version no curator produced, so this request looks for
@@ -228,15 +230,14 @@ class KnowledgeService:
 
         return self.memory.write_job(in_tenant(tenant, start))  # type: ignore[no-any-return]
 
-    async def _maybe_update(self, family: Family, payload: dict[str, Any], identity: Identity,
-                            state: SessionKnowledge) -> None:
+    async def _maybe_update(self, history: HistoryAdapter, payload: dict[str, Any],
+                            identity: Identity, state: SessionKnowledge) -> None:
         version: float = (await asyncio.to_thread(self._project_version, identity)
                           if self.shared
                           else self._versions.get((identity.tenant, identity.project), 0))
         if version == state.version or len(state.deltas) >= MAX_UPDATES_PER_SESSION:
             return
-        items = payload.get("input" if family == "responses" else "messages")
-        slot = update_slot(family, items)
+        slot = update_slot(history, payload.get(history.items_key))
         if slot is None or any(d.position == slot for d in state.deltas):
             return
         if state.deltas and slot < max(d.position for d in state.deltas):

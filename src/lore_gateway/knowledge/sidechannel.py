@@ -44,6 +44,9 @@ from typing import Any, Literal
 
 import orjson
 
+from lore_gateway.protocols.history import adapter_for
+from lore_gateway.routing import Family
+
 SideChannel = Literal["worker", "marked", "classifier", "helper", "short_answer", "one_shot"]
 
 # Output caps at or below this are a side channel's when no tools are offered:
@@ -84,7 +87,8 @@ def side_channel_reason(family: str, payload: Mapping[str, Any],
         return "marked"
     if any(_CLOSING_TAG_RE.fullmatch(stop) for stop in _stops(payload)):
         return "classifier"
-    if _helper(_system_head(family, payload).lower()):
+    items = payload.get(adapter_for(Family(family)).items_key)
+    if _helper(_system_head(payload, items).lower()):
         return "helper"
     tools = payload.get("tools")
     if isinstance(tools, list) and tools:
@@ -92,7 +96,7 @@ def side_channel_reason(family: str, payload: Mapping[str, Any],
     cap = next((payload[f] for f in _MAX_TOKEN_FIELDS if isinstance(payload.get(f), int)), None)
     if cap is not None and cap <= MAX_SIDE_ANSWER_TOKENS:
         return "short_answer"
-    if not _answered(family, payload):
+    if not _answered(items):
         return "one_shot"
     return None
 
@@ -123,16 +127,12 @@ def _stops(payload: Mapping[str, Any]) -> list[str]:
     return found
 
 
-def _items(family: str, payload: Mapping[str, Any]) -> Any:
-    return payload.get("input" if family == "responses" else "messages")
-
-
-def _system_head(family: str, payload: Mapping[str, Any]) -> str:
+def _system_head(payload: Mapping[str, Any], items: Any) -> str:
     """The opening of the request's instructions (system, instructions, the
     leading system or developer items), at most ``HELPER_HEAD_CHARS``."""
     parts: list[str] = []
     left = HELPER_HEAD_CHARS
-    for text in _system_texts(family, payload):
+    for text in _system_texts(payload, items):
         parts.append(text[:left])
         left -= len(parts[-1]) + 1
         if left <= 0:
@@ -140,10 +140,9 @@ def _system_head(family: str, payload: Mapping[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def _system_texts(family: str, payload: Mapping[str, Any]) -> Iterator[str]:
+def _system_texts(payload: Mapping[str, Any], items: Any) -> Iterator[str]:
     for key in ("system", "instructions"):
         yield from _texts(payload.get(key))
-    items = _items(family, payload)
     if isinstance(items, list):
         for item in items:
             if not isinstance(item, dict) or item.get("role") not in ("system", "developer"):
@@ -151,9 +150,8 @@ def _system_texts(family: str, payload: Mapping[str, Any]) -> Iterator[str]:
             yield from _texts(item.get("content"))
 
 
-def _answered(family: str, payload: Mapping[str, Any]) -> bool:
-    """Whether the request holds an assistant turn (or its tool traffic)."""
-    items = _items(family, payload)
+def _answered(items: Any) -> bool:
+    """Whether the history holds an assistant turn (or its tool traffic)."""
     if not isinstance(items, list):
         return False
     for item in items:

@@ -29,6 +29,7 @@ from lore_gateway.memory.anchor_store import (
     StoredRecall,
 )
 from lore_gateway.memory.records import Identity
+from lore_gateway.protocols.history import adapter_for
 from lore_gateway.recall.anthropic import expand as anthropic_expand
 from lore_gateway.recall.anthropic.expand import StoredPair
 from lore_gateway.recall.chat import expand as chat_expand
@@ -49,7 +50,7 @@ _ANCHOR_ID = re.compile(rb"lore-recall:([0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89
 
 
 def history_key(family: Family) -> str:
-    return "input" if family is Family.RESPONSES else "messages"
+    return adapter_for(family).items_key
 
 
 class AnchorReplay:
