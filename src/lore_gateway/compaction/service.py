@@ -22,10 +22,11 @@ from lore_gateway.compaction.detect import Flow
 from lore_gateway.compaction.usage import Agent, UsageCap, claude_cap, client_agent, codex_cap
 from lore_gateway.config import Settings
 from lore_gateway.memory.records import Identity
+from lore_gateway.memory.service import Memory
 from lore_gateway.obs import metrics, status
 from lore_gateway.protocols.history import adapter_for
 from lore_gateway.routing import Family, Protocol, family_of
-from lore_gateway.storage.base import in_tenant
+from lore_gateway.storage.base import Connection, in_tenant
 
 log = logging.getLogger("lore.compaction")
 
@@ -79,7 +80,7 @@ def usage_cap(settings: Settings, protocol: Protocol, headers: Mapping[str, str]
 
 
 class CompactionService:
-    def __init__(self, settings: Settings, memory: Any) -> None:
+    def __init__(self, settings: Settings, memory: Memory) -> None:
         """Built with memory only: then the request pipeline runs, and its
         ``expand_compaction`` slot turns a compaction item of ours that comes
         back into its summary, so our handle never reaches the provider."""
@@ -129,11 +130,11 @@ class CompactionService:
         return answers.compact_endpoint_body(text)
 
     async def _summary(self, identity: Identity | None) -> str | None:
-        if identity is None or self.memory is None:
+        if identity is None:
             return None
         tokens = self.settings.knowledge_block_tokens if self.settings.knowledge else 0
 
-        def read(conn: Any) -> summary.SessionMemory:
+        def read(conn: Connection) -> summary.SessionMemory:
             return store.session_memory(conn, identity.tenant, identity.project,
                                         identity.session, tokens)
 
