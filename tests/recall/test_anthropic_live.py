@@ -195,7 +195,7 @@ def test_thinking_text_then_recall_streams_preamble_live_and_keeps_thinking() ->
     thinking = [block[0], block[1], block[1], block[2]]
     assert [n for n, _ in live_events] == ["message_start", *thinking, *block]
     assert bytes(live) == to_bytes(principal[:8])
-    content = stream.round.content()
+    content = stream.round.acc.content()
     assert content[0] == {"type": "thinking", "thinking": "hmm", "signature": "sig=="}
     assert content[2] == {"type": "tool_use", "id": "toolu_r1", "name": "recall",
                           "input": {"query": "deploy"}}

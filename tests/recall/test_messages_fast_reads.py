@@ -79,7 +79,8 @@ def _state(live: Any) -> Any:
     rnd = live.round
     if isinstance(live, ChatRecallStream):
         return (rnd.message(), rnd.recalls, rnd.usage, rnd.finish_reason, rnd._state_bytes)
-    return (rnd.content(), rnd.recalls, rnd.usage, rnd.stop_reason, rnd._state_bytes)
+    acc = rnd.acc
+    return (acc.content(), rnd.recalls, acc.usage, acc.stop_reason, acc.state_bytes)
 
 
 def _run(kind: str, reads: list[bytes], *, fast: bool) -> tuple[bytes, str | None, Any]:

@@ -15,10 +15,11 @@ import aiohttp
 import pytest
 from test_anthropic_live import ending, message_start, text_block
 
+from lore_gateway.protocols.accumulator import StateLimitExceeded
 from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.recall.anthropic.live import AnthropicRecallStream
 from lore_gateway.recall.chat.live import ChatRecallStream
-from lore_gateway.recall.core.chain import StateLimitExceeded, stream_failure_message
+from lore_gateway.recall.core.chain import stream_failure_message
 from lore_gateway.sse import SSEDecoder, encode_event
 from lore_gateway.testing import FakeUpstream
 
@@ -131,7 +132,7 @@ def test_anthropic_limit_counts_text_not_framing() -> None:
     start, _, stop = text_block(0, "")
     stream = AnthropicRecallStream(max_state_bytes=len(text) + 2048)
     anthropic_relay(stream, [message_start(), start, *deltas, stop, *ending("end_turn", 1)])
-    assert stream.round.accumulated()["content"][0]["text"] == text
+    assert stream.round.acc.content()[0]["text"] == text
 
 
 def test_a_hit_limit_is_named_in_the_client_error() -> None:

@@ -113,7 +113,7 @@ class StreamAdapter(driver.MessagesStream):
     def recalled(self, executed: ExecutedRecall, *, mixed: bool) -> tuple[
             bytes, dict[str, Any], dict[str, Any]]:
         rnd = self.stream.round
-        assistant, tool_result = follow_up_pair(rnd.content(), rnd.recalls[0], executed.result)
+        assistant, tool_result = follow_up_pair(rnd.acc.content(), rnd.recalls[0], executed.result)
         if mixed:
             # The client runs its own tool; the recall is replayed next turn.
             shown = self.stream.inline_marker(executed.marker) if executed.marker else b""
@@ -130,7 +130,7 @@ class StreamAdapter(driver.MessagesStream):
             {"type": "error", "error": {"type": "api_error", "message": message}}))
 
     def report_empty(self, ctx: RecallContext) -> None:
-        last = self.stream.round.accumulated()
+        last = self.stream.round.acc.response_body()
         ctx.check_empty(_PROTOCOL, _visible_empty(last["content"]), last.get("model"),
                         last.get("stop_reason"), last["usage"].get("output_tokens"))
 
@@ -148,7 +148,7 @@ async def stream_recall(ctx: RecallContext, principal: UpstreamResponse,
     if len(rounds) > 1 or rounds[0].recall_seen or rounds[0].error is not None:
         return None
     # message_start's usage with every message_delta's laid over it.
-    usage = rounds[0].usage
+    usage = rounds[0].acc.usage
     return driver.OneRound(usage_from_anthropic(usage) if usage else None)
 
 

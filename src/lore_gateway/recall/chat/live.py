@@ -30,9 +30,10 @@ from typing import Any, Generic, Literal, TypeVar
 import msgspec
 import orjson
 
+from lore_gateway.protocols.accumulator import StateLimitExceeded
 from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.recall.anthropic.live import DEFAULT_MAX_STATE_BYTES
-from lore_gateway.recall.core.chain import RecallCall, StateLimitExceeded
+from lore_gateway.recall.core.chain import RecallCall
 from lore_gateway.recall.core.reads import leading_frames
 from lore_gateway.recall.core.tool import RECALL_TOOL_NAME
 from lore_gateway.sse import SSEEvent, frame_block

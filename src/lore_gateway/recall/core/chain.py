@@ -23,6 +23,7 @@ import orjson
 
 from lore_gateway.channel import JSON_HEADERS as JSON_HEADERS  # for the protocol handlers
 from lore_gateway.obs import metrics
+from lore_gateway.protocols.accumulator import StateLimitExceeded
 from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.recall.core import telemetry
 from lore_gateway.recall.core.budget import FINAL_ROUND_TEXT, RecallChainBudget
@@ -77,11 +78,6 @@ class RecallFailed(Exception):
     def __init__(self, category: FailureCategory, message: str) -> None:
         super().__init__(message)
         self.category = category
-
-
-class StateLimitExceeded(ProtocolError):
-    """A bound on what the gateway retains was hit; the message names the limit,
-    so the client's error says which one (not a generic recall failure)."""
 
 
 @dataclass(frozen=True, slots=True)
