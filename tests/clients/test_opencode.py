@@ -102,6 +102,8 @@ def test_setup_then_two_sessions_recall_across_them_and_undo_restores(
     assert asked.headers["x-session-id"] != told.headers["x-session-id"]
     assert any(t["name"] == "recall" for t in asked.json["tools"])
     assert FACT in str(follow_up.json["messages"][-1]["content"])
+    # No header names the project: the gateway read it from OpenCode's prompt.
+    assert {s.project for s in gw.memory.sessions(None)} == {str(work)}
 
     # The next turn of that session (opencode run -c): upstream gets the follow-up's
     # exact pair where OpenCode's transcript holds the marker.
