@@ -76,10 +76,9 @@ async def _batches(reads: list[bytes]) -> AsyncIterator[list[SSEEvent]]:
 
 
 def _state(live: Any) -> Any:
-    rnd = live.round
+    rnd, acc = live.round, live.round.acc
     if isinstance(live, ChatRecallStream):
-        return (rnd.message(), rnd.recalls, rnd.usage, rnd.finish_reason, rnd._state_bytes)
-    acc = rnd.acc
+        return (acc.message(), rnd.recalls, acc.usage, acc.finish_reason, acc.state_bytes)
     return (acc.content(), rnd.recalls, acc.usage, acc.stop_reason, acc.state_bytes)
 
 
@@ -307,7 +306,8 @@ def test_a_tools_long_arguments_are_taken_in_one_go() -> None:
         live.feed(event)
     run = b"".join(frames[first:last])
     assert live.round.take(run, 1000) == (len(run), last - first) and last - first > 4
-    arguments = "".join(live.round.calls[0].arguments)
+    ((_, call),) = live.round.acc.calls()
+    arguments = call["function"]["arguments"]
     assert orjson.loads(arguments)["path"] == "deploy/targets.yaml"
 
 

@@ -73,7 +73,7 @@ class StreamAdapter(driver.MessagesStream):
     def recalled(self, executed: ExecutedRecall, *, mixed: bool) -> tuple[
             bytes, dict[str, Any], dict[str, Any]]:
         rnd = self.stream.round
-        assistant, tool = follow_up_messages(rnd.message(), rnd.recalls[0], executed.result)
+        assistant, tool = follow_up_messages(rnd.acc.message(), rnd.recalls[0], executed.result)
         shown = self.stream.marker_chunk(executed.marker) if executed.marker else b""
         if not mixed:
             self.messages = [*self.messages, assistant, tool]
@@ -85,9 +85,10 @@ class StreamAdapter(driver.MessagesStream):
             {"error": {"type": "server_error", "message": message}}) + b"\n\n"
 
     def report_empty(self, ctx: RecallContext) -> None:
-        last = self.stream.round
+        last = self.stream.round.acc
         ctx.check_empty(_PROTOCOL, telemetry.chat_message_is_empty(_visible(last.message())),
-                        last.model, last.finish_reason, last.usage.get("completion_tokens"))
+                        last.head("model"), last.finish_reason,
+                        last.usage.get("completion_tokens"))
 
 
 async def stream_recall(ctx: RecallContext, principal: UpstreamResponse,
@@ -102,7 +103,7 @@ async def stream_recall(ctx: RecallContext, principal: UpstreamResponse,
     if len(rounds) > 1 or rounds[0].recall_seen:
         return None
     # The last usage that is not null, as a reader of the client's bytes takes it.
-    wire = rounds[0].wire_usage
+    wire = rounds[0].acc.wire_usage
     return driver.OneRound(None if wire is None else usage_from_chat(wire))
 
 

@@ -22,79 +22,18 @@ client gets a ``stream:false`` follow-up whose JSON goes through
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from itertools import groupby
-from operator import attrgetter
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any
 
-import msgspec
 import orjson
 
-from lore_gateway.protocols.accumulator import StateLimitExceeded
+from lore_gateway.protocols.chat import ChatAccumulator, parse_chunk
 from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.recall.anthropic.live import DEFAULT_MAX_STATE_BYTES
 from lore_gateway.recall.core.chain import RecallCall
-from lore_gateway.recall.core.reads import leading_frames
 from lore_gateway.recall.core.tool import RECALL_TOOL_NAME
-from lore_gateway.sse import SSEEvent, frame_block
+from lore_gateway.sse import SSEEvent
 
 _DONE = b"data: [DONE]\n\n"
-D = TypeVar("D")
-# Where the fast path of ``ChatRound.take`` ends at the latest: these keys (JSON
-# text cannot fake them) and ``[DONE]``. Its checks of each chunk do not rely on
-# it. (Not ``"usage"``: asked for usage, OpenAI sends it, null, in every chunk.)
-_NOT_CONTENT = (b'"tool_calls"', b'"error"', b'"finish_reason":"', b"[DONE]")
-
-
-class _Choice(msgspec.Struct, Generic[D]):
-    delta: D
-    index: Literal[0] = 0
-    finish_reason: None = None
-
-
-class _Chunk(msgspec.Struct, Generic[D]):
-    """A chunk exactly as one of ``ChatRound.take``'s runs takes it, as a type:
-    one choice at index 0 whose delta is a ``D``, no finish, no error, not even
-    ``null`` (``UnsetType`` admits no value), and a usage of null at most
-    (asked for usage, OpenAI gives every chunk but the last ``"usage": null``).
-    Anything else fails the decoding, and the run stops before it. (The rest is
-    checked, not built; the read is UTF-8, so msgspec accepts exactly what
-    orjson does.)"""
-
-    choices: tuple[_Choice[D]]
-    usage: msgspec.UnsetType | None = msgspec.UNSET
-    error: msgspec.UnsetType = msgspec.UNSET
-
-
-class _TextDelta(msgspec.Struct):
-    """Text, and no tool call (not even ``null``)."""
-
-    content: str | None = None
-    tool_calls: msgspec.UnsetType = msgspec.UNSET
-
-
-class _ArgumentsFunction(msgspec.Struct):
-    arguments: str
-
-
-class _ArgumentsCall(msgspec.Struct):
-    index: int
-    function: _ArgumentsFunction
-
-
-class _ArgumentsDelta(msgspec.Struct):
-    """More of one tool call's arguments, and no text or role. Whether the call
-    is a started, visible one is the round's to check; what else the call's
-    entry holds, the frame-by-frame path ignores too once the call started."""
-
-    tool_calls: tuple[_ArgumentsCall]
-    content: msgspec.UnsetType | None = msgspec.UNSET
-    role: msgspec.UnsetType = msgspec.UNSET
-
-
-_decode_text_chunk = msgspec.json.Decoder(_Chunk[_TextDelta]).decode
-_decode_arguments_chunk = msgspec.json.Decoder(_Chunk[_ArgumentsDelta]).decode
-_CALL_INDEX = attrgetter("index")
 
 
 def _frame(payload: dict[str, Any]) -> bytes:
@@ -118,15 +57,13 @@ def sum_chat_usage(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return total
 
 
-@dataclass(slots=True)
-class _ToolCall:
-    id: str = ""
-    name: str = ""
-    arguments: list[str] = field(default_factory=list)
-
-
 class ChatRound:
-    """Relays one upstream Chat stream with the recall tool calls removed."""
+    """Relays one upstream Chat stream with the recall tool calls removed.
+
+    The completion itself is the round's :class:`ChatAccumulator` (``acc``),
+    the same reading of the stream storage makes; the round adds only what the
+    client sees of it: hidden calls, their indices, one envelope's id and role,
+    the held terminal."""
 
     def __init__(
         self,
@@ -139,20 +76,10 @@ class ChatRound:
         # rounds) and takes the principal's id, so the client sees one envelope.
         self._hold_terminal = hold_terminal
         self._response_id = response_id
-        self._max_state_bytes = max_state_bytes
-        self._state_bytes = 0
-        self.id: str | None = None
-        self.model: str | None = None
-        self.created: int | None = None
-        self.content: list[str] = []
-        self.role = "assistant"
-        self.calls: dict[int, _ToolCall] = {}
+        self.acc = ChatAccumulator(max_state_bytes=max_state_bytes)
+        self._known: set[int] = set()  # tool call indices seen
         self._hidden: set[int] = set()
-        self.finish_reason: str | None = None
-        self.usage: dict[str, Any] = {}
-        self.wire_usage: Any = None  # the last usage that was not null, as sent
         self.held: list[dict[str, Any]] = []
-        self.done = False
         self.done_sent = False  # this round forwarded the upstream's [DONE]
         self.after_terminal = 0  # upstream frames discarded after [DONE]
 
@@ -162,14 +89,12 @@ class ChatRound:
 
     @property
     def recalls(self) -> list[RecallCall]:
-        return [
-            RecallCall(self.calls[i].id, "".join(self.calls[i].arguments) or "{}", i)
-            for i in sorted(self._hidden)
-        ]
+        return [RecallCall(call["id"], call["function"]["arguments"] or "{}", index)
+                for index, call in self.acc.calls() if index in self._hidden]
 
     @property
     def visible_tool_calls(self) -> int:
-        return len(self.calls) - len(self._hidden)
+        return len(self._known) - len(self._hidden)
 
     @property
     def visible_tools(self) -> int:
@@ -177,11 +102,7 @@ class ChatRound:
 
     def usable(self) -> bool:
         """C.1 "usable continuation": some text or a tool call."""
-        return message_usable(self.message())
-
-    @property
-    def text(self) -> str:
-        return "".join(self.content)
+        return message_usable(self.acc.message())
 
     def feed(self, event: SSEEvent) -> bytes:
         """Apply one upstream frame; return the bytes the client gets now."""
@@ -192,144 +113,41 @@ class ChatRound:
         stripped = data if data[:1] == "{" else data.strip()
         if not stripped:
             return b""
-        if self.done:
+        if self.acc.done:
             # [DONE] is the terminal and the first one is authoritative (lore-spec
             # D.4): a repeated [DONE] or a chunk after it is discarded.
             self.after_terminal += 1
             return b""
         if stripped == "[DONE]":
-            self.done = True
-            if self.finish_reason is None:
-                raise ProtocolError("upstream OpenAI request did not complete")
+            self.acc.end()
             if self.recall_seen or self._hold_terminal:
                 return b""
             self.done_sent = True
             return _DONE
-        self._state_bytes += len(data)
-        if self._state_bytes > self._max_state_bytes:
-            raise StateLimitExceeded(
-                f"Chat retained state exceeded byte limit ({self._max_state_bytes} bytes)")
-        try:
-            chunk = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            raise ProtocolError("malformed JSON in OpenAI chunk") from None
-        if not isinstance(chunk, dict):
-            raise ProtocolError("OpenAI payload type does not match chat.completion.chunk")
-        if "error" in chunk:
-            raise ProtocolError("upstream OpenAI stream reported an error")
-        return self._apply(event, chunk)
+        chunk = parse_chunk(data)
+        self.acc.apply(chunk, len(data))
+        return self._relayed(event, chunk)
 
     def can_take(self) -> bool:
         """A principal after its first chunk: where :meth:`take` may apply."""
-        return (not self.done and self._response_id is None and self.created is not None
-                and bool(self.model) and bool(self.id))
+        return self._response_id is None and self.acc.can_take()
 
     def take(self, data: bytes, max_frames: int) -> tuple[int, int]:
-        """The content chunks at the start of one upstream read (or, once a
-        visible tool call has started, the chunks that carry more of its
-        arguments), applied as :meth:`feed` applies each, with one look at the
-        whole read: how many bytes and frames that was (those bytes go to the
-        client as they came). Stops before a frame the fast path would not
-        take: a tool call, an error or a finish (found by their keys, which JSON
-        text cannot fake), ``[DONE]``, or a chunk of another shape (a usage that
-        is not null, say); the caller decodes the rest."""
+        """The chunks at the start of one upstream read, taken by the
+        accumulator in one go (``ChatAccumulator.take``); their bytes go to the
+        client as they came (a tool call's arguments only while nothing is
+        hidden)."""
         if not self.can_take():
             return 0, 0
-        # The text run ends at the first tool call or at the (last) finish, found
-        # from the end: two short scans where the five triggers took five long ones.
-        call = data.find(b'"tool_calls"')
-        if call != -1 and self.calls and not self._hidden and call < data.find(b"\n\n"):
-            arguments = self._take_arguments(data, max_frames)
-            if arguments is not None:
-                return arguments
-        end = len(data) if call == -1 else call
-        finish = data.rfind(b'"finish_reason":"', 0, end)
-        if finish != -1:
-            end = finish
-        whole = self._take_block(data, end, max_frames)
-        if whole is not None:
-            return whole
-        frames = leading_frames(data, 2, _NOT_CONTENT, end)
-        if frames is None:
-            return 0, 0
-        taken = count = 0
-        state = self._state_bytes
-        for line in frames.lines[:max_frames]:
-            if not line.startswith(b"data: {"):
-                break
-            try:
-                chunk = _decode_text_chunk(line[6:])
-            except msgspec.DecodeError:
-                break
-            size = len(line) - 6 if frames.ascii else len(line[6:].decode())
-            if state + size > self._max_state_bytes:
-                break
-            state += size
-            content = chunk.choices[0].delta.content
-            if content is not None:
-                self.content.append(content)
-            taken += len(line) + 2
-            count += 1
-        self._state_bytes = state
-        return taken, count
-
-    def _take_block(self, data: bytes, end: int, max_frames: int) -> tuple[int, int] | None:
-        """:meth:`take` of every frame before ``end`` as one run; None when
-        not every one is a chunk it takes (or the state limit falls among them)."""
-        block = frame_block(data, end, b"data: ", max_frames, _decode_text_chunk)
-        if block is None or self._state_bytes + block.chars > self._max_state_bytes:
-            return None
-        self.content.append("".join([c.choices[0].delta.content or "" for c in block.values]))
-        self._state_bytes += block.chars
-        return block.size, block.frames
-
-    def _take_arguments(self, data: bytes, max_frames: int) -> tuple[int, int] | None:
-        """:meth:`take` of a run of chunks that carry more arguments of calls
-        already started, up to the finish, while nothing is hidden (then the
-        frame-by-frame path appends them and forwards each chunk as it came);
-        None when not every frame there is one."""
-        finish = data.rfind(b'"finish_reason":"')
-        block = frame_block(data, len(data) if finish == -1 else finish, b"data: ", max_frames,
-                            _decode_arguments_chunk)
-        if block is None or self._state_bytes + block.chars > self._max_state_bytes:
-            return None
-        pieces = [chunk.choices[0].delta.tool_calls[0] for chunk in block.values]
-        if any(piece.index not in self.calls for piece in pieces):
-            return None
-        for index, run in groupby(pieces, _CALL_INDEX):
-            self.calls[index].arguments.append("".join([p.function.arguments for p in run]))
-        self._state_bytes += block.chars
-        return block.size, block.frames
+        return self.acc.take(data, max_frames, arguments=not self._hidden)
 
     def close(self) -> None:
-        if self.finish_reason is None:
+        if self.acc.finish_reason is None:
             raise ProtocolError("upstream OpenAI request did not complete")
 
-    def _apply(self, event: SSEEvent, chunk: dict[str, Any]) -> bytes:
-        choices = chunk.get("choices")
-        if (self._response_id is None and self.created is not None and self.model
-                and self.id and type(choices) is list and len(choices) == 1):
-            # A principal's content chunk after the first, the common case: what the
-            # general path below does with it, without its copies and lookups.
-            choice = choices[0]
-            delta = choice.get("delta") if type(choice) is dict else None
-            if (type(delta) is dict and choice.get("index", 0) == 0
-                    and choice.get("finish_reason") is None and "tool_calls" not in delta
-                    and chunk.get("usage") is None):
-                content = delta.get("content")
-                if isinstance(content, str):
-                    self.content.append(content)
-                return event.raw
-        self.id = self.id or _str(chunk.get("id"))
-        self.model = self.model or _str(chunk.get("model"))
-        created = chunk.get("created")
-        if self.created is None and isinstance(created, int):
-            self.created = created
-        usage = chunk.get("usage")
-        if usage is not None:
-            self.wire_usage = usage
-            if isinstance(usage, dict):
-                self.usage = dict(usage)
+    def _relayed(self, event: SSEEvent, chunk: dict[str, Any]) -> bytes:
+        """The chunk as the client gets it: one choice, recall calls removed,
+        the others renumbered, the envelope's id; a terminal held back."""
         choices = chunk.get("choices") or []
         if not isinstance(choices, list) or len(choices) > 1:
             raise ProtocolError("malformed OpenAI response choice")
@@ -340,8 +158,6 @@ class ChatRound:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 raise ProtocolError("malformed OpenAI response choice")
             delta = choice.get("delta") or {}
-            if isinstance(delta.get("content"), str):
-                self.content.append(delta["content"])
             if self._response_id is not None and "role" in delta:
                 # The client's message already began: the openai SDK concatenates
                 # a repeated role ("assistantassistant").
@@ -359,7 +175,6 @@ class ChatRound:
                     choice = {**choice, "delta": delta}
                     chunk = {**chunk, "choices": [choice]}
             if choice.get("finish_reason") is not None:
-                self.finish_reason = str(choice["finish_reason"])
                 terminal = True
             elif changed and not delta:
                 return b""  # the chunk only carried recall arguments
@@ -372,59 +187,24 @@ class ChatRound:
         return _frame(chunk) if changed else event.raw
 
     def _tool_deltas(self, deltas: list[Any]) -> list[Any]:
+        """The tool call deltas the client sees (the accumulator checked them)."""
         kept: list[Any] = []
         for delta in deltas:
-            if not isinstance(delta, dict) or not isinstance(delta.get("index"), int):
-                raise ProtocolError("malformed OpenAI response tool identity")
             index = delta["index"]
-            fn = delta.get("function") or {}
-            call = self.calls.get(index)
-            if call is None:
-                name = fn.get("name")
-                if not isinstance(name, str) or not isinstance(delta.get("id"), str):
-                    raise ProtocolError("malformed OpenAI response tool identity")
-                call = self.calls[index] = _ToolCall(id=delta["id"], name=name)
-                if name == RECALL_TOOL_NAME:
+            if index not in self._known:
+                self._known.add(index)
+                if delta["function"]["name"] == RECALL_TOOL_NAME:
                     self._hidden.add(index)
-            if isinstance(fn.get("arguments"), str):
-                call.arguments.append(fn["arguments"])
             if index in self._hidden:
                 continue
             client_index = index - sum(1 for h in self._hidden if h < index)
             kept.append(delta if client_index == index else {**delta, "index": client_index})
         return kept
 
-    def message(self) -> dict[str, Any]:
-        """The assistant message as a non-stream completion would carry it."""
-        message: dict[str, Any] = {"role": "assistant", "content": self.text or None}
-        if self.calls:
-            message["tool_calls"] = [
-                {"id": c.id, "type": "function",
-                 "function": {"name": c.name, "arguments": "".join(c.arguments)}}
-                for _, c in sorted(self.calls.items())
-            ]
-        return message
-
-    def accumulated(self) -> dict[str, Any]:
-        """The whole stream as a non-stream ``chat.completion`` body."""
-        body: dict[str, Any] = {
-            "id": self.id, "object": "chat.completion", "created": self.created,
-            "model": self.model,
-            "choices": [{"index": 0, "message": self.message(),
-                         "finish_reason": self.finish_reason}],
-        }
-        if self.usage:
-            body["usage"] = self.usage
-        return body
-
 
 def message_usable(message: dict[str, Any]) -> bool:
     """C.1 "usable continuation": some text or a tool call."""
     return bool(str(message.get("content") or "").strip() or message.get("tool_calls"))
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 class ChatRecallStream:
@@ -440,21 +220,21 @@ class ChatRecallStream:
         return self.round.feed(event)
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-        first = self.rounds[0]
+        first = self.rounds[0].acc
         return {
-            "id": first.id, "object": "chat.completion.chunk", "created": first.created,
-            "model": first.model,
+            "id": first.head("id"), "object": "chat.completion.chunk",
+            "created": first.head("created"), "model": first.head("model"),
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
         }
 
     def marker_chunk(self, marker_text: str) -> bytes:
         """The marker as ordinary content, set off by blank lines (see
         :func:`marker_content`)."""
-        text = marker_content("".join(r.text for r in self.rounds), marker_text)
+        text = marker_content("".join(r.acc.text for r in self.rounds), marker_text)
         return _frame(self._chunk({"content": text}))
 
     def begin_continuation(self) -> None:
-        principal_id = self.rounds[0].id
+        principal_id = self.rounds[0].acc.head("id")
         self.round = ChatRound(hold_terminal=True, response_id=principal_id,
                                max_state_bytes=self._max_state_bytes)
         self.rounds.append(self.round)
@@ -463,7 +243,7 @@ class ChatRecallStream:
         """Release the last round's held chunks with the usage of every round, then
         ``[DONE]``. A finish of ``tool_calls`` with no visible call becomes ``stop``."""
         out = bytearray()
-        total = sum_chat_usage([r.usage for r in self.rounds if r.usage])
+        total = sum_chat_usage([r.acc.usage for r in self.rounds if r.acc.usage])
         for chunk in self.round.held:
             choices = chunk.get("choices") or []
             if choices and choices[0].get("finish_reason") == "tool_calls" \
