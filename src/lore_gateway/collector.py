@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -26,7 +27,11 @@ from lore_gateway.memory.answer_scan import frame_counts, last_terminal
 from lore_gateway.memory.records import RawOutputs, RawTurn, TurnRecord
 from lore_gateway.obs import metrics
 from lore_gateway.protocols import anthropic, chat, responses
+from lore_gateway.protocols.accumulator import StreamAccumulator
+from lore_gateway.protocols.anthropic import AnthropicAccumulator
+from lore_gateway.protocols.chat import ChatAccumulator
 from lore_gateway.protocols.common import Message, ProtocolError
+from lore_gateway.protocols.responses_stream import ResponsesAccumulator
 from lore_gateway.protocols.usage import (
     Usage,
     usage_from_anthropic,
@@ -40,31 +45,29 @@ log = logging.getLogger("lore.turns")
 
 
 class _Model:
-    """How the collector drives one protocol model: the accumulator to build
-    and how to read a turn out of it. Accumulation for storage is always in the
-    lenient mode: storage wants what the client got, not a protocol verdict."""
+    """How the collector drives one protocol model: the protocol's one
+    accumulator (``protocols.accumulator.StreamAccumulator``), the same the live
+    recall rounds use, and how to read a turn out of it. Responses streams are
+    read in the lenient ``codex`` mode: storage wants what the client got, not
+    a protocol verdict."""
 
     def __init__(self, protocol: Protocol) -> None:
         self.module = _MODULES[family_of(protocol)]
         self.name = family_of(protocol).value
-
-    def accumulator(self, max_text_chars: int | None) -> Any:
-        if self.name == "responses":
-            return self.module.ResponsesAccumulator(mode="codex", max_text_chars=max_text_chars)
-        if self.name == "anthropic":
-            return self.module.AnthropicAccumulator(max_text_chars=max_text_chars)
-        return self.module.ChatAccumulator(max_text_chars=max_text_chars)
-
-    def response_body(self, acc: Any) -> dict[str, Any]:
-        body: dict[str, Any] = acc.response_body()
-        return body
+        self.accumulator = _ACCUMULATORS[family_of(protocol)]
 
 
-# The protocol model of each wire-format family.
+# The protocol model of each wire-format family, and its accumulator for storage
+# (``max_text_chars`` bounds the answer text kept).
 _MODULES: dict[Family, ModuleType] = {
     Family.RESPONSES: responses,
     Family.CHAT: chat,
     Family.ANTHROPIC: anthropic,
+}
+_ACCUMULATORS: dict[Family, Callable[[int | None], StreamAccumulator]] = {
+    Family.RESPONSES: lambda limit: ResponsesAccumulator("codex", max_text_chars=limit),
+    Family.CHAT: lambda limit: ChatAccumulator(max_text_chars=limit),
+    Family.ANTHROPIC: lambda limit: AnthropicAccumulator(max_text_chars=limit),
 }
 _MODELS: dict[Protocol, _Model] = {}
 
@@ -92,10 +95,10 @@ class TurnCollector:
         # cut off before its done events is stored without its partial text.
         self._skip_deltas = max_text_chars is not None and self._model.name == "responses"
         self._sse: SSEDecoder | None = None
-        self._acc: Any = None
+        self._acc: StreamAccumulator | None = None
         # Earlier messages of the same stream: the gateway's own recall stream to an
         # Anthropic client holds three (preamble, marker, continuation).
-        self._earlier: list[Any] = []
+        self._earlier: list[StreamAccumulator] = []
         self._json: bytearray | None = None
         self.error: Exception | None = None
 
@@ -110,13 +113,15 @@ class TurnCollector:
                 else:
                     self._json = bytearray()
             if self._sse is not None:
+                acc = self._acc
+                assert acc is not None  # made with the decoder
                 for event in self._sse.feed(chunk):
                     if self._skip_deltas and event.event and event.event.endswith(".delta"):
                         continue
-                    if self._acc.done and event.event == "message_start":
-                        self._earlier.append(self._acc)
-                        self._acc = self._model.accumulator(self._max_text)
-                    self._acc.feed_event(event)
+                    if acc.done and event.event == "message_start":
+                        self._earlier.append(acc)
+                        acc = self._acc = self._model.accumulator(self._max_text)
+                    acc.feed_event(event)
             else:
                 assert self._json is not None
                 if len(self._json) + len(chunk) > self._max_json_bytes:
@@ -128,10 +133,12 @@ class TurnCollector:
 
     def _finish(self) -> None:
         if self._sse is not None and self.error is None:
+            acc = self._acc
+            assert acc is not None  # made with the decoder
             try:
                 for event in self._sse.close():
-                    self._acc.feed_event(event)
-                self._acc.close()
+                    acc.feed_event(event)
+                acc.close()
             except Exception as exc:
                 self.error = exc
             self._sse = None
@@ -143,7 +150,7 @@ class TurnCollector:
             raise self.error
         if self._acc is None:
             raise ValueError("the upstream sent no event stream")
-        return self._model.response_body(self._acc)
+        return self._acc.response_body()
 
     def usage(self) -> Usage | None:
         """The usage the upstream reported last (None when it sent none)."""
