@@ -175,6 +175,8 @@ def unfinished_copies(conn: Connection) -> list[str]:
 
 
 def _postgres_facts(conn: Connection, db: Database) -> dict[str, Any]:
+    from lore_gateway.storage.postgres import PostgresDatabase
+
     server = conn.execute("SHOW server_version").fetchone()
     vector = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'"
                           ).fetchone()
@@ -182,7 +184,7 @@ def _postgres_facts(conn: Connection, db: Database) -> dict[str, Any]:
     return {"server_version": str(server[0]) if server else None,
             "pgvector": str(vector[0]) if vector else None,
             "size_bytes": int(size[0]) if size else None,
-            "pool_max": getattr(db, "pool_max", None)}
+            "pool_max": db.pool_max if isinstance(db, PostgresDatabase) else None}
 
 
 @db_app.command("status")

@@ -266,6 +266,7 @@ def check_storage(settings: Settings) -> list[Check]:
     url = settings.database_url
     if url is None:
         return [check_database(settings.db_path)]
+    from lore_gateway.storage.sqlite import SqliteDatabase
     from lore_gateway.storage.target import POSTGRES_PREFIXES, parse_url
 
     if url.startswith(POSTGRES_PREFIXES):
@@ -274,8 +275,8 @@ def check_storage(settings: Settings) -> list[Check]:
         target = parse_url(url)
     except ValueError as exc:
         return [Check("database", Status.FAIL, str(exc), "fix LORE_DATABASE_URL")]
-    path = getattr(target, "path", settings.db_path)
-    return [check_database(Path(path))]
+    path = target.path if isinstance(target, SqliteDatabase) else settings.db_path
+    return [check_database(path)]
 
 
 def check_embedder(settings: Settings) -> Check:

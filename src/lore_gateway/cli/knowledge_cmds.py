@@ -8,7 +8,7 @@ import time
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -22,6 +22,10 @@ from lore_gateway.distill import store as dstore
 from lore_gateway.knowledge import export as ex
 from lore_gateway.knowledge import history, store, sync
 from lore_gateway.knowledge.store import CATEGORIES, KnowledgeError
+from lore_gateway.storage.base import Connection
+
+if TYPE_CHECKING:
+    from lore_gateway.memory.service import Memory
 
 knowledge_app = typer.Typer(help="Long-term knowledge: what the gateway learned per project.",
                             no_args_is_help=True)
@@ -58,12 +62,12 @@ def distill_command(
     typer.echo(f"{sum(made.values())} distillations from {len(made)} sessions")
 
 
-def _distill_pair(pair: tuple[str, str], conn: Any) -> list[int]:
+def _distill_pair(pair: tuple[str, str], conn: Connection) -> list[int]:
     return dstore.distill_extractive(conn, pair[0], pair[1],
                                      consolidate_after=Settings().distill_consolidate_after)
 
 
-def _entry_rows(memory: Any, tenant: str | None, project: str | None) -> list[store.Entry]:
+def _entry_rows(memory: Memory, tenant: str | None, project: str | None) -> list[store.Entry]:
     return list(memory.read(lambda c: store.entries(c, tenant, project)))
 
 
@@ -131,7 +135,7 @@ def edit_command(
         chosen = resolve_tenant(memory, tenant, key_env, all_tenants)
         old = _get(memory, chosen, entry_id)
 
-        def run(conn: Any) -> store.Entry:
+        def run(conn: Connection) -> store.Entry:
             with conn:
                 entry, _ = store.upsert(
                     conn, tenant=old.tenant, project=old.project,
@@ -162,7 +166,7 @@ def delete_command(
         chosen = resolve_tenant(memory, tenant, key_env, all_tenants)
         entry = _get(memory, chosen, entry_id)
 
-        def run(conn: Any) -> bool:
+        def run(conn: Connection) -> bool:
             with conn:
                 return store.delete(conn, entry.tenant, entry.id, actor=history.USER,
                                     source="lore knowledge delete")
@@ -268,14 +272,14 @@ def _when(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
-def _history_id(memory: Any, tenant: str | None, ref: str) -> str:
+def _history_id(memory: Memory, tenant: str | None, ref: str) -> str:
     try:
         return str(memory.read(lambda c: history.resolve(c, tenant, ref)))
     except history.HistoryError as exc:
         raise fail(str(exc)) from None
 
 
-def _get(memory: Any, tenant: str | None, entry_id: str) -> store.Entry:
+def _get(memory: Memory, tenant: str | None, entry_id: str) -> store.Entry:
     try:
         entry: store.Entry = memory.read(lambda c: store.get(c, tenant, entry_id))
     except KnowledgeError as exc:
@@ -283,7 +287,7 @@ def _get(memory: Any, tenant: str | None, entry_id: str) -> store.Entry:
     return entry
 
 
-def _export(memory: Any, tenant: str, project: str) -> None:
+def _export(memory: Memory, tenant: str, project: str) -> None:
     root = ex.work_tree_root(project)
     if root is None or not Settings().export:
         return

@@ -216,7 +216,7 @@ def data_show(
                     f"{output.plural(context['rewrites'], 'rewrite')}")
 
 
-def _context_of(memory: Any, tenant: str | None, session: str) -> dict[str, Any] | None:
+def _context_of(memory: Memory, tenant: str | None, session: str) -> dict[str, Any] | None:
     """The session's context-management state (docs/context.md), if it has one."""
     from lore_gateway.context import store as cstore
 
