@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import orjson
 
 from lore_gateway.config import Settings
 from lore_gateway.distill import format as fmt
 from lore_gateway.obs import metrics
-from lore_gateway.storage.base import in_tenant
+from lore_gateway.storage.base import Connection, in_tenant
 from lore_gateway.upstream import UpstreamClient, UpstreamUnavailable
 from lore_gateway.worker import jobs
 from lore_gateway.worker import requests as wreq
 from lore_gateway.worker.credentials import SessionUpstream
+
+if TYPE_CHECKING:
+    from lore_gateway.memory.service import Memory
 
 WORKER_HEADER = "x-lore-worker"
 # Largest worker answer read.
@@ -46,7 +49,7 @@ _MODEL_REFUSED = (400, 404)
 
 
 class ModelCaller:
-    def __init__(self, settings: Settings, memory: Any, upstream: UpstreamClient,
+    def __init__(self, settings: Settings, memory: Memory, upstream: UpstreamClient,
                  clock: Callable[[], float]) -> None:
         self.settings = settings
         self.memory = memory
@@ -103,7 +106,7 @@ class ModelCaller:
         n_out = answer.tokens_out if answer.tokens_out is not None else fmt.estimate_tokens(
             answer.text)
 
-        def charge(conn: Any) -> int:
+        def charge(conn: Connection) -> int:
             jobs.charge(conn, tenant, self.clock(), n_in, n_out)
             return jobs.used(conn, tenant, self.clock())
 

@@ -28,7 +28,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from lore_gateway.config import Settings
 from lore_gateway.distill import format as fmt
@@ -37,16 +37,21 @@ from lore_gateway.distill import store as dstore
 from lore_gateway.distill.extractive import SourceMessage
 from lore_gateway.knowledge import curator
 from lore_gateway.knowledge import store as kstore
-from lore_gateway.knowledge.service import agents_file
+from lore_gateway.knowledge.service import KnowledgeService, agents_file
 from lore_gateway.memory.identity import UNKNOWN_PROJECT
 from lore_gateway.obs import metrics
 from lore_gateway.routing import Protocol
+from lore_gateway.storage.base import Connection, in_tenant
 from lore_gateway.upstream import UpstreamClient
 from lore_gateway.worker import jobs
 from lore_gateway.worker import requests as wreq
 from lore_gateway.worker.client import ModelCaller, WorkerUnavailable
 from lore_gateway.worker.credentials import CredentialVault, SessionUpstream, kept_headers
 from lore_gateway.worker.status import job_facts, worker_settings
+
+if TYPE_CHECKING:
+    from lore_gateway.exchange import Exchange
+    from lore_gateway.memory.service import Memory
 
 log = logging.getLogger("lore.worker")
 
@@ -84,8 +89,8 @@ class _Seen:
 
 
 class BackgroundWorker:
-    def __init__(self, settings: Settings, memory: Any, upstream: UpstreamClient, *,
-                 knowledge: Any = None,
+    def __init__(self, settings: Settings, memory: Memory, upstream: UpstreamClient, *,
+                 knowledge: KnowledgeService | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
         self.memory = memory
@@ -106,7 +111,7 @@ class BackgroundWorker:
 
     # --- the proxy's side ------------------------------------------------------------
 
-    def notify(self, exchange: Any) -> None:
+    def notify(self, exchange: Exchange) -> None:
         """A coding turn's response ended: remember the session and wake the task."""
         identity = exchange.identity
         protocol = exchange.protocol
@@ -188,7 +193,7 @@ class BackgroundWorker:
     async def _plan(self, key: tuple[str, str], project: str, threshold: int) -> None:
         tenant, session = key
 
-        def plan(conn: Any) -> bool:
+        def plan(conn: Connection) -> bool:
             if dstore.undistilled_tokens(conn, tenant, session) < max(1, threshold):
                 return False
             return jobs.enqueue(conn, "distill", tenant, project, session, self.clock(),
@@ -235,7 +240,7 @@ class BackgroundWorker:
             await self._finish(job, "failed", str(exc)[:500])
 
     async def _distill(self, job: jobs.Job) -> None:
-        segment = await asyncio.to_thread(self.memory.read, _scoped(
+        segment = await asyncio.to_thread(self.memory.read, in_tenant(
             job.tenant, lambda c: dstore.next_segment(c, job.tenant, job.session,
                                                       dstore.MAX_SEGMENT_TOKENS)))
         if not segment:
@@ -263,11 +268,11 @@ class BackgroundWorker:
 
         curate = bool(text) and self.settings.worker and job.project != UNKNOWN_PROJECT
 
-        def queue_curate(conn: Any) -> None:
+        def queue_curate(conn: Connection) -> None:
             jobs.enqueue(conn, "curate", job.tenant, job.project, job.session,
                          self.clock(), owner=self.instance)
 
-        def save(conn: Any) -> int | None:
+        def save(conn: Connection) -> int | None:
             with conn:
                 if not jobs.holds(conn, job.id, self.instance, self.clock()):
                     return _LEASE_LOST
@@ -283,7 +288,7 @@ class BackgroundWorker:
                                  self.clock(), owner=self.instance)
                 return row
 
-        row = await asyncio.to_thread(self.memory.write_job, _scoped(job.tenant, save))
+        row = await asyncio.to_thread(self.memory.write_job, in_tenant(job.tenant, save))
         if row == _LEASE_LOST:
             log.warning("worker: distill job %d: its lease ran out before the result was "
                         "saved; another instance runs it", job.id)
@@ -295,7 +300,7 @@ class BackgroundWorker:
             # before this transaction commits, and miss this one: queued again now
             # that the log is visible (a no-op if a job is still queued or running,
             # which then sees it).
-            await asyncio.to_thread(self.memory.write_job, _scoped(job.tenant, queue_curate))
+            await asyncio.to_thread(self.memory.write_job, in_tenant(job.tenant, queue_curate))
         if row is not None:
             metrics.record_distillation(method, 0)
             await self._consolidate(job, use_model=method == "worker")
@@ -305,7 +310,7 @@ class BackgroundWorker:
         """Merge the session's first-level logs into one once there are too many:
         with the model when it just answered, else extractively."""
         threshold = self.settings.distill_consolidate_after
-        gen0 = await asyncio.to_thread(self.memory.read, _scoped(
+        gen0 = await asyncio.to_thread(self.memory.read, in_tenant(
             job.tenant, lambda c: dstore.active(c, job.tenant, job.session, 0)))
         if len(gen0) <= threshold:
             return
@@ -328,13 +333,13 @@ class BackgroundWorker:
         sources = [SourceMessage(i, "", "", 0.0) for d in gen0 for i in d.source_ids]
         n_in = sum(d.output_tokens for d in gen0) + 1
 
-        def save(conn: Any) -> int | None:
+        def save(conn: Connection) -> int | None:
             return dstore.save(conn, tenant=job.tenant, project=job.project,
                                session=job.session, text=text, sources=sources, generation=1,
                                method=method, input_tokens=n_in, archive=[d.id for d in gen0])
 
         if await asyncio.to_thread(self.memory.write_job,
-                                   _scoped(job.tenant, save)) is not None:
+                                   in_tenant(job.tenant, save)) is not None:
             metrics.record_distillation(method, 1)
 
     async def _fallback_now(self, job: jobs.Job, reason: str) -> bool:
@@ -353,11 +358,11 @@ class BackgroundWorker:
         return True
 
     async def _curate(self, job: jobs.Job) -> None:
-        def read(conn: Any) -> tuple[list[dstore.Distillation], list[kstore.Entry]]:
+        def read(conn: Connection) -> tuple[list[dstore.Distillation], list[kstore.Entry]]:
             return (dstore.uncurated(conn, job.tenant, job.project),
                     kstore.entries(conn, job.tenant, job.project))
 
-        logs, entries = await asyncio.to_thread(self.memory.read, _scoped(job.tenant, read))
+        logs, entries = await asyncio.to_thread(self.memory.read, in_tenant(job.tenant, read))
         if not logs:
             await self._finish(job, "done")
             return
@@ -381,7 +386,7 @@ class BackgroundWorker:
                 metrics.record_worker_job("curate", "failed")
             return
 
-        def apply(conn: Any) -> int | None:
+        def apply(conn: Connection) -> int | None:
             with conn:
                 if not jobs.holds(conn, job.id, self.instance, self.clock()):
                     return None
@@ -396,7 +401,7 @@ class BackgroundWorker:
                                  self.clock(), owner=self.instance)
                 return changed
 
-        changed = await asyncio.to_thread(self.memory.write_job, _scoped(job.tenant, apply))
+        changed = await asyncio.to_thread(self.memory.write_job, in_tenant(job.tenant, apply))
         if changed is None:
             log.warning("worker: curate job %d: its lease ran out before the result was "
                         "saved; another instance runs it", job.id)
@@ -448,14 +453,3 @@ class BackgroundWorker:
 # What a distill job's save returns when the lease was lost (a row id is >= 1).
 _LEASE_LOST = -1
 
-
-T = TypeVar("T")
-
-
-def _scoped(tenant: str, run: Callable[[Any], T]) -> Callable[[Any], T]:
-    """``run`` inside ``tenant``'s scope: on Postgres, row-level security keeps a
-    job to its own tenant's rows whatever its SQL says (docs/storage.md)."""
-    def scoped(conn: Any) -> T:
-        with conn.tenant_scope(tenant):
-            return run(conn)
-    return scoped

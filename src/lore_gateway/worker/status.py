@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from lore_gateway.config import Settings
+from lore_gateway.storage.base import Connection
 from lore_gateway.worker import jobs
 
 
@@ -20,7 +21,7 @@ def worker_settings(settings: Settings) -> dict[str, Any]:
     }
 
 
-def job_facts(conn: Any, settings: Settings, now: float) -> dict[str, Any]:
+def job_facts(conn: Connection, settings: Settings, now: float) -> dict[str, Any]:
     """Jobs by state and today's usage per tenant, from the database."""
     usage = jobs.usage_today(conn, now)
     return {
