@@ -28,8 +28,8 @@ from lore_gateway.memory.records import RawOutputs, RawTurn, TurnRecord
 from lore_gateway.obs import metrics
 from lore_gateway.protocols import anthropic, chat, responses
 from lore_gateway.protocols.accumulator import StreamAccumulator
-from lore_gateway.protocols.anthropic import AnthropicAccumulator
-from lore_gateway.protocols.chat import ChatAccumulator
+from lore_gateway.protocols.anthropic_stream import AnthropicAccumulator
+from lore_gateway.protocols.chat_stream import ChatAccumulator
 from lore_gateway.protocols.common import Message, ProtocolError
 from lore_gateway.protocols.responses_stream import ResponsesAccumulator
 from lore_gateway.protocols.usage import (

@@ -16,7 +16,7 @@ from lore_gateway.distill.format import HIGH, LOW, MEDIUM, Observation
 from lore_gateway.knowledge.sidechannel import is_coding_turn
 from lore_gateway.memory.records import Identity
 from lore_gateway.pipeline import transforms as pipeline
-from lore_gateway.protocols.anthropic import AnthropicAccumulator
+from lore_gateway.protocols.anthropic_stream import AnthropicAccumulator
 from lore_gateway.protocols.history_anthropic import ANTHROPIC
 from lore_gateway.protocols.history_chat import CHAT
 from lore_gateway.protocols.history_responses import RESPONSES

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from lore_gateway.protocols.anthropic import AnthropicAccumulator
-from lore_gateway.protocols.chat import ChatAccumulator
+from lore_gateway.protocols.anthropic_stream import AnthropicAccumulator
+from lore_gateway.protocols.chat_stream import ChatAccumulator
 from lore_gateway.recall.anthropic.live import AnthropicRecallStream
 from lore_gateway.recall.chat.live import ChatRecallStream
 

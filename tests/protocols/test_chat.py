@@ -7,10 +7,10 @@ import json
 import pytest
 
 from lore_gateway.protocols.chat import (
-    ChatAccumulator,
     new_input_messages,
     output_messages,
 )
+from lore_gateway.protocols.chat_stream import ChatAccumulator
 from lore_gateway.protocols.common import Message, ProtocolError
 from lore_gateway.sse import SSEEvent
 

@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from lore_gateway.protocols import anthropic as anth
-from lore_gateway.protocols import chat, responses
+from lore_gateway.protocols import anthropic_stream, chat, chat_stream, responses
 from lore_gateway.sse import SSEDecoder
 
 from ._fixtures import FIXTURES
@@ -112,12 +112,12 @@ def test_responses_synthesis_round_trips_through_the_strict_accumulator() -> Non
 
 def test_anthropic_and_chat_synthesis_round_trip() -> None:
     for message in (MESSAGE, TOOL_MESSAGE):
-        acc = anth.AnthropicAccumulator()
+        acc = anthropic_stream.AnthropicAccumulator()
         for ev in decode(anth.stream_from_response(message)):
             acc.feed_event(ev)
         acc.close()
         assert acc.response_body() == message
-    cacc = chat.ChatAccumulator()
+    cacc = chat_stream.ChatAccumulator()
     for ev in decode(chat.stream_from_response(COMPLETION)):
         assert ev.event is None
         cacc.feed_event(ev)

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from lore_gateway.protocols.anthropic import AnthropicAccumulator, parse_event
+from lore_gateway.protocols.anthropic_stream import AnthropicAccumulator, parse_event
 from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.recall.core.chain import RecallCall
 from lore_gateway.recall.core.tool import RECALL_TOOL_NAME

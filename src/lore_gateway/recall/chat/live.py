@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from lore_gateway.protocols.chat import ChatAccumulator, parse_chunk
+from lore_gateway.protocols.chat_stream import ChatAccumulator, parse_chunk
 from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.recall.anthropic.live import DEFAULT_MAX_STATE_BYTES
 from lore_gateway.recall.core.chain import RecallCall
