@@ -50,8 +50,10 @@ from lore_gateway.sse import SSEEvent
 class ResponsesAccumulator(ResponsesItems):
     """Applies Responses stream events; see the module docstring for the modes.
 
-    The item state (items, data events, snapshots) is :class:`ResponsesItems`;
-    this class adds the lifecycle, the terminal and the result."""
+    The protocol's ``accumulator.StreamAccumulator``, like the Anthropic and
+    Chat ones: storage and the live recall round both drive it. The item state
+    (items, data events, snapshots) is :class:`ResponsesItems`; this class adds
+    the lifecycle, the terminal and the result."""
 
     def __init__(self, mode: Mode = "public", *, max_text_chars: int | None = None) -> None:
         """``max_text_chars`` bounds the text kept per content part and per tool
