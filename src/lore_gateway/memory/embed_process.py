@@ -47,12 +47,16 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lore_gateway.memory.child import ChildProcess
 from lore_gateway.memory.traffic import CpuPressure, TrafficClock, busy
 from lore_gateway.memory.turn_pipe import PipeClosed, PipeReceiver, PipeSender, make_pipe
-from lore_gateway.storage.base import Database
+from lore_gateway.storage.base import Connection, Database
+
+if TYPE_CHECKING:
+    from lore_gateway.memory.embed import Embedder, FloatArray
+    from lore_gateway.memory.vectors import TextEmbedder
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +295,7 @@ class EmbeddingProcess:
                     self._idle.notify_all()
 
 
-def _store_with_retry(conn: Any, embedder: Any, ids: list[int]) -> int:
+def _store_with_retry(conn: Connection, embedder: TextEmbedder, ids: list[int]) -> int:
     """``embed_and_store``, retried when the gateway's writer holds the lock longer
     than the busy timeout (a big import batch), instead of losing the batch."""
     from lore_gateway.memory.errors import StorageBusy
@@ -335,7 +339,7 @@ class _Yielding:
     during which the machine's tasks waited for a CPU, for the machine to be
     quiet too. Searches use the embedder itself and never wait."""
 
-    def __init__(self, embedder: Any, traffic: TrafficClock) -> None:
+    def __init__(self, embedder: Embedder, traffic: TrafficClock) -> None:
         self._embedder = embedder
         self._traffic = traffic
         self._pressure = CpuPressure()
@@ -343,7 +347,7 @@ class _Yielding:
         self.model_name: str = embedder.model_name
         self.dim: int = embedder.dim
 
-    def embed(self, texts: list[str]) -> Any:
+    def embed(self, texts: list[str]) -> FloatArray:
         import numpy as np
 
         rows = []
@@ -396,7 +400,8 @@ def _lower_priority() -> None:
             os.nice(BACKGROUND_NICE)
 
 
-def _embed_backlog(address: str, embedder: Any, jobs: _Jobs, acks: PipeSender) -> None:
+def _embed_backlog(address: str, embedder: _Yielding | None, jobs: _Jobs,
+                   acks: PipeSender) -> None:
     """Embed job after job, one connection, until stopped or orphaned."""
     from lore_gateway import heap
     from lore_gateway.memory import db

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from lore_gateway.memory.embed import DIM, Embedder, FloatArray, as_blob
+from lore_gateway.memory.embed import DIM, FloatArray, as_blob
 from lore_gateway.memory.render import is_recall_traffic
 from lore_gateway.storage.base import Connection
 
@@ -87,6 +87,17 @@ class VectorSearch(Protocol):
                project: str | None, session: str | None, k: int) -> dict[int, float]: ...
 
 
+class TextEmbedder(Protocol):
+    """What storing vectors needs of an embedder: the model (``embed.Embedder``), or
+    the embedding process's backlog view of it, which waits for quiet moments
+    (``embed_process._Yielding``)."""
+
+    @property
+    def model_name(self) -> str: ...
+
+    def embed(self, texts: list[str]) -> FloatArray: ...
+
+
 def vector_search(conn: Connection, model_name: str, dim: int) -> VectorSearch:
     """The vector search of ``conn``'s backend."""
     if conn.backend == "postgres":
@@ -103,7 +114,7 @@ def vector_param(conn: Connection, vector: FloatArray) -> object:
     return as_blob(vector)
 
 
-def embed_and_store(conn: Connection, embedder: Embedder, ids: list[int]) -> int:
+def embed_and_store(conn: Connection, embedder: TextEmbedder, ids: list[int]) -> int:
     """Embed the given stored messages and write their vectors; how many were written.
 
     Runs in the embedding process (``memory/embed_process.py``), batch by batch.
