@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -31,6 +31,9 @@ from lore_gateway.errors import GatewayError, error_body
 from lore_gateway.headers import header_map
 from lore_gateway.memory.errors import MemoryUnavailable
 from lore_gateway.memory.records import Identity
+
+if TYPE_CHECKING:
+    from lore_gateway.memory.service import Memory
 
 LOCAL_RECALL_PATH = "/lore/recall"
 # A recall request is a query and a few options.
@@ -56,7 +59,7 @@ def is_loopback(client: Any) -> bool:
         return False
 
 
-async def handle(scope: dict[str, Any], receive: Receive, send: Send, memory: Any) -> int:
+async def handle(scope: dict[str, Any], receive: Receive, send: Send, memory: Memory | None) -> int:
     """Serve one local recall request; the status sent."""
     channel = ClientChannel(send)
     try:
@@ -71,7 +74,8 @@ async def handle(scope: dict[str, Any], receive: Receive, send: Send, memory: An
     return status
 
 
-async def _answer(scope: dict[str, Any], receive: Receive, memory: Any) -> tuple[int, bytes]:
+async def _answer(scope: dict[str, Any], receive: Receive,
+                  memory: Memory | None) -> tuple[int, bytes]:
     if not is_loopback(scope.get("client")):
         return 403, error_body("permission_error",
                                f"{LOCAL_RECALL_PATH} answers loopback clients only")
