@@ -67,6 +67,7 @@ from lore_gateway.bench.coding_score import (
 from lore_gateway.bench.ingest import Progress, find_data, ingest
 from lore_gateway.config import Settings
 from lore_gateway.memory.records import Identity
+from lore_gateway.storage.base import Connection
 
 if TYPE_CHECKING:
     from lore_gateway.memory.service import Memory
@@ -238,7 +239,7 @@ def _ask_lore(report: CodingReport, sets: CodingSets, memory: Memory,
                 progress("questions", asked, total)
 
 
-def _stored_rows(conn: Any) -> list[tuple[str, Found]]:
+def _stored_rows(conn: Connection) -> list[tuple[str, Found]]:
     import orjson
 
     return [(str(session), Found.of(str(session), str(content),
@@ -253,7 +254,7 @@ def mark_value(sets: CodingSets, embeddings: bool, noise: bool) -> str:
             f"{'' if noise else ':no-noise'}")
 
 
-def write_mark(conn: Any, value: str) -> None:
+def write_mark(conn: Connection, value: str) -> None:
     with conn:
         conn.execute("DELETE FROM kv WHERE key = ?", (STORE_MARK,))
         conn.execute("INSERT INTO kv(key, value) VALUES (?, ?)", (STORE_MARK, value))

@@ -13,10 +13,13 @@ import concurrent.futures
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lore_gateway.config import Settings
 from lore_gateway.memory.records import TurnRecord
+
+if TYPE_CHECKING:
+    from lore_gateway.memory.service import Memory
 
 Progress = Callable[[str, int, int], None]
 
@@ -43,7 +46,7 @@ def find_data(path: Path | None, default: Path, what: str) -> Path:
         f"to {repo_root}); pass --data PATH")
 
 
-def ingest(memory: Any, settings: Settings, records: Iterable[TurnRecord], total: int,
+def ingest(memory: Memory, settings: Settings, records: Iterable[TurnRecord], total: int,
            progress: Progress | None) -> float:
     """Store ``records`` (``total`` of them), wait until every one is written and
     embedded; the seconds it took."""
@@ -60,7 +63,7 @@ def ingest(memory: Any, settings: Settings, records: Iterable[TurnRecord], total
     return time.perf_counter() - started
 
 
-def _flush(memory: Any, settings: Settings, progress: Progress | None) -> None:
+def _flush(memory: Memory, settings: Settings, progress: Progress | None) -> None:
     """``memory.flush()``, reporting the embedding of the ingested messages."""
     if progress is None or not memory.embeddings:
         memory.flush()

@@ -50,6 +50,7 @@ from lore_gateway.config import Settings
 from lore_gateway.distill import store as dstore
 from lore_gateway.recall.core.executor import SEARCH_BUDGET_CHARS, SEARCH_LIMIT
 from lore_gateway.routing import Protocol
+from lore_gateway.storage.base import Connection
 
 if TYPE_CHECKING:
     from lore_gateway.memory.service import Memory
@@ -247,7 +248,7 @@ def _source(measure: str, texts: SessionTexts, messages: list[tuple[str, str]], 
     return messages, whole
 
 
-def _distill(conn: Any, *, session: str, tokens: int, after: int) -> list[int]:
+def _distill(conn: Connection, *, session: str, tokens: int, after: int) -> list[int]:
     return dstore.distill_extractive(conn, TENANT, session, max_tokens=tokens,
                                      consolidate_after=after, whole_segments=True)
 
@@ -275,7 +276,7 @@ def _session_texts(memory: Memory, compaction: CompactionService,
                    session: Session) -> SessionTexts:
     ident, sid = session.identity, session.session_id
 
-    def read(conn: Any) -> SessionTexts:
+    def read(conn: Connection) -> SessionTexts:
         rows = conn.execute("SELECT generation, text, archived, source_ids FROM distillations"
                             " WHERE tenant = ? AND session = ? ORDER BY id",
                             (TENANT, sid)).fetchall()
@@ -344,7 +345,7 @@ def _recall_text(memory: Memory, session: Session, q: Question) -> str:
     return memory.render(result, SEARCH_BUDGET_CHARS)
 
 
-def _forget_distillations(conn: Any) -> None:
+def _forget_distillations(conn: Connection) -> None:
     with conn:
         conn.execute("DELETE FROM messages WHERE role = ? AND tenant = ?",
                      (dstore.OBSERVATIONS_ROLE, TENANT))

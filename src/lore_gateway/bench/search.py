@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import orjson
@@ -37,6 +37,10 @@ import orjson
 from lore_gateway.config import Settings
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message, Role
+from lore_gateway.storage.base import Connection, Database
+
+if TYPE_CHECKING:
+    from lore_gateway.memory.embed import Embedder
 
 TENANT = "bench-search"
 SESSION_MESSAGES = 200
@@ -227,8 +231,8 @@ def _run(messages: int, queries: int, seed: int, progress: Progress | None, tmp:
     return report
 
 
-def _measure_overlap(report: SearchBenchReport, factory: Callable[[], Any], embedder: Any,
-                     query_set: list[tuple[Identity, str]]) -> None:
+def _measure_overlap(report: SearchBenchReport, factory: Callable[[], Connection],
+                     embedder: Embedder, query_set: list[tuple[Identity, str]]) -> None:
     """Scope all on Postgres: the approximate top 10 against the exact one."""
     from lore_gateway.memory.pgvectors import PgVectors
     from lore_gateway.memory.search import Searcher
@@ -274,7 +278,7 @@ def _measure_overlap(report: SearchBenchReport, factory: Callable[[], Any], embe
             len(set(hits["approximate"]) & set(hits["exact"])) / max(len(hits["exact"]), 1))
 
 
-def _build_hnsw(database: Any, cap_mb: int) -> int:
+def _build_hnsw(database: Database, cap_mb: int) -> int:
     """The HNSW index over the loaded vectors, its memory sized as the migration
     sizes it; returns that ``maintenance_work_mem`` in MB."""
     from lore_gateway.memory import db
@@ -289,7 +293,7 @@ def _build_hnsw(database: Any, cap_mb: int) -> int:
         conn.close()
 
 
-def _execute(database: Any, *statements: str) -> None:
+def _execute(database: Database, *statements: str) -> None:
     from lore_gateway.memory import db
 
     conn = db.connect(database)
@@ -300,7 +304,7 @@ def _execute(database: Any, *statements: str) -> None:
         conn.close()
 
 
-def _size(database: Any, tmp: Path) -> int:
+def _size(database: Database, tmp: Path) -> int:
     from lore_gateway.memory import db
 
     if database.backend == "sqlite":
@@ -327,7 +331,7 @@ def _queries(rng: np.random.Generator, sample: list[tuple[int, str]],
     return out
 
 
-def _store_synthetic_vectors(database: Any, rng: np.random.Generator,
+def _store_synthetic_vectors(database: Database, rng: np.random.Generator,
                              progress: Progress | None) -> None:
     """One unit vector per message: a random topic centroid plus noise."""
     from lore_gateway.memory import db
