@@ -3,8 +3,8 @@
 ``handle_model`` serves conversation turns (Responses, the Codex backend, Chat
 Completions, Anthropic Messages) in three steps: ``prepare`` (read and decode
 the body, parse it, and ask the request pipeline what goes upstream: usually
-nothing changes), forward, and deliver (relay the answer chunk by chunk while a
-collector accumulates it, or let recall serve it), which comes to one
+nothing changes), forward, and deliver (delivery.py relays the answer chunk by
+chunk while a collector accumulates it, or recall serves it), which comes to one
 ``TurnOutcome`` for memory. ``handle_passthrough`` serves everything else under
 ``/v1/``: bytes in, bytes out.
 """
@@ -15,30 +15,28 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
 import orjson
 
+from lore_gateway import delivery
 from lore_gateway.body import ClientDisconnected, decode_body, read_body
 from lore_gateway.channel import ClientChannel, ClientGone, Receive, Send, watch
-from lore_gateway.collector import stream_usage
 from lore_gateway.compaction.channel import ScaledUsageChannel
 from lore_gateway.compaction.service import CompactionAnswer, CompactionService, usage_cap
 from lore_gateway.config import Settings
+from lore_gateway.delivery import BROKEN_STREAM_MESSAGE, RequestTiming, broken_stream_event
 from lore_gateway.errors import GatewayError, error_body
 from lore_gateway.exchange import Exchange, parse_payload
 from lore_gateway.headers import client_response_headers, header_map, upstream_request_headers
 from lore_gateway.knowledge.sidechannel import side_channel_reason
-from lore_gateway.memory.records import RAW_OUTPUT_MAX_BYTES, RawOutputs
-from lore_gateway.memory.sanitize import redact_credentials, storable
+from lore_gateway.memory.sanitize import redact_credentials
 from lore_gateway.memory.service import PendingTurn
 from lore_gateway.pipeline.request import RequestPipeline
 from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.recall.service import RecallService
 from lore_gateway.routing import Protocol, Route, family_of
-from lore_gateway.sse import encode_event
 from lore_gateway.turns import TurnCollector, TurnOutcome, TurnSink
 from lore_gateway.upstream import (
     UpstreamBroken,
@@ -49,23 +47,6 @@ from lore_gateway.upstream import (
 )
 
 log = logging.getLogger("lore.proxy")
-
-# Relayed bytes held back until the response is done: handed to storage as they
-# are, or, past this, fed to the storage collector here as they pile up.
-_UNFED_LIMIT = RAW_OUTPUT_MAX_BYTES
-
-
-@dataclass(slots=True)
-class RequestTiming:
-    """What the metrics need from one request: its status and where time went."""
-
-    status: int = 0
-    ttfb: float | None = None  # upstream: request sent -> response headers
-    upstream_wait: float = 0.0  # all time spent waiting on the upstream
-
-    def overhead(self, total: float) -> float | None:
-        """Time the gateway itself added: the total minus the upstream wait."""
-        return total - self.upstream_wait if self.ttfb is not None else None
 
 
 class _SentTail:
@@ -257,7 +238,7 @@ class Proxy:
                 body, cut = await resp.read(self.settings.max_error_body_bytes)
                 resp.close()
                 if cut or not await self.pipeline.retry_overflow(exchange, resp.status, body):
-                    await client.respond(resp.status, body, _error_headers(resp, cut))
+                    await client.respond(resp.status, body, delivery.error_headers(resp, cut))
                     return
                 resp = await self._send(exchange)
         except UpstreamUnavailable as exc:
@@ -298,98 +279,15 @@ class Proxy:
                        timing: RequestTiming, collector: TurnCollector | None) -> TurnOutcome:
         """Serve the upstream's answer; what it came to, for memory and calibration."""
         if resp.status >= 300:
-            await self._relay_error(resp, client)
-            return TurnOutcome(False)
+            return await delivery.relay_error(resp, client, self.settings.max_error_body_bytes)
         if exchange.recall:
             assert self.recall is not None and collector is not None
             assert exchange.upstream_payload is not None
             return await self.recall.respond(
                 exchange, resp, client, exchange.upstream_payload, collector)
         if exchange.client_stream or not exchange.upstream_stream:
-            return await self._relay(exchange, resp, client, collector, timing)
-        return await self._answer_json_from_stream(resp, client, collector, timing)
-
-    async def _relay(self, exchange: Exchange, resp: UpstreamResponse, client: ClientChannel,
-                     collector: TurnCollector | None, timing: RequestTiming) -> TurnOutcome:
-        """Forward the body as it arrives, byte for byte, for the collector.
-
-        Incomplete when the upstream broke mid-body. An event stream storage
-        takes as the client got it (up to ``_UNFED_LIMIT``) is parsed where the
-        turn is written, and only its usage read here (``stream_usage``);
-        otherwise the collector was fed here. An event stream
-        broken between two events ends with one protocol error event, so SDKs
-        raise a clear error; one broken mid-event (or a JSON body) is aborted,
-        so the client sees a truncated response rather than a complete-looking
-        one.
-        """
-        await client.start(resp.status, client_response_headers(resp.raw_headers))
-        chunks = resp.chunks()
-        tail = b"\n\n"
-        # Chunks wait here for the collector until the client has them all (or
-        # this much piled up): parsing for storage never delays a byte.
-        unfed: list[bytes] = []
-        unfed_bytes = 0
-        keep = (collector is not None and exchange.client_stream and exchange.upstream_stream
-                and "event-stream" in resp.content_type)
-        while True:
-            waited = perf_counter()
-            try:
-                chunk = await anext(chunks)
-            except StopAsyncIteration:
-                break
-            except UpstreamBroken as exc:
-                log.warning("upstream broke mid-response: %s", exc)
-                _feed(collector, unfed)
-                frame = None
-                if "event-stream" in resp.content_type and tail.endswith((b"\n\n", b"\r\r")):
-                    frame = broken_stream_event(
-                        exchange.protocol, collector, f"{BROKEN_STREAM_MESSAGE} ({exc})")
-                if frame is None:
-                    raise
-                await client.end(frame)
-                return TurnOutcome.cut(collector)
-            timing.upstream_wait += perf_counter() - waited
-            await client.write(chunk)
-            tail = chunk[-4:]
-            if collector is not None:
-                unfed.append(chunk)
-                unfed_bytes += len(chunk)
-                if unfed_bytes > _UNFED_LIMIT:
-                    _feed(collector, unfed)
-                    unfed_bytes = 0
-                    keep = False
-        await client.end()
-        if keep:
-            stream = b"".join(unfed)
-            return TurnOutcome(True, raw=RawOutputs(exchange.protocol.value, stream, ()),
-                               usage=stream_usage(exchange.protocol, stream))
-        _feed(collector, unfed)
-        if collector is None:
-            return TurnOutcome(True)
-        return TurnOutcome(True, collector.outputs(), usage=collector.usage())
-
-    async def _answer_json_from_stream(self, resp: UpstreamResponse, client: ClientChannel,
-                                       collector: TurnCollector | None,
-                                       timing: RequestTiming) -> TurnOutcome:
-        """The Codex backend only streams; a non-streaming client gets the JSON it asked for."""
-        assert collector is not None
-        waited = perf_counter()
-        async for chunk in resp.chunks():
-            collector.feed(chunk)
-        timing.upstream_wait += perf_counter() - waited
-        try:
-            body = collector.response_body()
-        except Exception as exc:
-            await client.respond(502, error_body(
-                "api_error", f"The upstream stream could not be turned into a response: {exc}"))
-            return TurnOutcome(False)
-        await client.respond(200, orjson.dumps(body))
-        return TurnOutcome(True, collector.outputs(), usage=collector.usage())
-
-    async def _relay_error(self, resp: UpstreamResponse, client: ClientChannel) -> None:
-        """Upstream errors reach the client unchanged, bounded to the configured size."""
-        body, cut = await resp.read(self.settings.max_error_body_bytes)
-        await client.respond(resp.status, body, _error_headers(resp, cut))
+            return await delivery.relay(exchange, resp, client, collector, timing)
+        return await delivery.answer_json_from_stream(resp, client, collector, timing)
 
     async def handle_compact(self, scope: dict[str, Any], receive: Receive, send: Send,
                              route: Route) -> int:
@@ -468,22 +366,6 @@ class Proxy:
             resp.close()
 
 
-def _error_headers(resp: UpstreamResponse, cut: bool) -> list[tuple[bytes, bytes]]:
-    """An upstream error's headers as the client gets them, marked when its body
-    was cut at ``max_error_body_bytes``."""
-    headers = client_response_headers(resp.raw_headers)
-    if cut:
-        headers.append((b"x-lore-body-truncated", b"true"))
-    return headers
-
-
-def _feed(collector: TurnCollector | None, chunks: list[bytes]) -> None:
-    if collector is not None:
-        for chunk in chunks:
-            collector.feed(chunk)
-    chunks.clear()
-
-
 def _unreachable(exchange: Exchange, exc: Exception) -> bytes:
     if isinstance(exc, UpstreamDisconnected):
         return error_body(
@@ -495,29 +377,6 @@ def _unreachable(exchange: Exchange, exc: Exception) -> bytes:
         f"Could not reach the upstream {exchange.upstream_url}: {exc}. "
         "Check the LORE_UPSTREAM_* settings and your network.",
     )
-
-
-BROKEN_STREAM_MESSAGE = "Gateway request failed: the upstream connection broke mid-response"
-
-
-def broken_stream_event(protocol: Protocol, collector: TurnCollector | None,
-                        message: str = BROKEN_STREAM_MESSAGE) -> bytes:
-    """The error event a client of ``protocol`` understands, ending a broken stream.
-
-    ``message`` says why; it never quotes a header, so it never holds a credential
-    (``redact_credentials`` runs over it anyway, as a last line of defence)."""
-    message = redact_credentials(storable(message))
-    if protocol is Protocol.ANTHROPIC:
-        return encode_event("error", orjson.dumps({"type": "error", "error": {
-            "type": "api_error", "message": message}}))
-    if protocol is Protocol.CHAT:
-        # Chat streams are data-only; the openai SDK raises on an "error" object.
-        return b"data: " + orjson.dumps({"error": {
-            "type": "server_error", "message": message}}) + b"\n\n"
-    response_id = (collector.response_id() if collector is not None else None) or "resp_error"
-    return encode_event("response.failed", orjson.dumps({"type": "response.failed", "response": {
-        "id": response_id, "object": "response", "status": "failed", "output": [],
-        "usage": None, "error": {"code": "server_error", "message": message}}}))
 
 
 def _cancelling() -> bool:

@@ -10,7 +10,7 @@ import anthropic
 import openai
 import pytest
 
-from lore_gateway.proxy import BROKEN_STREAM_MESSAGE
+from lore_gateway.delivery import BROKEN_STREAM_MESSAGE
 from lore_gateway.testing import FakeUpstream
 
 REQUESTS = {
