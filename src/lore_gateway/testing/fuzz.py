@@ -416,7 +416,8 @@ class FuzzRig:
                 data = response.read() if method != "HEAD" else b""
             except (http.client.HTTPException, OSError) as exc:
                 self._reset_conn()
-                return Outcome(status, getattr(exc, "partial", b"") or b"", True)
+                partial = exc.partial if isinstance(exc, http.client.IncompleteRead) else b""
+                return Outcome(status, partial or b"", True)
             if response.will_close:
                 self._reset_conn()
             return Outcome(status, data, False)
@@ -469,7 +470,8 @@ class FuzzRig:
         tally.aborted += out.aborted
         tally.by_status[out.status] = tally.by_status.get(out.status, 0) + 1
         problems = list(self.unexpected.records[before:])
-        degraded = getattr(self.gateway.memory, "degraded", None)
+        memory = self.gateway.memory
+        degraded = memory.degraded if memory is not None else None
         if degraded is not None:
             problems.append(f"memory degraded: {degraded}")
         return problems

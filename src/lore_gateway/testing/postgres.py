@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from lore_gateway.storage.base import Database
+
 TEST_URL_ENV = "LORE_TEST_DATABASE_URL"
 TEMPLATE = "lore_template"
 GATEWAY_ROLE = "lore_gateway"
@@ -129,7 +131,7 @@ class PostgresForTests:
             self._dir = None
 
 
-def indexed_ids(database: Any, word: str) -> list[int]:
+def indexed_ids(database: Database, word: str) -> list[int]:
     """Ids of the messages whose indexed text holds ``word``, on either backend (for
     tests that check the search index follows the table)."""
     from lore_gateway.memory import db
