@@ -19,7 +19,7 @@ from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.protocols.usage import Usage, usage_to_responses
 from lore_gateway.recall.core.chain import RecallFailed
 from lore_gateway.recall.responses.frames import failed_event, marker_events, marker_item
-from lore_gateway.recall.responses.round import Action, Limits, Round, Send
+from lore_gateway.recall.responses.round import Action, Limits, RoundState, Send
 from lore_gateway.sse import SSEEvent, encode_event
 
 
@@ -27,8 +27,8 @@ class ClientEmission:
     """Client numbering, deferral and spooling for one streamed response."""
 
     # Set by the interceptor (the round being fed, and what the principal said).
-    _round: Round
-    _rounds: list[Round]
+    _round: RoundState
+    _rounds: list[RoundState]
     _created_sent: bool
     _stored_outputs: list[dict[str, Any]]
     _usage: Usage | None

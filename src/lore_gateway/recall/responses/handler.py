@@ -29,22 +29,16 @@ from lore_gateway.recall.core.chain import (
     with_keepalive,
 )
 from lore_gateway.recall.core.followup import FollowUpError, StreamedFollowUp, send_follow_up
+from lore_gateway.recall.core.machine import FollowUp, RunRecall
 from lore_gateway.recall.core.markers import anchor_text, new_anchor_id
 from lore_gateway.recall.responses.buffered import (
     buffered_responses_recall,
     follow_up_body,
     label,
 )
-from lore_gateway.recall.responses.live import (
-    Action,
-    Done,
-    FollowUp,
-    Limits,
-    LiveInterceptor,
-    RunRecall,
-    Send,
-)
+from lore_gateway.recall.responses.live import LiveInterceptor
 from lore_gateway.recall.responses.principal import PrincipalReader
+from lore_gateway.recall.responses.round import Action, Done, Limits, Send
 from lore_gateway.sse import SSEEvent, encode_comment
 from lore_gateway.upstream import UpstreamResponse
 

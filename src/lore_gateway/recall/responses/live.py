@@ -5,10 +5,14 @@
 carries out the actions it returns:
 
 * :class:`Send` — bytes for the client;
-* :class:`RunRecall` — execute this recall, then call :meth:`recall_done`;
-* :class:`FollowUp` — send a follow-up whose input is the original input plus
+* ``RunRecall`` — execute this recall, then call :meth:`recall_done`;
+* ``FollowUp`` — send a follow-up whose input is the original input plus
   these items, feed its events, then call :meth:`end_of_stream`;
 * :class:`Done` — the client has the whole answer (``ok``: commit staged recalls).
+
+``RunRecall`` and ``FollowUp`` are the core chain machine's actions: which one
+comes next is decided by :class:`~lore_gateway.recall.core.machine.ChainMachine`,
+as on every other path (:mod:`~.adapter`).
 
 What the client sees: events stream live until a recall appears. The recall's own
 events (added, argument deltas, done) are hidden; everything after it is deferred
@@ -23,18 +27,18 @@ Every event, forwarded, deferred or hidden, is applied to the round's item state
 :meth:`LiveInterceptor.turn_items` is the whole turn (recall calls and results
 included) for storage.
 
-Four layers, one object: :class:`~.emission.ClientEmission` (the client's
+Five layers, one object: :class:`~.emission.ClientEmission` (the client's
 numbering, deferral, spooling and synthetic frames), :class:`~.items.ItemTracking`
 (item events applied to the round's ``ResponsesAccumulator``, recalls marked
 hidden), :class:`~.handover.Handover` (reads relayed untouched by a gate, and
-taking the stream over from it) and this class (lifecycle, rounds, the recall
-chain). The recall policy it shares with every other path (failure categories,
-what is recoverable) comes from :mod:`lore_gateway.recall.core.chain`.
+taking the stream over from it), :class:`~.adapter.ChainAdapter` (the rounds on
+the chain machine) and this class (feeding: frames, lifecycle, terminals; the
+turn for storage).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
@@ -47,34 +51,15 @@ from lore_gateway.protocols.usage import (
     usage_to_responses,
 )
 from lore_gateway.recall.core.budget import RecallChainBudget
-from lore_gateway.recall.core.chain import (
-    NOT_RECOVERABLE,
-    UPSTREAM_FAILURES,
-    FailureCategory,
-    RecallFailed,
-    with_reason,
-)
-from lore_gateway.recall.core.tool import (
-    RecallArgs,
-    RecallArgumentError,
-    RecallFrameError,
-    decode_arguments,
-    parse_arguments,
-)
-from lore_gateway.recall.responses.handover import Handover
-from lore_gateway.recall.responses.recovery import FreshIds, repeated_delivery
+from lore_gateway.recall.core.chain import RecallFailed
+from lore_gateway.recall.core.machine import Deliver, FollowUp, Round, RunRecall
+from lore_gateway.recall.responses.adapter import ChainAdapter
 from lore_gateway.recall.responses.round import (
-    GATEWAY_FAILED_MESSAGE,
     RATE_LIMITS,
-    RECALL_FAILED_MESSAGE,
     TERMINALS,
     Action,
     Done,
-    FollowUp,
     Limits,
-    Round,
-    RoundItem,
-    RunRecall,
     Send,
 )
 from lore_gateway.sse import SSEEvent
@@ -85,7 +70,6 @@ __all__ = [
     "FollowUp",
     "Limits",
     "LiveInterceptor",
-    "RecallFailed",
     "RunRecall",
     "Send",
 ]
@@ -98,7 +82,7 @@ _TEXT_DELTAS = frozenset({
 })
 
 
-class LiveInterceptor(Handover):
+class LiveInterceptor(ChainAdapter):
     """One streaming client request whose upstream got the recall tool."""
 
     def __init__(
@@ -108,12 +92,8 @@ class LiveInterceptor(Handover):
         codex: bool = False,
         limits: Limits | None = None,
     ) -> None:
-        super().__init__(limits or Limits())
-        self._budget = budget
+        super().__init__(limits or Limits(), budget)
         self._codex = codex
-        self._round = Round(0)
-        self._rounds: list[Round] = [self._round]
-        self._state: Literal["streaming", "recall", "follow_up", "done"] = "streaming"
         self.response_id: str | None = None
         self._created_at: Any = None
         self._model: Any = None
@@ -123,19 +103,7 @@ class LiveInterceptor(Handover):
         # the upstream sends after it is relayed raw, as plain passthrough would.
         self._relaying = False
         self._stream_bytes = 0
-        self._terminal_sent = False
-        self._usage: Usage | None = None
-        self._extra_items: list[dict[str, Any]] = []
-        self._stored_outputs: list[dict[str, Any]] = []
-        self._recovered = False
-        self.depth = 0
         self.rate_limits = RateLimitLog()
-        self.recall_ran = False
-        self.pending: RunRecall | None = None
-        # (category, exact reason) of the failure, for diagnostics; never sent.
-        self.failure: tuple[FailureCategory, str | None] | None = None
-        # The same for a continuation failure that recovery then answered.
-        self.recovered_from: tuple[FailureCategory, str | None] | None = None
 
     # --- feeding ------------------------------------------------------------------
 
@@ -207,10 +175,7 @@ class LiveInterceptor(Handover):
                 "follow_up_failed" if self._round.number else "principal_missing_terminal",
                 "upstream Responses stream ended without a terminal event",
             )
-        try:
-            return self._end_round()
-        except RecallFailed as exc:
-            return self._fail(exc.category, str(exc))
+        return self._end_round()
 
     def _feed(self, event: SSEEvent) -> list[Action]:
         self._stream_bytes += len(event.raw)
@@ -290,10 +255,6 @@ class LiveInterceptor(Handover):
             return []
         return [Send(raw)]
 
-    # --- items --------------------------------------------------------------------
-
-    # --- emission -----------------------------------------------------------------
-
     # --- end of a round -----------------------------------------------------------
 
     def _terminal(self, event: SSEEvent, name: str, payload: dict[str, Any]) -> list[Action]:
@@ -307,6 +268,9 @@ class LiveInterceptor(Handover):
             self._usage = merge_usage(self._usage, usage_from_responses(response["usage"]))
         if rnd.number == 0 and not rnd.recalls():
             # No recall happened: forward verbatim, nothing to rebuild.
+            visible = sum(1 for i in rnd.items.values() if i.kind == "function_call")
+            action = self._machine.round(Round(0, visible, usable=True, relayed=True))
+            assert isinstance(action, Deliver)
             self._state = "done"
             self._terminal_sent = True
             self._relaying = True
@@ -317,194 +281,6 @@ class LiveInterceptor(Handover):
                 Done(ok=not failed),
             ]
         return []
-
-    def _end_round(self) -> list[Action]:
-        rnd = self._round
-        assert rnd.terminal is not None and rnd.terminal_name is not None
-        response = rnd.terminal["response"]
-        status = response.get("status")
-        recalls = rnd.recalls()
-        if rnd.number == 0 and not recalls:
-            return []  # already finished in _terminal
-        failed = rnd.terminal_name == "response.failed" or status in ("failed", "cancelled")
-        incomplete = rnd.terminal_name == "response.incomplete" or status == "incomplete"
-        if recalls:
-            if failed:
-                raise RecallFailed(
-                    "follow_up_failed", "recall principal returned response.failed"
-                )
-            if incomplete:
-                raise RecallFailed(
-                    "follow_up_failed", "incomplete recall principal cannot execute recall"
-                )
-            if len(recalls) > 1:
-                raise RecallFailed("parallel_recall", "more than one recall in one response")
-            if rnd.recovery:
-                raise RecallFailed("follow_up_failed", "upstream recovery output was unsafe")
-            return self._start_recall(recalls[0])
-        if failed:
-            raise RecallFailed("follow_up_failed", "recall continuation failed")
-        if not self._usable(rnd) and not incomplete:
-            raise RecallFailed(
-                "follow_up_missing_output", "recall continuation was not usable"
-            )
-        if rnd.recovery:
-            earlier = [i.snapshot() for r in self._rounds if r is not rnd
-                       for i in r.items.values() if not i.recall]
-            repeat = repeated_delivery([i.snapshot() for i in rnd.items.values()], earlier)
-            if repeat is not None:
-                raise RecallFailed("follow_up_failed", repeat)
-        return self._deliver(rnd)
-
-    def _usable(self, rnd: Round) -> bool:
-        for item in rnd.items.values():
-            if item.kind == "function_call" and not item.recall:
-                return True
-            if item.kind == "message":
-                snap = item.snapshot()
-                for part in snap.get("content") or []:
-                    if isinstance(part, dict) and (
-                        part.get("type") == "refusal" or str(part.get("text") or "").strip()
-                    ):
-                        return True
-        return False
-
-    # --- recall ------------------------------------------------------------------
-
-    def _start_recall(self, recall: RoundItem) -> list[Action]:
-        if self._budget.final_round:
-            raise RecallFailed("depth_exhausted", "recall requested in the final round")
-        snapshot = recall.snapshot()
-        arguments = snapshot.get("arguments") or ""
-        args: RecallArgs | None = None
-        invalid: RecallArgumentError | None = None
-        try:
-            args = parse_arguments(decode_arguments(arguments))
-        except RecallFrameError as exc:
-            raise RecallFailed("follow_up_protocol", str(exc)) from None
-        except RecallArgumentError as exc:
-            invalid = exc
-            if any(i.kind == "function_call" and not i.recall for i in self._round.items.values()):
-                raise RecallFailed(
-                    "recall_execution", "invalid call alongside a visible tool"
-                ) from None
-        if args is not None:
-            refusal = self._budget.admit(args)
-            if refusal is not None:
-                raise RecallFailed("depth_exhausted", f"recall budget exhausted: {refusal}")
-        self._state = "recall"
-        self.pending = RunRecall(
-            call_id=str(snapshot.get("call_id") or snapshot.get("id") or ""),
-            arguments=str(arguments),
-            args=args,
-            invalid=invalid,
-        )
-        return [self.pending]
-
-    def recall_done(self, result_text: str, anchor_id: str | None) -> list[Action]:
-        """The shell ran the pending recall. ``result_text`` is the raw tool result
-        (before budget notes); ``anchor_id`` names the staged store entry, None for
-        an invalid call (no marker then)."""
-        pending = self.pending
-        assert pending is not None and self._state == "recall", "no recall is pending"
-        self.pending = None
-        rnd = self._round
-        recall = next(i for i in rnd.items.values() if i.recall)
-        if pending.invalid is not None:
-            tool_result = pending.invalid.tool_result()
-        else:
-            self.depth += 1
-            self.recall_ran = True
-            tool_result = self._budget.result_for_model(result_text)
-        call = {
-            "type": "function_call",
-            "call_id": pending.call_id,
-            "name": recall.state.name or "recall",
-            "arguments": pending.arguments,
-        }
-        output = {"type": "function_call_output", "call_id": pending.call_id, "output": tool_result}
-        visible_calls = [
-            i for i in rnd.items.values() if i.kind == "function_call" and not i.recall
-        ]
-        marker: list[bytes] = []
-        if anchor_id is not None:
-            marker = self._marker_item(anchor_id)
-        if visible_calls:
-            # Mixed: no follow-up; the client runs its tool, the recall is replayed
-            # from the store on the next request.
-            self._stored_outputs.extend([call, output])
-            frames = [*marker, *self._flush_deferred()]
-            return [*(Send(f) for f in frames), *self._finish(rnd)]
-        for item in sorted(rnd.items.values(), key=lambda i: i.index):
-            if not item.recall:
-                self._extra_items.append(item.snapshot())
-        self._extra_items.extend([call, output])
-        self._spool.extend(marker)
-        self._spool.extend(self._flush_deferred())
-        self._state = "follow_up"
-        return [FollowUp(items=tuple(self._extra_items), recovery=False)]
-
-    def begin_continuation(self, *, recovery: bool = False) -> None:
-        """The follow-up (or recovery) stream is about to be fed."""
-        self._round = Round(len(self._rounds), recovery=recovery,
-                             fresh_ids=FreshIds() if recovery else None)
-        self._rounds.append(self._round)
-        self._state = "streaming"
-
-    def follow_up_failed(
-        self, category: FailureCategory, reason: str | None = None
-    ) -> list[Action]:
-        """The follow-up could not be sent or read; try recovery once, else fail."""
-        return self._fail(category, reason)
-
-    # --- delivery -----------------------------------------------------------------
-
-    def _deliver(self, rnd: Round) -> list[Action]:
-        frames = [*self._spool, *self._flush_deferred()]
-        self._spool.clear()
-        return [*(Send(f) for f in frames), *self._finish(rnd)]
-
-    def _finish(self, rnd: Round) -> list[Action]:
-        assert rnd.terminal is not None and rnd.terminal_name is not None
-        self._state = "done"
-        self._terminal_sent = True
-        status = rnd.terminal["response"].get("status")
-        ok = rnd.terminal_name in ("response.completed", "response.done") and status in (
-            None,
-            "completed",
-        )
-        return [Send(self._rebuilt_terminal(rnd.terminal_name, rnd.terminal)), Done(ok=ok)]
-
-    # --- failure ------------------------------------------------------------------
-
-    def _fail(self, category: FailureCategory, message: str | None = None) -> list[Action]:
-        if self._terminal_sent:
-            self._state = "done"
-            return [Done(ok=False, category=category)]
-        can_recover = (
-            self.depth > 0
-            and not self._recovered
-            and self._state != "recall"
-            and category not in NOT_RECOVERABLE
-            and self._budget.can_recover()
-        )
-        if can_recover and self._extra_items:
-            # Drop what the failed continuation produced; it never reached the client.
-            self.recovered_from = (category, message)
-            self._recovered = True
-            if self._round.number > 0 and self._round is self._rounds[-1]:
-                self._rounds.pop()
-                self._round = self._rounds[-1]
-            self._deferred = [(r, e) for r, e in self._deferred if r < len(self._rounds)]
-            self._state = "follow_up"
-            return [FollowUp(items=tuple(self._extra_items), recovery=True)]
-        self.failure = (category, message)
-        self._state = "done"
-        self._terminal_sent = True
-        recall_involved = self.depth > 0 or any(r.recalls() for r in self._rounds)
-        text = with_reason(RECALL_FAILED_MESSAGE if recall_involved else GATEWAY_FAILED_MESSAGE,
-                           message if category in UPSTREAM_FAILURES else None)
-        return [Send(self._failed_frame(text)), Done(ok=False, category=category)]
 
     # --- results for the shell ----------------------------------------------------
 

@@ -1,7 +1,13 @@
-"""The vocabulary of live Responses interception: the actions the sans-IO
-:class:`~lore_gateway.recall.responses.live.LiveInterceptor` returns, its limits
-(lore-spec E.1), and the rounds. Every upstream item event, forwarded, deferred
-or hidden alike (lore-spec D.3), is applied to the round's
+"""What the sans-IO :class:`~lore_gateway.recall.responses.live.LiveInterceptor`
+returns, its limits (lore-spec E.1), and the state of its rounds.
+
+Its actions are the client's bytes (:class:`Send`), the end of the stream
+(:class:`Done`) and the core chain machine's own ``RunRecall`` and ``FollowUp``
+(``recall/core/machine.py``), filled in with the call and the follow-up's items:
+the chain's steps are the machine's, not this package's.
+
+Every upstream item event, forwarded, deferred or hidden alike (lore-spec D.3),
+is applied to the round's
 :class:`~lore_gateway.protocols.responses_stream.ResponsesAccumulator`, the same
 item state storage builds; a :class:`RoundItem` adds only whether the item is
 hidden.
@@ -15,7 +21,8 @@ from typing import Any
 from lore_gateway.protocols.responses_model import Item
 from lore_gateway.protocols.responses_stream import ResponsesAccumulator
 from lore_gateway.recall.core.chain import FailureCategory
-from lore_gateway.recall.core.tool import RecallArgs, RecallArgumentError, is_recall_call
+from lore_gateway.recall.core.machine import FollowUp, RunRecall
+from lore_gateway.recall.core.tool import is_recall_call
 from lore_gateway.recall.responses.recovery import FreshIds
 
 MiB = 1024 * 1024
@@ -44,30 +51,16 @@ class Limits:
 
 @dataclass(frozen=True, slots=True)
 class Send:
+    """Bytes for the client, now."""
+
     data: bytes
 
 
 @dataclass(frozen=True, slots=True)
-class RunRecall:
-    """Execute ``args``; ``invalid`` is set instead when the arguments were rejected
-    (the interceptor already knows the tool result; the shell just reports back)."""
-
-    call_id: str
-    arguments: str
-    args: RecallArgs | None
-    invalid: RecallArgumentError | None
-
-
-@dataclass(frozen=True, slots=True)
-class FollowUp:
-    """Send the follow-up: the request's input plus ``items``."""
-
-    items: tuple[dict[str, Any], ...]
-    recovery: bool
-
-
-@dataclass(frozen=True, slots=True)
 class Done:
+    """The client has the stream's end: ``ok`` commits the staged recalls, else
+    they are rolled back (``category``: the chain's failure, if it failed)."""
+
     ok: bool
     category: FailureCategory | None = None
 
@@ -128,7 +121,10 @@ class RoundItem:
 
 
 @dataclass(slots=True)
-class Round:
+class RoundState:
+    """One upstream answer of the chain (the principal, a continuation or the
+    recovery) as the interceptor tracks it: its items and its terminal."""
+
     number: int
     recovery: bool = False
     acc: ResponsesAccumulator = field(default_factory=_codex_accumulator)
