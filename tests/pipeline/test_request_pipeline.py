@@ -76,7 +76,7 @@ USAGE = Usage(input_tokens=60, output_tokens=5, cache_read=40)
 ])
 def test_one_end_for_every_outcome(outcome: TurnOutcome, call: tuple[str, Any, Any]) -> None:
     pending = _Pending()
-    TurnSink.end(pending, outcome, Protocol.RESPONSES)  # type: ignore[arg-type]
+    TurnSink.end(pending, outcome, Protocol.RESPONSES)
     TurnSink.end(None, outcome, Protocol.RESPONSES)  # no memory: nothing to end
     assert pending.calls == [call]
 
