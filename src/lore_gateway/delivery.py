@@ -103,8 +103,8 @@ async def relay(exchange: Exchange, resp: UpstreamResponse, client: ClientChanne
         return TurnOutcome(True)
     return TurnOutcome(True, collector.outputs(), usage=collector.usage())
 
-async def answer_json_from_stream(resp: UpstreamResponse, client: ClientChannel,
-                                  collector: TurnCollector | None,
+async def answer_json_from_stream(exchange: Exchange, resp: UpstreamResponse,
+                                  client: ClientChannel, collector: TurnCollector | None,
                                   timing: RequestTiming) -> TurnOutcome:
     """The Codex backend only streams; a non-streaming client gets the JSON it asked for."""
     assert collector is not None
@@ -119,7 +119,9 @@ async def answer_json_from_stream(resp: UpstreamResponse, client: ClientChannel,
             "api_error", f"The upstream stream could not be turned into a response: {exc}"))
         return TurnOutcome(False)
     await client.respond(200, orjson.dumps(body))
-    return TurnOutcome(True, collector.outputs(), usage=collector.usage())
+    # The collector is there for the JSON; its messages only for a turn memory keeps.
+    outputs = collector.outputs() if exchange.keep else ()
+    return TurnOutcome(True, outputs, usage=collector.usage())
 
 async def relay_error(resp: UpstreamResponse, client: ClientChannel, limit: int) -> TurnOutcome:
     """Upstream errors reach the client unchanged, bounded to ``limit`` bytes

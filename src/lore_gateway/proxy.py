@@ -250,26 +250,33 @@ class Proxy:
         try:
             outcome = await self._deliver(exchange, resp, client, timing, collector)
         except UpstreamBroken as exc:
-            self.turns.end(pending, TurnOutcome.cut(collector), exchange.protocol)
+            self._cut(exchange, pending, collector)
             if not await _end_with_error(client, tail, exchange.protocol,
                                          f"{BROKEN_STREAM_MESSAGE} ({exc})", 502):
                 raise
         except (ProtocolError, ValueError) as exc:
             # A handler that reads the upstream's events met one it cannot read:
             # the client learns which, not just that something failed.
-            self.turns.end(pending, TurnOutcome.cut(collector), exchange.protocol)
+            self._cut(exchange, pending, collector)
             log.warning("upstream protocol violation: %s", exc)
             if not await _end_with_error(client, tail, exchange.protocol,
                                          f"The upstream broke the protocol: {exc}", 502):
                 raise
         except BaseException:
-            self.turns.end(pending, TurnOutcome.cut(collector), exchange.protocol)
+            self._cut(exchange, pending, collector)
             raise
         else:
             self.turns.end(pending, outcome, exchange.protocol)
             self.pipeline.observe(exchange, outcome)
         finally:
             resp.close()
+
+    def _cut(self, exchange: Exchange, pending: PendingTurn | None,
+             collector: TurnCollector | None) -> None:
+        """End a turn its delivery did not finish with what the collector read of
+        it (read only when there is a turn to store)."""
+        self.turns.end(pending, TurnOutcome.cut(collector if pending is not None else None),
+                       exchange.protocol)
 
     async def _send(self, exchange: Exchange) -> UpstreamResponse:
         return await self.upstream.send("POST", exchange.upstream_url,
@@ -287,7 +294,7 @@ class Proxy:
                 exchange, resp, client, exchange.upstream_payload, collector)
         if exchange.client_stream or not exchange.upstream_stream:
             return await delivery.relay(exchange, resp, client, collector, timing)
-        return await delivery.answer_json_from_stream(resp, client, collector, timing)
+        return await delivery.answer_json_from_stream(exchange, resp, client, collector, timing)
 
     async def handle_compact(self, scope: dict[str, Any], receive: Receive, send: Send,
                              route: Route) -> int:
