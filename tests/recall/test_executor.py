@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from lore_gateway.config import Settings
+from lore_gateway.memory.hits import SearchResult
 from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
 from lore_gateway.protocols.common import Message
@@ -86,12 +87,12 @@ class _StuckMemory:
         self.release = asyncio.Event()
         self.started = asyncio.Event()
 
-    async def search(self, query: str, **_: Any) -> Any:
+    async def search(self, query: str, **_: Any) -> SearchResult:
         self.started.set()
         await self.release.wait()
-        return None
+        return SearchResult(query, "all", [], 0)
 
-    def render(self, result: Any, budget_chars: int = 12_000) -> str:
+    def render(self, result: SearchResult, budget_chars: int = 12_000) -> str:
         return ""
 
     async def detail(self, ref: str, **_: Any) -> str:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
 from lore_gateway.memory.errors import StorageUnavailable
+from lore_gateway.memory.hits import SearchResult
 from lore_gateway.memory.records import Identity
 from lore_gateway.recall.core.budget import Coverage
 from lore_gateway.recall.core.tool import DEFAULT_DETAIL_LIMIT, RecallArgs
@@ -68,9 +69,9 @@ class RecallMemory(Protocol):
 
     async def search(
         self, query: str, *, identity: Identity, scope: str = "all", limit: int = 10
-    ) -> Any: ...
+    ) -> SearchResult: ...
 
-    def render(self, result: Any, budget_chars: int = 12_000) -> str: ...
+    def render(self, result: SearchResult, budget_chars: int = 12_000) -> str: ...
 
     async def detail(self, ref: str, *, tenant: str, offset: int = 0, limit: int = ...) -> str: ...
 
@@ -122,32 +123,18 @@ class SearchGate:
 
 def _close(work: Awaitable[Any]) -> None:
     """Close a coroutine that was never awaited (no "never awaited" warning)."""
-    close = getattr(work, "close", None)
-    if close is not None and asyncio.iscoroutine(work):
-        close()
+    if asyncio.iscoroutine(work):
+        work.close()
 
 
 def _revision(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def _search_coverage(result: Any) -> tuple[Coverage, ...]:
-    """Coverage from a ``SearchResult``: one entry per hit, by its reference."""
-    out: list[Coverage] = []
-    for hit in getattr(result, "hits", ()) or ():
-        ref = getattr(hit, "ref", None)
-        if not isinstance(ref, str):
-            continue
-        score = getattr(hit, "score", None)
-        content = getattr(hit, "content", "")
-        out.append(
-            Coverage(
-                identity=ref,
-                revision=_revision(content if isinstance(content, str) else ""),
-                score=float(score) if isinstance(score, int | float) else None,
-            )
-        )
-    return tuple(out)
+def _search_coverage(result: SearchResult) -> tuple[Coverage, ...]:
+    """Coverage from a search: one entry per hit, by its reference."""
+    return tuple(Coverage(identity=hit.ref, revision=_revision(hit.content), score=hit.score)
+                 for hit in result.hits)
 
 
 class RecallExecutor:
