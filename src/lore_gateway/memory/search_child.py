@@ -17,11 +17,12 @@ import struct
 import threading
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lore_gateway.memory.errors import MemoryUnavailable
 
 if TYPE_CHECKING:
+    from lore_gateway.memory.embed import Embedder, FloatArray
     from lore_gateway.memory.search import Searcher
 
 # Query vectors remembered per search process (1.5 KiB each).
@@ -49,7 +50,7 @@ def _exactly(conn: socket.socket, size: int) -> bytes:
     return bytes(data)
 
 
-def searcher(address: str, embedder: Any, *, rerank: bool = False) -> Searcher:
+def searcher(address: str, embedder: Embedder | None, *, rerank: bool = False) -> Searcher:
     """A child's ``Searcher`` over the database at ``address``, with ``embedder``
     (``None``: BM25 only) behind the query-vector cache, and the cross-encoder
     when ``rerank`` (``LORE_RERANK``, passed by the gateway: the child reads no settings)."""
@@ -88,13 +89,13 @@ class _QueryCache:
     function of the text, so a cache never changes a result.
     """
 
-    def __init__(self, embedder: Any) -> None:
+    def __init__(self, embedder: Embedder) -> None:
         self._embedder = embedder
         self.model_name = embedder.model_name
         self.dim = embedder.dim
-        self._cache: OrderedDict[str, Any] = OrderedDict()
+        self._cache: OrderedDict[str, FloatArray] = OrderedDict()
 
-    def embed(self, texts: list[str]) -> Any:
+    def embed(self, texts: list[str]) -> FloatArray:
         if len(texts) != 1:
             return self._embedder.embed(texts)
         (text,) = texts

@@ -36,9 +36,9 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from lore_gateway.memory.child import ChildProcess
 from lore_gateway.memory.records import RawTurn, TurnRecord, turn_from_wire, turn_to_wire
@@ -90,7 +90,7 @@ class TurnStoreProcess:
 
     def __init__(self, database: Database | Path, *, max_message_bytes: int,
                  max_queue: int = DEFAULT_MAX_QUEUE,
-                 on_commit: Any = None) -> None:
+                 on_commit: Callable[[list[int]], None] | None = None) -> None:
         from lore_gateway.memory import db
 
         self._database = db.database(database)
