@@ -63,7 +63,7 @@ def snapshot(settings: Settings, live: Live | None = None) -> dict[str, Any]:
         "recall": {"enabled": bool(settings.recall and settings.store),
                    "active": live.recall_active if live else None},
         "embeddings": {"enabled": bool(settings.embeddings)},
-        "tenancy": str(getattr(settings, "tenancy", "personal")),
+        "tenancy": settings.tenancy,
     }
     for name, section in _SECTIONS.items():
         try:

@@ -63,7 +63,7 @@ class Access:
     """The access policy of one gateway (see the module docstring)."""
 
     def __init__(self, settings: Settings, memory: Memory | None) -> None:
-        self.team = str(getattr(settings, "tenancy", "personal")) == "keys"
+        self.team = settings.tenancy == "keys"
         self.needs_sign_in = self.team or not bind_is_loopback(settings.host)
         self._memory = memory
         self._secret = secrets.token_bytes(32)
