@@ -111,6 +111,7 @@ class ChainAdapter(Handover):
 
     @staticmethod
     def _usable(rnd: RoundState) -> bool:
+        """C.1 "usable continuation": text, a refusal or a visible tool call."""
         for item in rnd.items.values():
             if item.kind == "function_call" and not item.recall:
                 return True
