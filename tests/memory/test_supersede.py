@@ -29,6 +29,12 @@ def test_a_statement_names_its_subject_and_value(text: str, expected: tuple[str,
     assert statements(text)[0] == Statement(*expected)
 
 
+def test_key_value_stands_on_its_own_line() -> None:
+    assert statements("notes\nDatastore: SQLite\n") == [Statement("datastore", "sqlite")]
+    # Opening a longer line, "Name:" is a transcript's speaker, not a subject.
+    assert statements("Caroline: Thanks, Mel! Next month I have an art show.") == []
+
+
 @pytest.mark.parametrize("text", [
     "What is the cache TTL?",
     "Is the datastore Postgres",
@@ -61,7 +67,7 @@ def test_the_newest_value_comes_first_and_older_ones_follow_it_labelled() -> Non
             hit(2, "Decision: switch the datastore from Postgres to SQLite.", 200.0, 0.7),
             hit(3, "Decision: use DuckDB for the datastore.", 300.0, 0.4),
             hit(4, "We always rebase.", 310.0, 0.3, role="assistant")]
-    out = supersede(hits)
+    out = supersede(hits, "Which datastore did we pick?")
     # The stale ones move down to just below their successor; nothing else moves.
     assert [h.ref for h in out] == ["t:5", "t:3", "t:2", "t:1", "t:4"]
     assert [h.superseded_by for h in out] == ["", "", "t:3", "t:3", ""]
@@ -69,11 +75,30 @@ def test_the_newest_value_comes_first_and_older_ones_follow_it_labelled() -> Non
     assert [h.score for h in out] == [1.0, 0.9, 0.7, 0.4, 0.3]
 
 
+def test_a_question_about_something_else_labels_but_moves_nothing() -> None:
+    # Conversation reads as statements; evidence for another question stays put.
+    hits = [hit(1, "my favourite band is Muse", 100.0, 1.0),
+            hit(2, "The concert was in Berlin.", 150.0, 0.9),
+            hit(3, "my favourite band is Blur", 200.0, 0.7)]
+    out = supersede(hits, "Where did Mel see the concert?")
+    assert [h.ref for h in out] == ["t:1", "t:2", "t:3"]
+    assert [h.superseded_by for h in out] == ["t:3", "", ""]
+
+
+def test_a_subject_with_many_values_is_a_label_not_a_setting() -> None:
+    # A transcript's speaker opens every line: not a decision changing each time.
+    lines = ["Caroline: Thanks", "Caroline: Hey Mel", "Caroline: Sounds great",
+             "Caroline: Totally agree"]
+    hits = [hit(i, text, 100.0 + i, 1.0 - i / 10) for i, text in enumerate(lines)]
+    assert {s.subject for text in lines for s in statements(text)} == {"caroline"}
+    assert supersede(hits, "What did Caroline paint?") == hits
+
+
 def test_an_older_repeat_of_the_current_value_is_not_superseded() -> None:
     hits = [hit(1, "the cache TTL is 300s", 100.0, 1.0),
             hit(2, "the cache TTL is 30s", 200.0, 0.9),
             hit(3, "the cache TTL is 300 s", 300.0, 0.8)]
-    out = supersede(hits)
+    out = supersede(hits, "what is the cache TTL?")
     assert {h.ref: h.superseded_by for h in out} == {"t:1": "", "t:2": "t:3", "t:3": ""}
     assert [h.ref for h in out] == ["t:1", "t:3", "t:2"]
 
@@ -98,7 +123,7 @@ def test_tool_output_is_never_compared() -> None:
 
 def test_the_rendered_line_names_the_successor() -> None:
     hits = supersede([hit(1, "the cache TTL is 30s", 100.0, 1.0),
-                      hit(2, "the cache TTL is 300s", 200.0, 0.9)])
+                      hit(2, "the cache TTL is 300s", 200.0, 0.9)], "cache TTLs")
     text = render(SearchResult("cache TTL", "all", hits, 2, "/p"), now=300.0)
     lines = [line for line in text.splitlines() if line.startswith("- (")]
     assert lines[0].endswith("the cache TTL is 300s (t:2)")

@@ -297,7 +297,7 @@ class Searcher:
         top = max(hits[0].score, 1e-9) if hits else 1.0
         hits = [replace(h, score=round(confidence * h.score / top, 4)) for h in hits]
         hits = [h for h in hits if h.score >= MIN_SCORE]
-        hits = supersede(hits)  # a stale value below its successor (``supersede``)
+        hits = supersede(hits, query)  # a stale value labelled (``supersede``)
         return SearchResult(query=query, scope=scope, hits=hits,
                             total=len(ranked) if hits else 0, project=project,
                             _candidates=tuple(int(h.ref[2:]) for h in hits))

@@ -14,8 +14,9 @@ sentence's period):
 - ``set X to V`` → (X, V);
 - ``use V for X`` / ``use V as X`` → (X, V);
 - ``X is/are/is now/will be/should be/stays V`` → (X, V);
-- ``X = V``, ``X: V``, ``X → V`` (``->``, ``=>``) → (X, V); a value that is itself
-  ``A → B`` counts as B.
+- ``X = V``, ``X: V``, ``X → V`` (``->``, ``=>``) → (X, V), on a line of its own
+  (opening a longer line, ``Name:`` is a speaker or a label); a value that is
+  itself ``A → B`` counts as B.
 
 The **subject** is the key words before the verb, lower-cased, without filler
 (articles, "we decided that", a leading ``Decision:`` label); it must hold 1 to
@@ -26,11 +27,15 @@ with case and spaces aside (``30 s`` = ``30s``), at most ``MAX_VALUE_WORDS`` wor
 Among the hits of one search (``supersede``), the newest user or assistant
 message (or distilled log) of a project stating a subject holds its current value
 there; an older one stating another value for it is labelled ``superseded_by``
-that message and moved down to just below it (newest first), so the current
-value comes first and nothing else moves. Restating the same value supersedes
-nothing. Pulling the successor up instead moved more of the coding bench's
-rankings than it fixed; moving only the stale hit down leaves every figure
-equal or better (docs/search.md, "Superseded values").
+that message. When the question names that subject (every key word of it), the
+stale hit is also moved down to just below its successor (newest first), so the
+current value comes first and nothing else moves; otherwise it keeps its place
+and only the label warns. Restating the same value supersedes nothing. Pulling
+the successor up instead moved more of the coding bench's rankings than it
+fixed. Moving every labelled hit, and reading a transcript's ``Name:`` as a
+subject, cost LoCoMo's categories 1-4 a third of their MRR (0.611 → 0.434):
+every short line of a speaker "changed" the speaker's value, and a question
+naming the speaker lost its evidence down the list.
 
 Limits, on purpose (it is a rule, not a model):
 - only the hits of one search are compared: an old statement whose successor the
@@ -77,6 +82,11 @@ STATING_ROLES = frozenset({"user", "assistant", "observations"})
 # these bounds keep it to the few short statements a person makes.
 MAX_STATEMENTS = 3
 
+# A subject given more values than this among one search's hits is a label, not a
+# setting: a transcript's speaker ("Caroline: ..."), "Result: ...". A decision
+# changes a few times; LoCoMo's speakers "changed" on every short line.
+MAX_VALUES = 3
+
 _FILLER = frozenset(
     "a an the our your my its this that these those we i you they it now then so ok okay "
     "yes no please let lets let's decided decide decision agreed going to will should "
@@ -99,7 +109,7 @@ _QUESTION_WORDS = frozenset(
 # A value that opens with one of these is a clause ("the plan is to read every
 # file", "the problem is that ..."), not a value.
 _CLAUSE_WORDS = frozenset("to that because why how what when where whether if".split())
-_CLAUSE_END = re.compile(r"\n|;|(?<=[.!?])\s+")
+_CLAUSE_END = re.compile(r";|(?<=[.!?])\s+")
 _WORD = re.compile(r"[a-z0-9_][a-z0-9_./-]*")
 _ARROW = r"(?:→|->|=>)"
 _SHAPES = (
@@ -128,25 +138,35 @@ class Statement:
 def statements(text: str) -> list[Statement]:
     """The statements ``text`` makes, in order; one per clause at most."""
     found: list[Statement] = []
-    for clause in _CLAUSE_END.split(text):
-        clause = _LOG_PREFIX.sub("", clause.strip().strip("*_`#>- "))
-        if not clause or _is_question(clause) or _CODE.search(clause) \
-                or len(clause.split()) > MAX_CLAUSE_WORDS:
-            continue
-        clause = clause.rstrip(".!")
-        for shape in _SHAPES:
-            match = shape.search(clause)
-            if match is None:
-                continue
-            groups = match.groupdict()
-            subject = groups.get("subject") or _VALUE_END.split(groups["trailing"], 1)[0]
-            statement = _statement(subject, match.group("value"))
-            if statement is not None:
-                found.append(statement)
-                break
-        if len(found) > MAX_STATEMENTS:
-            return []
+    for line in text.split("\n"):
+        clauses = _CLAUSE_END.split(line)
+        # ``key: value`` stands on a line of its own; opening a longer line it is a
+        # speaker or a label ("Caroline: Thanks, Mel! ...", "Note: ...").
+        shapes = _SHAPES if len(clauses) == 1 else _SHAPES[:-1]
+        for clause in clauses:
+            found.extend(_clause_statement(clause, shapes))
+            if len(found) > MAX_STATEMENTS:
+                return []
     return found
+
+
+def _clause_statement(clause: str, shapes: tuple[re.Pattern[str], ...]) -> list[Statement]:
+    """The statement one clause makes, if any (a list of at most one)."""
+    clause = _LOG_PREFIX.sub("", clause.strip().strip("*_`#>- "))
+    if not clause or _is_question(clause) or _CODE.search(clause) \
+            or len(clause.split()) > MAX_CLAUSE_WORDS:
+        return []
+    clause = clause.rstrip(".!")
+    for shape in shapes:
+        match = shape.search(clause)
+        if match is None:
+            continue
+        groups = match.groupdict()
+        subject = groups.get("subject") or _VALUE_END.split(groups["trailing"], 1)[0]
+        statement = _statement(subject, match.group("value"))
+        if statement is not None:
+            return [statement]
+    return []
 
 
 def _is_question(clause: str) -> bool:
@@ -185,9 +205,10 @@ def changed_subject(old: str, new: str) -> str | None:
     return None
 
 
-def supersede(hits: list[Hit]) -> list[Hit]:
+def supersede(hits: list[Hit], query: str = "") -> list[Hit]:
     """``hits`` (best first) with each older statement of a changed value labelled
-    ``superseded_by`` its newest successor among them and placed just below it.
+    ``superseded_by`` its newest successor among them, and placed just below it
+    when ``query`` names the changed subject (``_names``).
 
     The scores stay where they were, position by position, so the list is still
     best first by score (tiers, a merge of several results, the confidence
@@ -199,21 +220,29 @@ def supersede(hits: list[Hit]) -> list[Hit]:
     by_ref = {h.ref: h for h in hits}
     # (project, subject) -> (newest hit, its value): a decision holds in its project.
     newest: dict[tuple[str, str], tuple[Hit, str]] = {}
+    values: dict[tuple[str, str], set[str]] = {}
     for hit in sorted((h for h in hits if said.get(h.ref)), key=_age):
         for statement in said[hit.ref]:
             newest[hit.project, statement.subject] = (hit, statement.value)
+            values.setdefault((hit.project, statement.subject), set()).add(statement.value)
+    labels = {key for key, seen in values.items() if len(seen) > MAX_VALUES}
     successor: dict[str, str] = {}
+    moved: set[str] = set()  # superseded hits whose subject the question names
+    asked = _key_words(query)
     for ref, found in said.items():
         for statement in found:
-            current, value = newest[by_ref[ref].project, statement.subject]
-            if current.ref != ref and value != statement.value \
+            key = (by_ref[ref].project, statement.subject)
+            current, value = newest[key]
+            if key not in labels and current.ref != ref and value != statement.value \
                     and _age(current) > _age(by_ref[ref]):
                 successor.setdefault(ref, current.ref)
+                if _key_words(statement.subject) <= asked:
+                    moved.add(ref)
     if not successor:
         return hits
     followers: dict[str, list[Hit]] = {}
     for hit in hits:
-        if hit.ref in successor:
+        if hit.ref in moved:
             followers.setdefault(successor[hit.ref], []).append(hit)
     order: list[Hit] = []
     placed: set[str] = set()
@@ -227,10 +256,17 @@ def supersede(hits: list[Hit]) -> list[Hit]:
             place(follower)
 
     for hit in hits:
-        if hit.ref not in successor:  # a superseded hit comes after its successor
+        if hit.ref not in moved:  # a moved hit comes after its successor
             place(hit)
     return [replace(hit, score=score, superseded_by=successor.get(hit.ref, ""))
             for hit, score in zip(order, _scores(hits), strict=True)]
+
+
+def _key_words(text: str) -> set[str]:
+    """Lower-cased words without filler or a plural's ``s``: "the cache TTLs" and
+    "What is the cache TTL?" name the same subject."""
+    return {w.removesuffix("s") if len(w) > 3 else w
+            for w in _WORD.findall(text.lower()) if w not in _FILLER}
 
 
 def _age(hit: Hit) -> tuple[float, int]:
