@@ -69,11 +69,13 @@ class GatewayApp:
             metrics.record_request("local_recall", status, "", None, None)
             return
         headers: list[tuple[bytes, bytes]] = scope["headers"]
-        anthropic_version = upgrade = False
+        anthropic_version = upgrade = google_key = False
         for name, value in headers:
             lower = name.lower()
             if lower == b"anthropic-version":
                 anthropic_version = True
+            elif lower == b"x-goog-api-key":
+                google_key = True
             elif lower == b"upgrade" and value.lower() == b"websocket":
                 upgrade = True
         problem = path_problem(path, scope.get("raw_path") or b"")
@@ -82,7 +84,8 @@ class GatewayApp:
             metrics.record_request("rejected", 400, "", None, None)
             return
         query = scope.get("query_string", b"").decode("latin-1")
-        route = match(method, path, query, anthropic_version=anthropic_version, upgrade=upgrade)
+        route = match(method, path, query, anthropic_version=anthropic_version, upgrade=upgrade,
+                      google_key=google_key)
         if route is not None and route.kind is Kind.PASSTHROUGH:
             # Forward the path as the client wrote it: the decoded form would turn
             # an escaped '?' or '#' into a query or fragment upstream.

@@ -26,11 +26,12 @@ import orjson
 from lore_gateway.memory.answer_scan import frame_counts, last_terminal
 from lore_gateway.memory.records import RawOutputs, RawTurn, TurnRecord
 from lore_gateway.obs import metrics
-from lore_gateway.protocols import anthropic, chat, responses
+from lore_gateway.protocols import anthropic, chat, gemini, responses
 from lore_gateway.protocols.accumulator import StreamAccumulator
 from lore_gateway.protocols.anthropic_stream import AnthropicAccumulator
 from lore_gateway.protocols.chat_stream import ChatAccumulator
 from lore_gateway.protocols.common import Message, ProtocolError
+from lore_gateway.protocols.gemini_stream import GeminiAccumulator
 from lore_gateway.protocols.responses_stream import ResponsesAccumulator
 from lore_gateway.protocols.usage import (
     Usage,
@@ -63,11 +64,13 @@ _MODULES: dict[Family, ModuleType] = {
     Family.RESPONSES: responses,
     Family.CHAT: chat,
     Family.ANTHROPIC: anthropic,
+    Family.GEMINI: gemini,
 }
 _ACCUMULATORS: dict[Family, Callable[[int | None], StreamAccumulator]] = {
     Family.RESPONSES: lambda limit: ResponsesAccumulator("codex", max_text_chars=limit),
     Family.CHAT: lambda limit: ChatAccumulator(max_text_chars=limit),
     Family.ANTHROPIC: lambda limit: AnthropicAccumulator(max_text_chars=limit),
+    Family.GEMINI: lambda limit: GeminiAccumulator(max_text_chars=limit),
 }
 _MODELS: dict[Protocol, _Model] = {}
 
@@ -255,6 +258,8 @@ def stream_usage(protocol: Protocol, body: bytes) -> Usage | None:
         family = family_of(protocol)
         if family is Family.RESPONSES:
             found = _responses_usage(body)
+        elif family is Family.GEMINI:
+            found = _UNSURE  # its usage rides on the records themselves
         elif b"\r" not in body and b'"error"' not in body:
             found = (_anthropic_usage(body) if family is Family.ANTHROPIC
                      else _chat_usage(body))

@@ -63,6 +63,7 @@ class Settings(BaseSettings):
     upstream_openai: str = "https://api.openai.com"
     upstream_chatgpt: str = "https://chatgpt.com/backend-api"
     upstream_anthropic: str = "https://api.anthropic.com"
+    upstream_gemini: str = "https://generativelanguage.googleapis.com"
 
     data_dir: Path = Field(default_factory=default_data_dir)
     # Where memory lives (docs/storage.md): unset, ``lore.db`` in the data dir
@@ -216,7 +217,8 @@ class Settings(BaseSettings):
             raise ValueError("must be an address such as 127.0.0.1")
         return value.strip()
 
-    @field_validator("upstream_openai", "upstream_chatgpt", "upstream_anthropic")
+    @field_validator("upstream_openai", "upstream_chatgpt", "upstream_anthropic",
+                     "upstream_gemini")
     @classmethod
     def _upstream_url(cls, value: str) -> str:
         parts = urlsplit(value.strip())

@@ -160,6 +160,10 @@ def broken_stream_event(protocol: Protocol, collector: TurnCollector | None,
     if protocol is Protocol.ANTHROPIC:
         return encode_event("error", orjson.dumps({"type": "error", "error": {
             "type": "api_error", "message": message}}))
+    if protocol is Protocol.GEMINI:
+        # The API's own error object, as a data-only record (alt=sse).
+        return b"data: " + orjson.dumps({"error": {
+            "code": 502, "message": message, "status": "UNAVAILABLE"}}) + b"\r\n\r\n"
     if protocol is Protocol.CHAT:
         # Chat streams are data-only; the openai SDK raises on an "error" object.
         return b"data: " + orjson.dumps({"error": {

@@ -91,4 +91,6 @@ class Exchange:
     @property
     def model(self) -> str | None:
         model = self.payload.get("model")
-        return model if isinstance(model, str) else None
+        if isinstance(model, str):
+            return model
+        return self.route.model or None  # Gemini names it in the path

@@ -45,6 +45,7 @@ CREDENTIAL_NAMES = frozenset(
         "authorization",
         "proxy-authorization",
         "x-api-key",
+        "x-goog-api-key",
         "api-key",
         "apikey",
         "chatgpt-account-id",

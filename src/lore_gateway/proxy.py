@@ -218,7 +218,7 @@ class Proxy:
             upstream_url=self.upstream.url(route.upstream, route.upstream_path),  # type: ignore[arg-type]
             upstream_headers=upstream_request_headers(headers),
             upstream_body=body if upstream_payload is None else orjson.dumps(upstream_payload),
-            client_stream=payload.get("stream") is True,
+            client_stream=route.streams(payload),
             upstream_stream=prepared.upstream_stream,
             identity=identity,
             coding=coding,
@@ -362,7 +362,7 @@ class Proxy:
             )
         except UpstreamUnavailable as exc:
             await client.respond(502, error_body(
-                "api_error", f"Could not reach the upstream {url}: {exc}"))
+                "api_error", f"Could not reach the upstream {redact_credentials(url)}: {exc}"))
             return
         try:
             await client.start(resp.status, client_response_headers(resp.raw_headers))
@@ -374,14 +374,16 @@ class Proxy:
 
 
 def _unreachable(exchange: Exchange, exc: Exception) -> bytes:
+    # The URL may carry a Gemini ``?key=``: never shown.
+    url = redact_credentials(exchange.upstream_url)
     if isinstance(exc, UpstreamDisconnected):
         return error_body(
             "api_error",
-            f"The upstream {exchange.upstream_url} closed the connection before answering "
+            f"The upstream {url} closed the connection before answering "
             f"({exc}); retry the request.")
     return error_body(
         "api_error",
-        f"Could not reach the upstream {exchange.upstream_url}: {exc}. "
+        f"Could not reach the upstream {url}: {exc}. "
         "Check the LORE_UPSTREAM_* settings and your network.",
     )
 

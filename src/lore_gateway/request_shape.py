@@ -41,6 +41,9 @@ class BadRequestShape(GatewayError):
         if self.protocol is Protocol.ANTHROPIC:
             return orjson.dumps({"type": "error", "error": {
                 "type": self.error_type, "message": self.message}})
+        if self.protocol is Protocol.GEMINI:
+            return orjson.dumps({"error": {"code": 400, "message": self.message,
+                                           "status": "INVALID_ARGUMENT"}})
         return orjson.dumps({"error": {"message": self.message, "type": self.error_type,
                                        "param": self.param, "code": "invalid_type"}})
 
@@ -71,6 +74,8 @@ def check_request(protocol: Protocol, payload: dict[str, Any], body: bytes = b""
         if system is not None and not isinstance(system, str):
             _blocks(protocol, "system", system)
         _optional(protocol, payload, "metadata", dict, "an object")
+    elif protocol is Protocol.GEMINI:
+        _gemini(protocol, payload)
     else:
         _optional(protocol, payload, "instructions", str, "a string")
         inp = payload.get("input")
@@ -81,6 +86,37 @@ def check_request(protocol: Protocol, payload: dict[str, Any], body: bytes = b""
                 content = item.get("content")
                 if content is not None and not isinstance(content, str):
                     _blocks(protocol, f"input[{pos}].content", content)
+
+
+def _gemini(protocol: Protocol, payload: dict[str, Any]) -> None:
+    """``contents`` and ``systemInstruction`` (either spelling): contents are
+    objects whose ``role`` is a string and whose ``parts`` are objects."""
+    for name in ("systemInstruction", "system_instruction"):
+        system = payload.get(name)
+        if system is not None and not isinstance(system, str):
+            _gemini_content(protocol, name, system)
+    for pos, content in enumerate(_list_of_objects(protocol, payload, "contents",
+                                                   required=False)):
+        _strings(protocol, f"contents[{pos}]", content, ("role",))
+        _gemini_content(protocol, f"contents[{pos}]", content)
+
+
+def _gemini_content(protocol: Protocol, name: str, content: Any) -> None:
+    if not isinstance(content, dict):
+        raise BadRequestShape(protocol, name, f"Invalid type for '{name}': expected an "
+                                              f"object, got {_type_name(content)}.")
+    parts = content.get("parts")
+    if parts is None or isinstance(parts, dict):
+        return
+    if not isinstance(parts, list):
+        raise BadRequestShape(protocol, f"{name}.parts",
+                              f"Invalid type for '{name}.parts': expected an array of "
+                              f"objects, got {_type_name(parts)}.")
+    for pos, part in enumerate(parts):
+        if not isinstance(part, dict):
+            raise BadRequestShape(protocol, f"{name}.parts[{pos}]",
+                                  f"Invalid type for '{name}.parts[{pos}]': expected an "
+                                  f"object, got {_type_name(part)}.")
 
 
 def _check_depth(protocol: Protocol, payload: dict[str, Any]) -> None:

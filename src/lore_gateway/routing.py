@@ -5,8 +5,11 @@ Pure data and one lookup function, so every routing decision is a unit test.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 
 class Protocol(StrEnum):
@@ -16,6 +19,7 @@ class Protocol(StrEnum):
     CODEX = "codex"  # OpenAI Responses, ChatGPT Codex backend (stream-only, lenient)
     CHAT = "chat"  # OpenAI Chat Completions
     ANTHROPIC = "anthropic"  # Anthropic Messages
+    GEMINI = "gemini"  # Google Gemini generateContent / streamGenerateContent
 
 
 class Family(StrEnum):
@@ -25,6 +29,7 @@ class Family(StrEnum):
     RESPONSES = "responses"
     CHAT = "chat"
     ANTHROPIC = "anthropic"
+    GEMINI = "gemini"
 
 
 # The one Protocol → Family mapping (every other module asks ``protocol.family``).
@@ -33,6 +38,7 @@ FAMILIES: dict[Protocol, Family] = {
     Protocol.CODEX: Family.RESPONSES,
     Protocol.CHAT: Family.CHAT,
     Protocol.ANTHROPIC: Family.ANTHROPIC,
+    Protocol.GEMINI: Family.GEMINI,
 }
 
 
@@ -44,6 +50,7 @@ class Upstream(StrEnum):
     OPENAI = "openai"
     CHATGPT = "chatgpt"
     ANTHROPIC = "anthropic"
+    GEMINI = "gemini"
 
 
 class Kind(StrEnum):
@@ -66,6 +73,16 @@ class Route:
     # Path appended to the upstream base URL, query string included.
     upstream_path: str = ""
     protocol: Protocol | None = None
+    # Whether the answer streams when the path says so (Gemini's
+    # ``:streamGenerateContent`` streams, ``:generateContent`` does not); None: the
+    # body's ``stream`` field says (OpenAI, Anthropic).
+    stream: bool | None = None
+    # The model when the path names it (Gemini: ``models/{model}:…``), else "".
+    model: str = ""
+
+    def streams(self, payload: Mapping[str, Any]) -> bool:
+        """Whether the answer to ``payload`` on this route is a stream."""
+        return self.stream if self.stream is not None else payload.get("stream") is True
 
 
 RESPONSES_PATHS = frozenset(
@@ -73,16 +90,41 @@ RESPONSES_PATHS = frozenset(
 )
 _CODEX_PATHS = frozenset({"/backend-api/codex/responses", "/v1/codex/responses"})
 _CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
+# Gemini names the model and the method in the path: ``/v1beta/models/{model}:
+# generateContent`` (and ``/v1/``, which newer SDKs call). Model names are
+# letters, digits, dots, dashes and underscores.
+_GEMINI_METHOD = re.compile(
+    r"^/(v1beta|v1)/models/([A-Za-z0-9._-]+):(generateContent|streamGenerateContent|countTokens)$")
+_GEMINI_PREFIXES = ("/v1beta/", "/v1alpha/")
+
+
+def _gemini(path: str, suffix: str) -> Route | None:
+    """The route of a Gemini model method, or None for any other path."""
+    found = _GEMINI_METHOD.match(path)
+    if found is None:
+        return None
+    model, method = found.group(2), found.group(3)
+    if method == "countTokens":
+        return Route(Kind.JSON, Upstream.GEMINI, path + suffix, model=model)
+    return Route(Kind.MODEL, Upstream.GEMINI, path + suffix, Protocol.GEMINI,
+                 stream=method == "streamGenerateContent", model=model)
+
+
+def is_google_key_query(query: str) -> bool:
+    """A query string carrying a Gemini API key (``?key=``)."""
+    return any(part.startswith("key=") for part in query.split("&"))
 
 
 def match(
-    method: str, path: str, query: str, *, anthropic_version: bool, upgrade: bool
+    method: str, path: str, query: str, *, anthropic_version: bool, upgrade: bool,
+    google_key: bool = False,
 ) -> Route | None:
     """Find the route for a request, or None when nothing serves it.
 
     ``anthropic_version`` says whether the request carries an ``anthropic-version``
-    header (it decides where generic ``/v1/*`` passthrough goes); ``upgrade``
-    whether it asks for a WebSocket upgrade.
+    header and ``google_key`` whether it carries ``x-goog-api-key`` (or the query
+    a ``key=``): they decide where generic ``/v1/*`` passthrough goes;
+    ``upgrade`` whether it asks for a WebSocket upgrade.
     """
     suffix = f"?{query}" if query else ""
     if upgrade and path in RESPONSES_PATHS:
@@ -109,6 +151,9 @@ def match(
             )
         if path == "/v1/messages/count_tokens":
             return Route(Kind.JSON, Upstream.ANTHROPIC, path + suffix)
+        gemini = _gemini(path, suffix)
+        if gemini is not None:
+            return gemini
     if (method == "HEAD" and path == "/") or (method in ("GET", "HEAD") and path == "/health"):
         return Route(Kind.HEALTH)
     if method == "GET" and path == "/metrics":
@@ -119,7 +164,12 @@ def match(
         return Route(Kind.UI)
     if path in ("/mcp", "/mcp/"):
         return Route(Kind.MCP)
+    if path.startswith(_GEMINI_PREFIXES):
+        return Route(Kind.PASSTHROUGH, Upstream.GEMINI, path + suffix)
     if path.startswith("/v1/"):
+        if (google_key or is_google_key_query(query)
+                or (path.startswith("/v1/models/") and ":" in path)):
+            return Route(Kind.PASSTHROUGH, Upstream.GEMINI, path + suffix)
         upstream = Upstream.ANTHROPIC if anthropic_version else Upstream.OPENAI
         return Route(Kind.PASSTHROUGH, upstream, path + suffix)
     return None

@@ -217,6 +217,7 @@ class UpstreamClient:
             Upstream.OPENAI: settings.upstream_openai,
             Upstream.CHATGPT: settings.upstream_chatgpt,
             Upstream.ANTHROPIC: settings.upstream_anthropic,
+            Upstream.GEMINI: settings.upstream_gemini,
         }
         self.connect_timeout = settings.upstream_connect_timeout
         self.read_timeout = settings.upstream_read_timeout

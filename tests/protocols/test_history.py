@@ -14,4 +14,5 @@ def test_every_family_has_its_adapter() -> None:
 
 def test_the_history_key_is_each_protocols() -> None:
     assert {f: adapter_for(f).items_key for f in Family} == {
-        Family.RESPONSES: "input", Family.ANTHROPIC: "messages", Family.CHAT: "messages"}
+        Family.RESPONSES: "input", Family.ANTHROPIC: "messages", Family.CHAT: "messages",
+        Family.GEMINI: "contents"}

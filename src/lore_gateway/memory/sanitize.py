@@ -77,6 +77,10 @@ _CREDENTIAL_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
         re.compile(r"""(?i)\b((?:x-api-key|api[_-]?key)["']?\s*[:=]\s*["']?)[^\s"',;]{6,}"""),
         rf"\1{REDACTED}",
     ),
+    # A Gemini API key in a URL's query (``?key=...``, ``&key=...``).
+    (re.compile(r"([?&]key=)[^&\s\"'#]+"), rf"\1{REDACTED}"),
+    # Google API keys: AIza and 35 more characters.
+    (re.compile(r"\bAIza[0-9A-Za-z_-]{35}"), REDACTED),
     # Provider key shapes: sk-..., sk-ant-..., sk-proj-..., OAuth sk-ant-oat...
     (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), REDACTED),
     # JWTs (ChatGPT access tokens and friends): three base64url parts, header first.
@@ -84,9 +88,9 @@ _CREDENTIAL_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
-# One cheap scan decides whether the four substitutions are needed at all; nearly
+# One cheap scan decides whether the substitutions are needed at all; nearly
 # every message has none of these substrings, and the writer cleans every message.
-_MAYBE_CREDENTIAL_RE = re.compile(r"(?i)bearer|api[_-]?key|sk-|eyJ")
+_MAYBE_CREDENTIAL_RE = re.compile(r"(?i)bearer|api[_-]?key|sk-|eyJ|key=|AIza")
 
 
 def redact_credentials(text: str) -> str:

@@ -192,7 +192,7 @@ def upstream_rules(route: Route, payload: Payload,
     """
     current = payload if changed is None else changed
     if route.protocol is not Protocol.CODEX:
-        return changed, current.get("stream") is True
+        return changed, route.streams(current)
     if (current.get("stream") is True and "max_output_tokens" not in current
             and current.get("store", False) is False):
         return changed, True

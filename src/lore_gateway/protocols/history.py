@@ -23,6 +23,7 @@ from lore_gateway.compaction.detect import Flow
 from lore_gateway.protocols.history_anthropic import ANTHROPIC
 from lore_gateway.protocols.history_chat import CHAT
 from lore_gateway.protocols.history_common import Item
+from lore_gateway.protocols.history_gemini import GEMINI
 from lore_gateway.protocols.history_responses import RESPONSES
 from lore_gateway.routing import Family
 
@@ -135,6 +136,7 @@ ADAPTERS: dict[Family, HistoryAdapter] = {
     Family.RESPONSES: RESPONSES,
     Family.ANTHROPIC: ANTHROPIC,
     Family.CHAT: CHAT,
+    Family.GEMINI: GEMINI,
 }
 
 

@@ -21,6 +21,7 @@ def gateway_settings(fake: FakeUpstream, data_dir: Path, **overrides: Any) -> Se
         "upstream_openai": fake.url,
         "upstream_chatgpt": fake.url + "/backend-api",
         "upstream_anthropic": fake.url,
+        "upstream_gemini": fake.url,
         "data_dir": data_dir,
         "store": True,
         "embeddings": False,
