@@ -49,7 +49,7 @@ from lore_gateway.recall import replay
 from lore_gateway.recall.core import tool
 from lore_gateway.routing import Family, Protocol, Route, family_of
 
-log = logging.getLogger("lore.recall")
+log = logging.getLogger("lore.recall")  # the recall slot says why it added no tool
 
 Payload = dict[str, Any]
 
