@@ -34,7 +34,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -50,6 +50,11 @@ from lore_gateway.testing import (
     gateway_settings,
 )
 from lore_gateway.testing.fake_metered import BYTES_PER_TOKEN
+
+if TYPE_CHECKING:
+    from lore_gateway.context.service import ContextService
+    from lore_gateway.memory.service import Memory
+    from lore_gateway.server import Gateway
 
 DEFAULT_DATA = Path("../shared/data/coding-sessions/coding_eval.json")
 PROJECT = "/bench/context"
@@ -88,18 +93,20 @@ def run(path: Path, *, limit: int = 0, window: int = WINDOW, style: Style = "cla
             distill_segment_tokens=16_384, worker_daily_tokens=10**9, export=False,
             context_window=window)
         with BackgroundServer(Gateway(settings)) as gw:
+            memory, background = gw.memory, gw.background
+            assert memory is not None and background is not None  # gateway_settings stores
             session = f"bench-context-{style}"
-            figures = _drive(gw, fake, client_for(style, len(plan)), plan, session, window,
-                             progress)
-            assert gw.memory is not None  # gateway_settings stores
-            gw.memory.flush(60)
+            figures = _drive(gw, memory, background.context, fake, client_for(style, len(plan)),
+                             plan, session, window, progress)
+            memory.flush(60)
             figures["style"] = style
-            figures["early_facts"] = _early_facts(gw, fake, early, session)
+            figures["early_facts"] = _early_facts(memory, fake, early, session)
     return figures
 
 
-def _drive(gw: Any, fake: FakeUpstream, client: Client, plan: list[Any], session: str,
-           window: int, progress: Progress | None) -> dict[str, Any]:
+def _drive(gw: Gateway, memory: Memory, context: ContextService, fake: FakeUpstream,
+           client: Client, plan: list[Any], session: str, window: int,
+           progress: Progress | None) -> dict[str, Any]:
     before = _rewrite_counts()
     host, port = gw.url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=300)
@@ -142,8 +149,8 @@ def _drive(gw: Any, fake: FakeUpstream, client: Client, plan: list[Any], session
               if v - before.get(k, 0)}
     self_caused = sum(v for k, v in counts.items() if k.split("/")[0] in SELF_CAUSED)
     count = len(plan)
-    worker = _worker_tokens(gw)
-    state = gw.background.context.current("personal", session)
+    worker = _worker_tokens(memory)
+    state = context.current("personal", session)
     return {
         "turns": count,
         "upstream_requests": len(sizes),
@@ -218,13 +225,13 @@ def _rewrite_counts() -> dict[str, float]:
     return out
 
 
-def _worker_tokens(gw: Any) -> int:
-    row = gw.memory.read(lambda c: c.execute(
+def _worker_tokens(memory: Memory) -> int:
+    row = memory.read(lambda c: c.execute(
         "SELECT coalesce(sum(tokens_in + tokens_out), 0) FROM worker_usage").fetchone())
     return int(row[0]) if row else 0
 
 
-def _early_facts(gw: Any, fake: FakeUpstream, early: list[dict[str, Any]],
+def _early_facts(memory: Memory, fake: FakeUpstream, early: list[dict[str, Any]],
                  session: str) -> dict[str, Any]:
     """Early questions whose evidence is in the last upstream request, or in a
     recall search of the session (top 10) for the question."""
@@ -237,8 +244,8 @@ def _early_facts(gw: Any, fake: FakeUpstream, early: list[dict[str, Any]],
         if evidence in context_text:
             in_context += 1
             continue
-        result = gw.memory.search_sync(question["question"], identity=identity,
-                                       scope="session", limit=10)
+        result = memory.search_sync(question["question"], identity=identity,
+                                    scope="session", limit=10)
         if any(evidence in hit.content for hit in result.hits):
             in_recall += 1
     total = len(early)

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from lore_gateway.server import Gateway
 
 T = TypeVar("T")
 
@@ -29,14 +32,17 @@ def wait_until(check: Callable[[], T], what: str, timeout: float = WAIT_S) -> T:
     return value
 
 
-def wait_until_stored(gw: Any, text: str, *, tenant: str | None = None,
+def wait_until_stored(gw: Gateway, text: str, *, tenant: str | None = None,
                       timeout: float = WAIT_S) -> None:
     """Until a message holding ``text`` is stored in ``gw``'s memory (a running
     ``BackgroundServer`` gateway), flushing its writer between looks."""
+    memory = gw.memory
+    if memory is None:
+        raise AssertionError("this gateway stores no memory (LORE_STORE=false)")
 
     def stored() -> bool:
-        gw.memory.flush(timeout=10)
-        return any(text in m.content for s in gw.memory.sessions(tenant)
-                   for m in gw.memory.session_messages(tenant, s.session))
+        memory.flush(timeout=10)
+        return any(text in m.content for s in memory.sessions(tenant)
+                   for m in memory.session_messages(tenant, s.session))
 
     wait_until(stored, f"{text!r} to be stored", timeout)
