@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from lore_gateway.memory.embed import Embedder, FloatArray
+from lore_gateway.memory.embed import FloatArray
 from lore_gateway.memory.hit_load import load_hits
 from lore_gateway.memory.hits import Hit as Hit
 from lore_gateway.memory.hits import SearchResult as SearchResult
@@ -74,7 +74,7 @@ from lore_gateway.memory.rerank import Reranker
 from lore_gateway.memory.supersede import supersede
 from lore_gateway.memory.termstats import TermStats
 from lore_gateway.memory.textindex import Table, TextIndex, text_index
-from lore_gateway.memory.vectors import VectorSearch, vector_search
+from lore_gateway.memory.vectors import TextEmbedder, VectorSearch, vector_search
 from lore_gateway.memory.when import DateCue, find_dates
 from lore_gateway.storage.base import Connection
 
@@ -186,7 +186,7 @@ ConnFactory = Callable[[], Connection]
 class Searcher:
     """Runs searches on a per-thread read connection."""
 
-    def __init__(self, conn_factory: ConnFactory, embedder: Embedder | None,
+    def __init__(self, conn_factory: ConnFactory, embedder: TextEmbedder | None,
                  reranker: Reranker | None = None) -> None:
         self._conn_factory = conn_factory
         self._embedder = embedder

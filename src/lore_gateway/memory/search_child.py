@@ -61,8 +61,7 @@ def searcher(address: str, embedder: Embedder | None, *, rerank: bool = False) -
 
     cached = _QueryCache(embedder) if embedder is not None else None
     reranker = load_reranker() if rerank else None
-    return Searcher(db.conn_factory(parse_url(address)), cached,  # type: ignore[arg-type]
-                    reranker)
+    return Searcher(db.conn_factory(parse_url(address)), cached, reranker)
 
 
 def _init(address: str, embeddings: bool, parent: int, rerank: bool) -> Searcher:

@@ -88,12 +88,16 @@ class VectorSearch(Protocol):
 
 
 class TextEmbedder(Protocol):
-    """What storing vectors needs of an embedder: the model (``embed.Embedder``), or
-    the embedding process's backlog view of it, which waits for quiet moments
-    (``embed_process._Yielding``)."""
+    """What search and storing vectors need of an embedder: the model
+    (``embed.Embedder``), the embedding process's backlog view of it, which waits
+    for quiet moments (``embed_process._Yielding``), or a search child's cache of
+    query vectors in front of it (``search_child._QueryCache``)."""
 
     @property
     def model_name(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
 
     def embed(self, texts: list[str]) -> FloatArray: ...
 
