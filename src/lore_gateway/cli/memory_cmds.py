@@ -31,6 +31,7 @@ from lore_gateway.cli.scope import (
 from lore_gateway.config import Settings
 from lore_gateway.memory import catalog
 from lore_gateway.memory.dedupe import fold
+from lore_gateway.memory.hits import Hit
 from lore_gateway.memory.records import Identity
 from lore_gateway.memory.service import SCOPES, Memory
 
@@ -55,7 +56,7 @@ def open_memory(embedder: Literal["auto"] | None = None, *,
         memory.close()
 
 
-def _hit_json(hit: Any) -> dict[str, Any]:
+def _hit_json(hit: Hit) -> dict[str, Any]:
     return {"ref": hit.ref, "score": round(hit.score, 4), "role": hit.role,
             "content": hit.content, "created_at": hit.created_at, "session": hit.session,
             "project": hit.project, "folded": list(hit.folded),
