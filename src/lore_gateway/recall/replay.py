@@ -35,6 +35,7 @@ from lore_gateway.recall.anthropic.expand import StoredPair
 from lore_gateway.recall.chat import expand as chat_expand
 from lore_gateway.recall.core.anchor_context import history_items, prefix_context_id
 from lore_gateway.recall.core.chain import StagedRecall
+from lore_gateway.recall.gemini import expand as gemini_expand
 from lore_gateway.recall.responses import expand as responses_expand
 from lore_gateway.routing import Family
 
@@ -143,6 +144,12 @@ def _expand(family: Family, payload: dict[str, Any],
             lookup: responses_expand.Lookup) -> dict[str, Any] | None:
     if family == Family.RESPONSES:
         return responses_expand.expand_input(payload, lookup)
+    if family == Family.GEMINI:
+        contents = payload.get("contents")
+        if not isinstance(contents, list):
+            return None
+        expanded = gemini_expand.expand_contents(contents, lookup)
+        return None if expanded is None else {**payload, "contents": expanded}
     messages = payload.get("messages")
     if not isinstance(messages, list):
         return None

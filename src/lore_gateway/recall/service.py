@@ -37,7 +37,9 @@ from lore_gateway.recall.core.chain import (
     read_json_principal,
 )
 from lore_gateway.recall.core.executor import RecallExecutor, SearchGate
+from lore_gateway.recall.core.followup import body_stream_flag
 from lore_gateway.recall.fit import ContextFit
+from lore_gateway.recall.gemini import handler as gemini_handler
 from lore_gateway.recall.replay import AnchorReplay
 from lore_gateway.recall.responses.buffered import buffered_responses_recall
 from lore_gateway.recall.responses.handler import stream_responses_recall
@@ -52,6 +54,14 @@ log = logging.getLogger("lore.recall")
 # Context management's fit of a request's recall follow-ups (None: its context is
 # not managed): ``RequestPipeline.fit``.
 FitFor = Callable[[Exchange, dict[str, Any]], ContextFit | None]
+
+# The protocols whose answer is one message the handler relays, hides and
+# continues (Anthropic, Chat, Gemini); Responses has a path of its own.
+_MESSAGE_HANDLERS = {
+    Protocol.ANTHROPIC: anthropic_handler,
+    Protocol.CHAT: chat_handler,
+    Protocol.GEMINI: gemini_handler,
+}
 
 
 class RecallService:
@@ -84,6 +94,9 @@ class RecallService:
             session=exchange.identity.session,
             retained_bytes=self.limits.retained_bytes,
             fit=self.fit(exchange, upstream_payload),
+            # Gemini says whether a follow-up streams in its URL's method.
+            stream_flag=(gemini_handler.stream_flag if exchange.protocol is Protocol.GEMINI
+                         else body_stream_flag),
         )
         ctx.on_delivered = lambda staged: self._delivered(exchange, staged)
         family = family_of(exchange.protocol)
@@ -126,14 +139,14 @@ class RecallService:
 
     async def _stream_messages(self, exchange: Exchange, ctx: RecallContext,
                                resp: UpstreamResponse, client: ClientChannel) -> TurnOutcome:
-        """Anthropic or Chat to a streaming client. What the client got is kept
+        """Anthropic, Chat or Gemini to a streaming client. What the client got is kept
         (bounded). Up to 256 KiB it goes to storage as it is, parsed where the
         turn is written; its usage is the live round's when the answer went out
         in one round as it came, else read here from the usage events alone. A
         larger answer is parsed in a thread here, not copied across."""
         headers = client_response_headers(resp.raw_headers)
         tee = _Tee(client)
-        handler = anthropic_handler if exchange.protocol is Protocol.ANTHROPIC else chat_handler
+        handler = _MESSAGE_HANDLERS[exchange.protocol]
         one_round = await handler.stream_recall(ctx, resp, tee, headers)
         if sum(map(len, tee.chunks)) > RAW_OUTPUT_MAX_BYTES:
             outputs, usage = await _outputs(exchange.protocol, tee.chunks)
@@ -161,7 +174,7 @@ class RecallService:
 
     async def _buffered_messages(self, exchange: Exchange, ctx: RecallContext,
                                  principal: dict[str, Any], client: ClientChannel) -> TurnOutcome:
-        handler = anthropic_handler if exchange.protocol is Protocol.ANTHROPIC else chat_handler
+        handler = _MESSAGE_HANDLERS[exchange.protocol]
         status, body, headers = await handler.buffered_recall(ctx, principal)
         await client.respond(status, body, headers)
         if status != 200:

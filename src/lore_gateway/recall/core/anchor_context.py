@@ -9,8 +9,8 @@ re-serialise are left out: item ids, ``cache_control``, reasoning blobs,
 assistant text, tool results (ours among them, which expansion itself adds),
 and harness reminders that some clients re-render between turns.
 
-Works on the three wire formats alike: Responses ``input`` items (or a bare
-string), Anthropic and Chat ``messages``.
+Works on the four wire formats alike: Responses ``input`` items (or a bare
+string), Anthropic and Chat ``messages``, Gemini ``contents`` (text ``parts``).
 """
 
 from __future__ import annotations
@@ -44,12 +44,16 @@ def _user_texts(items: list[Any]) -> Iterator[str]:
         if not isinstance(item, dict) or item.get("role") != "user":
             continue
         content = item.get("content")
+        parts = item.get("parts")
         if isinstance(content, str):
             texts = [content]
         elif isinstance(content, list):
             texts = [p["text"] for p in content
                      if isinstance(p, dict) and p.get("type") in _TEXT_PARTS
                      and isinstance(p.get("text"), str)]
+        elif isinstance(parts, list):  # Gemini: a text part has no type
+            texts = [p["text"] for p in parts
+                     if isinstance(p, dict) and isinstance(p.get("text"), str)]
         else:
             texts = []
         for text in texts:

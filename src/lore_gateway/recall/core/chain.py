@@ -32,6 +32,8 @@ from lore_gateway.recall.core.followup import (
     FollowUpError,
     JSONFollowUp,
     StreamedFollowUp,
+    StreamFlag,
+    body_stream_flag,
     send_follow_up,
 )
 from lore_gateway.recall.core.markers import anchored_marker, new_anchor_id, visible_marker
@@ -158,6 +160,8 @@ class RecallContext:
     retained_bytes: int = 16 * 1024 * 1024
     # Context management's fit of each follow-up (None: sent as built).
     fit: FollowUpFit | None = None
+    # Where a follow-up says whether it streams (Gemini: in the URL).
+    stream_flag: StreamFlag = body_stream_flag
 
     def check_empty(self, protocol: str, empty: bool, model: Any, stop_reason: Any,
                     output_tokens: Any) -> None:
@@ -243,7 +247,8 @@ async def send_counted(ctx: RecallContext, protocol: str, body: dict[str, Any], 
         body = await ctx.fit.before(body)
     metrics.record_followup(protocol)
     try:
-        return await send_follow_up(ctx.upstream, ctx.url, ctx.headers, body, stream=stream)
+        return await send_follow_up(ctx.upstream, ctx.url, ctx.headers, body, stream=stream,
+                                    flag=ctx.stream_flag)
     except FollowUpError as exc:
         metrics.record_followup_failure(protocol, exc.category)
         retry = None
@@ -254,7 +259,8 @@ async def send_counted(ctx: RecallContext, protocol: str, body: dict[str, Any], 
     # Refused as too long: once more, re-planned at a higher layer.
     metrics.record_followup(protocol)
     try:
-        return await send_follow_up(ctx.upstream, ctx.url, ctx.headers, retry, stream=stream)
+        return await send_follow_up(ctx.upstream, ctx.url, ctx.headers, retry, stream=stream,
+                                    flag=ctx.stream_flag)
     except FollowUpError as exc:
         metrics.record_followup_failure(protocol, exc.category)
         raise

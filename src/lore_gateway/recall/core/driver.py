@@ -323,18 +323,21 @@ async def _stream_follow_up(ctx: RecallContext, machine: ChainMachine, adapter: 
 
 
 class MessagesFollowUps:
-    """Follow-ups for a protocol whose history is ``messages``: the request's
-    messages plus each recall pair; the recovery request retells the last tool
-    result with the final-round instruction (the protocol's ``recovery``)."""
+    """Follow-ups for a protocol whose history is a list of messages
+    (``messages``; Gemini's ``contents``): the request's messages plus each
+    recall pair; the recovery request retells the last tool result with the
+    final-round instruction (the protocol's ``recovery``)."""
 
     label: str
     messages: list[dict[str, Any]]
     # The protocol's recovery rewrite of the follow-up history.
     recovery: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+    # Where the request keeps that history (Gemini: ``contents``).
+    history_key = "messages"
 
     def follow_up_body(self, ctx: RecallContext, *, recovery: bool) -> dict[str, Any]:
         messages = self.recovery(self.messages) if recovery else self.messages
-        return {**ctx.body, "messages": messages}
+        return {**ctx.body, self.history_key: messages}
 
     async def follow_up(self, ctx: RecallContext, *, recovery: bool) -> dict[str, Any]:
         """A ``stream:false`` follow-up, for a non-streaming client."""
@@ -378,7 +381,7 @@ class MessagesStream(MessagesFollowUps):
 
     def __init__(self, ctx: RecallContext, stream: LiveStream) -> None:
         self.live = stream
-        self.messages = list(ctx.body.get("messages") or [])
+        self.messages = list(ctx.body.get(self.history_key) or [])
 
     def feed(self, event: SSEEvent) -> bytes:
         return self.live.feed(event)

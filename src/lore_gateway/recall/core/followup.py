@@ -8,13 +8,15 @@ parsed as JSON fails on the first byte, and the Codex backend rejects
 :func:`send_follow_up` takes the flag, writes it into the body itself, and picks
 the consumer from the same flag. A body of the other shape is refused with a
 clear error instead of being mis-parsed. The SSE check sniffs the body, because
-the Codex backend sometimes omits the content-type.
+the Codex backend sometimes omits the content-type. Where the request says the
+flag is the protocol's :data:`StreamFlag`: the body's ``stream`` field
+(:func:`body_stream_flag`), or Gemini's method in the URL.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -35,6 +37,16 @@ ERROR_BODY_BYTES = 4096
 DEFAULT_MAX_JSON_BYTES = 4 * 1024 * 1024
 # "retry:" is the longest SSE field prefix looks_like_sse checks for.
 _SNIFF_ENOUGH = 6
+
+# Writes the stream flag into a request: (url, body, stream) -> (url, body).
+StreamFlag = Callable[[str, dict[str, Any], bool], tuple[str, dict[str, Any]]]
+
+
+def body_stream_flag(url: str, body: dict[str, Any],
+                     stream: bool) -> tuple[str, dict[str, Any]]:
+    """The flag as OpenAI and Anthropic take it: the body's ``stream`` field."""
+    return url, {**body, "stream": stream}
+
 
 Category = Literal[
     "follow_up_setup", "follow_up_transport", "follow_up_failed", "follow_up_protocol"
@@ -78,11 +90,13 @@ async def send_follow_up(
     body: dict[str, Any],
     *,
     stream: bool,
+    flag: StreamFlag = body_stream_flag,
     max_json_bytes: int = DEFAULT_MAX_JSON_BYTES,
 ) -> StreamedFollowUp | JSONFollowUp:
-    """Send ``body`` with ``stream`` set to the flag, and read the answer the way
-    that flag implies. Raises :class:`FollowUpError`."""
-    payload = orjson.dumps({**body, "stream": stream})
+    """Send ``body`` with ``stream`` set to the flag (where ``flag`` writes it),
+    and read the answer the way that flag implies. Raises :class:`FollowUpError`."""
+    url, body = flag(url, body, stream)
+    payload = orjson.dumps(body)
     try:
         response = await client.send("POST", url, headers, payload)
     except UpstreamUnavailable as exc:

@@ -142,6 +142,16 @@ def anthropic_tool() -> dict[str, Any]:
     }
 
 
+def gemini_tool() -> dict[str, Any]:
+    """The tool as a Gemini ``tools`` entry: one function declaration, its schema
+    as JSON Schema (``parametersJsonSchema``, as Gemini CLI declares its own)."""
+    return {"functionDeclarations": [{
+        "name": RECALL_TOOL_NAME,
+        "description": DESCRIPTION,
+        "parametersJsonSchema": _plain_parameters(),
+    }]}
+
+
 # --- arguments ------------------------------------------------------------------------
 
 
@@ -294,6 +304,18 @@ Protocol = Family  # the tool is defined per wire-format family (routing.Family)
 _ANTHROPIC_CLIENT_TOOL_TYPES = (None, "custom")
 
 
+def _tool_names(protocol: Protocol, tool: dict[str, Any]) -> list[str]:
+    """The function names a tool entry declares (a Gemini entry declares several)."""
+    if protocol == "gemini":
+        declared = tool.get("functionDeclarations", tool.get("function_declarations"))
+        if not isinstance(declared, list):
+            return []
+        return [d["name"] for d in declared
+                if isinstance(d, dict) and isinstance(d.get("name"), str)]
+    name = _tool_name(protocol, tool)
+    return [] if name is None else [name]
+
+
 def _tool_name(protocol: Protocol, tool: dict[str, Any]) -> str | None:
     if protocol == "chat":
         fn = tool.get("function")
@@ -304,6 +326,8 @@ def _tool_name(protocol: Protocol, tool: dict[str, Any]) -> str | None:
 
 
 def _is_callable_function(protocol: Protocol, tool: dict[str, Any]) -> bool:
+    if protocol == "gemini":
+        return bool(_tool_names(protocol, tool))
     kind = tool.get("type")
     if protocol == "anthropic":
         return kind in _ANTHROPIC_CLIENT_TOOL_TYPES
@@ -338,9 +362,13 @@ def injection_refusal(protocol: Protocol, body: dict[str, Any], *,
     tool_dicts = [t for t in tools if isinstance(t, dict)]
     if not any(_is_callable_function(protocol, t) for t in tool_dicts):
         return "no callable client tool"
-    if any(_tool_name(protocol, t) == RECALL_TOOL_NAME for t in tool_dicts):
+    if any(RECALL_TOOL_NAME in _tool_names(protocol, t) for t in tool_dicts):
         return "the client has its own recall tool"
-    if protocol != "anthropic" and body.get("parallel_tool_calls") is True and not codex_client:
+    if protocol == "gemini" and _candidate_count(body) > 1:
+        # The live path relays one candidate (recall/gemini/live.py).
+        return "the client asked for several candidates"
+    if (protocol in ("responses", "chat") and body.get("parallel_tool_calls") is True
+            and not codex_client):
         return "the client asked for parallel tool calls"
     return None
 
@@ -362,17 +390,20 @@ _INJECTED: dict[str, dict[str, Any]] = {
     "responses": responses_tool(),
     "chat": chat_tool(),
     "anthropic": anthropic_tool(),
+    "gemini": gemini_tool(),
 }
 
 
 def with_recall_tool(protocol: Protocol, body: dict[str, Any]) -> dict[str, Any]:
     """A copy of ``body`` with the recall tool added and parallel tool use disabled
-    (for a body :func:`should_inject` accepted)."""
+    (for a body :func:`should_inject` accepted). Gemini has no switch for
+    parallel calls: a second recall in one answer fails the chain
+    (``parallel_recall``)."""
     out = dict(body)
     tools = [*body["tools"], _INJECTED[protocol]]
     if protocol in ("responses", "chat"):
         out["parallel_tool_calls"] = False
-    else:
+    elif protocol == "anthropic":
         choice = body.get("tool_choice")
         if choice is None:
             out["tool_choice"] = {"type": "auto", "disable_parallel_tool_use": True}
@@ -392,4 +423,12 @@ def has_recall_tool(protocol: Protocol, body: dict[str, Any]) -> bool:
     """Whether the body's tool list has a function tool named ``recall``."""
     tools = body.get("tools")
     return isinstance(tools, list) and any(
-        isinstance(t, dict) and _tool_name(protocol, t) == RECALL_TOOL_NAME for t in tools)
+        isinstance(t, dict) and RECALL_TOOL_NAME in _tool_names(protocol, t) for t in tools)
+
+
+def _candidate_count(body: dict[str, Any]) -> int:
+    config = body.get("generationConfig", body.get("generation_config"))
+    if not isinstance(config, dict):
+        return 1
+    count = config.get("candidateCount", config.get("candidate_count"))
+    return count if isinstance(count, int) and not isinstance(count, bool) else 1
