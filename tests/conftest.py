@@ -50,31 +50,36 @@ def recorded_streams() -> list[Path]:
     return sorted(found)
 
 
-# The suites that run once per storage backend (docs/storage.md, "Tests"): every
-# test under these folders runs on SQLite and on Postgres, unless marked
-# ``sqlite_only`` (it is about the SQLite file itself). A module elsewhere joins
-# with ``pytestmark = pytest.mark.both_backends``.
+# The suites whose database tests run once per storage backend (docs/storage.md,
+# "Tests"): a test under these folders that uses the memory database (the
+# ``database_url`` fixture, itself or through ``memory``, ``gateway``,
+# ``make_gateway`` or ``lore_serve``) runs on SQLite and on Postgres, unless marked
+# ``sqlite_only`` (it is about the SQLite file itself); a test that uses none runs
+# once, since a second backend would change nothing it does. A module elsewhere
+# joins with ``pytestmark = pytest.mark.both_backends``.
 BACKEND_SUITES = ("memory", "recall", "knowledge")
 BACKENDS = ("sqlite", "postgres")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """A test with a ``recorded_stream`` argument runs once per recorded stream; a
-    test of the backend suites runs once per storage backend."""
+    database test of the backend suites runs once per storage backend."""
     if "recorded_stream" in metafunc.fixturenames:
         streams = recorded_streams()
         ids = [str(p.relative_to(FIXTURES)) for p in streams]
         metafunc.parametrize("recorded_stream", streams, ids=ids)
-    if ("db_backend" in metafunc.fixturenames
-            and metafunc.definition.get_closest_marker("sqlite_only") is None
-            and (_in_backend_suite(metafunc.definition.path)
-                 or metafunc.definition.get_closest_marker("both_backends") is not None)):
+    if "db_backend" in metafunc.fixturenames and _on_both_backends(metafunc.definition):
         metafunc.parametrize("db_backend", BACKENDS, indirect=True, scope="session")
 
 
-def _in_backend_suite(path: Path) -> bool:
+def _on_both_backends(item: pytest.Item) -> bool:
+    """Whether ``item``'s database use runs on Postgres too (BACKEND_SUITES)."""
+    if item.get_closest_marker("sqlite_only") is not None:
+        return False
+    if item.get_closest_marker("both_backends") is not None:
+        return True
     try:
-        relative = path.relative_to(REPO / "tests")
+        relative = item.path.relative_to(REPO / "tests")
     except ValueError:
         return False
     return relative.parts[0] in BACKEND_SUITES
@@ -96,11 +101,13 @@ def db_backend(request: pytest.FixtureRequest) -> str:
     return str(getattr(request, "param", "sqlite"))
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def database_url(db_backend: str, request: pytest.FixtureRequest,
                  monkeypatch: pytest.MonkeyPatch) -> Iterator[str | None]:
-    """On Postgres, a fresh database for this test, named by ``LORE_DATABASE_URL`` so
-    every ``Settings()`` the test makes (and every ``lore`` it starts) uses it."""
+    """The memory database of a test that uses one: on Postgres a fresh database,
+    named by ``LORE_DATABASE_URL`` so every ``Settings()`` the test makes (and every
+    ``lore`` it starts) uses it; on SQLite ``None`` (each ``Settings`` names its data
+    dir's file). Asking for it is what runs a test of the backend suites on both."""
     if db_backend != "postgres":
         yield None
         return
@@ -112,6 +119,25 @@ def database_url(db_backend: str, request: pytest.FixtureRequest,
 
     close_shared(url)
     server.drop(url)
+
+
+@pytest.fixture(autouse=True)
+def database_undeclared(request: pytest.FixtureRequest,
+                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the backend suites, a test that opens the memory database without asking
+    for it fails (a plain ``Settings().database``, ``Memory.open(Settings(…))``):
+    it would run on SQLite only and lose its Postgres run without a word."""
+    if "db_backend" in request.fixturenames or not _on_both_backends(request.node):
+        return
+    from lore_gateway.storage import target
+
+    def undeclared(settings: Any) -> Any:
+        raise AssertionError(
+            f"{request.node.nodeid} opens the memory database without the "
+            "database_url fixture (or memory, gateway, make_gateway, lore_serve): "
+            "ask for it, so the test runs on Postgres too")
+
+    monkeypatch.setattr(target, "database_for", undeclared)
 
 
 @pytest.fixture(scope="session")
@@ -216,15 +242,18 @@ STARTUP_TIMEOUT_S = 30
 
 
 @pytest.fixture
-def lore_serve(fake_upstream: FakeUpstream, tmp_path: Path) -> Iterator[ServedGateway]:
-    """``lore serve --port 0`` in a subprocess, upstreams on the fake, debug logs."""
+def lore_serve(fake_upstream: FakeUpstream, tmp_path: Path,
+               database_url: str | None) -> Iterator[ServedGateway]:
+    """``lore serve --port 0`` in a subprocess, upstreams on the fake, debug logs; on
+    Postgres its database is the test's (``LORE_DATABASE_URL``, passed on)."""
     env = {
-        **{k: v for k, v in os.environ.items()
-           if not k.startswith("LORE_") or k == "LORE_DATABASE_URL"},
+        **{k: v for k, v in os.environ.items() if not k.startswith("LORE_")},
+        **({"LORE_DATABASE_URL": database_url} if database_url else {}),
         "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
         "LORE_UPSTREAM_OPENAI": fake_upstream.url,
         "LORE_UPSTREAM_CHATGPT": fake_upstream.url + "/backend-api",
         "LORE_UPSTREAM_ANTHROPIC": fake_upstream.url,
+        "LORE_UPSTREAM_GEMINI": fake_upstream.url,
         "LORE_DATA_DIR": str(tmp_path / "data"),
         "LORE_LOG_LEVEL": "debug",
         "LORE_EMBEDDINGS": "false",

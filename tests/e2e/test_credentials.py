@@ -26,6 +26,9 @@ SECRETS = {
     "account": "acct-SECRET-account-5d2e",
     # A team-mode gateway key: for the gateway only, never forwarded either.
     "gateway_key": "lore_k_SECRET-gateway-key-3c1f",
+    # Gemini: an API key (header or ?key=, the real shape) and an OAuth token.
+    "gemini": "AIzaSECRETgemini0123456789abcdefghijklm",
+    "gemini_oauth": "ya29.SECRET-gemini-oauth-6a0e",
 }
 # Stored text proves the turns really reached storage (the search is not vacuous).
 PROMPT = "remember the striped zebra 8812"
@@ -41,6 +44,10 @@ def _drive(url: str) -> None:
     chat = {"model": "gpt-fake", "messages": [{"role": "user", "content": PROMPT}]}
     messages = {"model": "claude-fake", "max_tokens": 8, "stream": True,
                 "messages": [{"role": "user", "content": PROMPT}]}
+    gemini_auth = {"x-goog-api-key": SECRETS["gemini"]}
+    gemini_oauth = {"authorization": f"Bearer {SECRETS['gemini_oauth']}"}
+    gemini_path = "/v1beta/models/gemini-2.5-flash"
+    contents = {"contents": [{"role": "user", "parts": [{"text": PROMPT}]}]}
     calls = [
         ("/v1/responses", responses, openai_auth, "text"),
         ("/v1/responses", responses, openai_auth, "status-401"),
@@ -52,6 +59,12 @@ def _drive(url: str) -> None:
         ("/v1/messages?beta=true", messages, anthropic_auth, "text"),
         ("/v1/messages", messages, anthropic_auth, "malformed-event"),
         ("/v1/messages", messages, anthropic_auth, "status-500"),
+        (f"{gemini_path}:streamGenerateContent?alt=sse", contents, gemini_auth, "text"),
+        (f"{gemini_path}:generateContent?key={SECRETS['gemini']}", contents, {}, "text"),
+        (f"{gemini_path}:streamGenerateContent?key={SECRETS['gemini']}", contents, {},
+         "reset-mid-stream"),
+        (f"{gemini_path}:generateContent", contents, gemini_oauth, "status-500"),
+        (f"{gemini_path}:countTokens?key={SECRETS['gemini']}", contents, {}, "text"),
     ]
     with httpx.Client(timeout=30) as client:
         for path, body, auth, scenario in calls:
@@ -60,6 +73,9 @@ def _drive(url: str) -> None:
                 client.post(url + path, json=body, headers={**auth, "x-fake-scenario": scenario})
         client.post(url + "/v1/responses", content=b"{not json", headers=openai_auth)
         client.get(url + "/v1/models", headers=openai_auth)
+        client.get(url + f"/v1beta/models?key={SECRETS['gemini']}")
+        client.post(url + f"{gemini_path}:generateContent?key={SECRETS['gemini']}",
+                    content=b"{not json")
         client.get(url + "/v1/responses", headers={**openai_auth, "Upgrade": "websocket",
                                                    "Connection": "Upgrade"})
 
@@ -78,6 +94,9 @@ def test_credentials_reach_upstream_but_never_logs_or_storage(
     assert all(SECRETS["gateway_key"] not in str(r.headers) for r in fake_upstream.requests)
     assert f"Bearer {SECRETS['openai']}" in sent  # credentials did go upstream
     assert f"Bearer {SECRETS['chatgpt_token']}" in sent
+    assert f"Bearer {SECRETS['gemini_oauth']}" in sent
+    assert any(r.headers.get("x-goog-api-key") == SECRETS["gemini"]
+               or f"key={SECRETS['gemini']}" in r.path for r in fake_upstream.requests)
     assert any(r.headers.get("chatgpt-account-id") == SECRETS["account"]
                for r in fake_upstream.requests)
 

@@ -70,3 +70,16 @@ def test_a_well_formed_request_passes() -> None:
     check_request(Protocol.GEMINI, {"contents": [USER, CALL, OUTPUT],
                                     "systemInstruction": {"parts": {"text": "x"}},
                                     "tools": [{"functionDeclarations": [{"name": "ls"}]}]})
+
+
+def test_the_apis_context_length_error_is_an_overflow() -> None:
+    from lore_gateway.context.overflow import detect
+    from lore_gateway.context.windows import window_for
+
+    body = orjson.dumps({"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": (
+        "The input token count (1200293) exceeds the maximum number of tokens allowed "
+        "(1048576).")}})
+    found = detect(400, body)
+    assert found is not None and found.limit == 1_048_576
+    assert found.ratio == pytest.approx(1200293 / 1048576)
+    assert window_for("gemini-2.5-pro") == 1_048_576

@@ -5,8 +5,10 @@ Anthropic: 400 ``invalid_request_error`` "prompt is too long: 215000 tokens >
 OpenAI Responses and Chat: 400 with ``code: context_length_exceeded``
 ("This model's maximum context length is 128000 tokens. However, your messages
 resulted in 130000 tokens", or "Your input exceeds the context window of this
-model"). The Codex backend reports it inside a 200 event stream
-(``response.failed``), which cannot be retried once relayed; it is not handled here.
+model"). Gemini: 400 ``INVALID_ARGUMENT`` "The input token count (1200293)
+exceeds the maximum number of tokens allowed (1048576).". The Codex backend
+reports it inside a 200 event stream (``response.failed``), which cannot be
+retried once relayed; it is not handled here.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from dataclasses import dataclass
 import orjson
 
 _PATTERNS = ("prompt is too long", "context_length_exceeded", "maximum context length",
-             "exceeds the context window", "context window", "too many tokens")
+             "exceeds the context window", "context window", "too many tokens",
+             "exceeds the maximum number of tokens allowed")
 _ANTHROPIC_RATIO = re.compile(r"(\d+)\s*tokens\s*>\s*(\d+)")
 _OPENAI_RATIO = re.compile(r"maximum context length is (\d+).*?resulted in (\d+)", re.S)
+_GEMINI_RATIO = re.compile(r"input token count \((\d+)\) exceeds the maximum number of tokens "
+                           r"allowed \((\d+)\)")
 # Error bodies read to decide (they are small; the rest is relayed unread).
 MAX_ERROR_PEEK_BYTES = 64 * 1024
 
@@ -53,4 +58,6 @@ def detect(status: int, body: bytes) -> Overflow | None:
         return Overflow(int(match[1]) / max(1, int(match[2])), int(match[2]))
     if match := _OPENAI_RATIO.search(message):
         return Overflow(int(match[2]) / max(1, int(match[1])), int(match[1]))
+    if match := _GEMINI_RATIO.search(message):
+        return Overflow(int(match[1]) / max(1, int(match[2])), int(match[2]))
     return Overflow(None)

@@ -23,6 +23,7 @@ MODEL_WINDOWS: dict[str, int] = {
     "o3": 200_000,
     "o4-mini": 200_000,
     "codex-": 272_000,
+    "gemini-": 1_048_576,
 }
 _PREFIXES = sorted(MODEL_WINDOWS, key=len, reverse=True)
 

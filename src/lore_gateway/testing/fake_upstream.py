@@ -1,7 +1,8 @@
 """A scripted fake provider on 127.0.0.1 for tests and benchmarks.
 
-It speaks the four upstream shapes the gateway forwards to (OpenAI Responses,
-the ChatGPT Codex backend, Chat Completions, Anthropic Messages), records every
+It speaks the five upstream shapes the gateway forwards to (OpenAI Responses,
+the ChatGPT Codex backend, Chat Completions, Anthropic Messages, and Gemini
+``generateContent``, ``fake_gemini.py``), records every
 request it receives, and misbehaves on demand. Tests pick the behaviour of one
 request with the ``x-fake-scenario`` header, or for the next requests with
 :meth:`FakeUpstream.script`, or for all of them with ``default_scenario``.
@@ -68,7 +69,7 @@ import orjson
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from lore_gateway.testing import fake_compaction, fake_delivery, fake_worker
+from lore_gateway.testing import fake_compaction, fake_delivery, fake_gemini, fake_worker
 from lore_gateway.testing import fake_streams as fs
 from lore_gateway.testing import strict as strict_rules
 from lore_gateway.testing.fake_delivery import JSON_TYPE, RecordedRequest
@@ -260,6 +261,14 @@ class FakeUpstream:
                 {"error": {"message": "WebSocket is not supported here; use HTTP."}},
                 status=426, headers={"Connection": "close"},
             )
+        gemini = fake_gemini.gemini_method(request.method, request.path)
+        if gemini is not None:
+            return await self._gemini(request, *gemini)
+        listing, name = fake_gemini.model_path(request.method, request.path)
+        if listing and (name is not None or request.path.startswith("/v1beta/")
+                        or "x-goog-api-key" in request.headers):
+            await self._record(request)
+            return web.Response(body=fake_gemini.models_body(name), content_type=JSON_TYPE)
         handler = self._routes.get((request.method, request.path))
         if handler is None:
             await self._record(request)
@@ -433,6 +442,69 @@ class FakeUpstream:
                 answer = Answer((fs.codex_rate_limits_frame(percent), *answer.frames),
                                 answer.body)
         return await fake_delivery.misbehave(request, record, scenario, shape, answer, headers)
+
+    async def _gemini(self, request: web.BaseRequest, model: str,
+                      method: str) -> web.StreamResponse:
+        """A Gemini model method (``fake_gemini``): countTokens, or an answer with
+        the API's rules, as JSON, SSE (``alt=sse``) or a streamed JSON array."""
+        if method not in fake_gemini.GENERATE:
+            record = await self._record(request)
+            return web.Response(body=fake_gemini.count_tokens_body(record.body),
+                                content_type=JSON_TYPE)
+        spec = self._next_scenario(request)
+        record = await self._record(request, spec)
+        stream = method == "streamGenerateContent"
+        sse = request.query.get("alt") == "sse"
+        headers = {} if sse or not stream else {"Content-Type": JSON_TYPE}
+
+        def error(status: int, body: bytes, **extra: str) -> web.Response:
+            # A streamed array answers its error as an array of one.
+            wrapped = b"[" + body + b"]" if stream and not sse else body
+            return web.Response(status=status, body=wrapped, content_type=JSON_TYPE,
+                                headers=extra)
+
+        body = record.json
+        if not isinstance(body, dict):
+            return error(400, fake_gemini.error_body(400, "Invalid JSON payload received."))
+        if model in self.unknown_models:
+            return error(404, fake_gemini.error_body(
+                404, f"models/{model} is not found for API version v1beta"))
+        refusal = fake_gemini.check(body) if self.strict else None
+        window = self.window or strict_rules.window_for_model(model)
+        if refusal is None and (self.strict or (self.metered and self.window is not None)):
+            refusal = fake_gemini.check_window(record.body, window)
+        if refusal is not None:
+            with self._lock:
+                self.refusals.append((record.path, refusal))
+            return error(refusal.status, refusal.body)
+        scenario = Scenario.parse(spec)
+        if scenario.name == "too-long":
+            return error(400, fake_gemini.error_body(400, fake_gemini.TOO_LONG))
+        if scenario.name.startswith("status-"):
+            code = int(scenario.name.removeprefix("status-"))
+            return error(code, fake_gemini.error_body(code, f"fake upstream error {code}"),
+                         **{"retry-after": "7"})
+        if scenario.name == "slow":
+            await asyncio.sleep(float(scenario.arg or "1"))
+        usage: dict[str, int] = {}
+        if self.reported_input_tokens is not None:
+            usage["promptTokenCount"] = self.reported_input_tokens
+        if self.metered:
+            usage["promptTokenCount"] = len(record.body) // BYTES_PER_TOKEN
+            usage["cachedContentTokenCount"] = (common_prefix(self._last_body, record.body)
+                                                // BYTES_PER_TOKEN)
+            self._last_body = record.body
+            self.metered_log.append((usage["promptTokenCount"],
+                                     usage["cachedContentTokenCount"]))
+        answer = fake_gemini.answer(scenario, body, model, self.text, self.deltas, usage)
+        if not stream:
+            return web.Response(body=orjson.dumps(answer.body), content_type=JSON_TYPE)
+        records = answer.records
+        if scenario.name == "failed":
+            records = (*records[:-1], fake_gemini.error_record("fake failure"))
+        frames = fake_gemini.frames(records, sse)
+        return await fake_delivery.misbehave(request, record, scenario, "gemini",
+                                             Answer(frames, b""), headers)
 
     def _refusal(self, shape: str, record: RecordedRequest) -> strict_rules.Refusal | None:
         """What the real API would refuse this request with (strict mode), recorded; with
