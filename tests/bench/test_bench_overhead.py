@@ -53,6 +53,17 @@ def test_one_run_reports_every_target_and_the_gateway_against_the_relay() -> Non
         "c=1 responses/tool", "c=16 responses/tool", "c=1 chat/tool", "c=16 chat/tool"]
 
 
+def test_gemini_has_the_same_targets_as_the_other_protocols() -> None:
+    result = overhead.run(requests_c1=4, requests_c16=16, protocols=("gemini",),
+                          shapes=("tool",), big_mb=0)
+    for phase in ("c1", "c16"):
+        figures = result[phase]["gemini/tool"]
+        assert all(figures[target]["errors"] == 0 for target in overhead.TARGETS)
+        assert "added_p50_diff_ms" in figures["gateway_vs_relay"]
+    assert [(c["check"].split(":")[0], c["limit"]) for c in result["targets"]] == [
+        ("c=1 gemini/tool", "<= 0.5"), ("c=16 gemini/tool", f">= {overhead.MIN_RPS_RATIO_C16}")]
+
+
 def test_big_session_runs_the_whole_request_pipeline() -> None:
     result = big_session.run(tokens=20_000, runs=1)
     assert result["anchor_expanded"] and result["recall_injected"]
