@@ -120,6 +120,7 @@ class Settings(BaseSettings):
     codex_bin: str = "codex"
     claude_bin: str = "claude"
     opencode_bin: str = "opencode"
+    gemini_bin: str = "gemini"
 
     # Memory
     # Whose memory a request is: "personal" (every request is the one user's) or

@@ -269,6 +269,7 @@ def test_responses_sessions_get_the_block_as_a_developer_item(
     assert "tangerine branch" in items[1]["content"][0]["text"]
 
 
+@pytest.mark.usefixtures("database_url")
 def test_a_queued_job_survives_a_restart_and_runs_with_the_next_credential(
         fake_upstream: FakeUpstream, tmp_path: Path) -> None:
     from lore_gateway.server import Gateway

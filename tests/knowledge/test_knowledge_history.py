@@ -24,7 +24,7 @@ ME = "personal"
 
 
 @pytest.fixture
-def memory(tmp_path: Path) -> Iterator[Memory]:
+def memory(tmp_path: Path, database_url: str | None) -> Iterator[Memory]:
     mem = Memory.open(Settings(data_dir=tmp_path, embeddings=False), embedder=None)
     yield mem
     mem.close()
@@ -207,6 +207,7 @@ def test_forgetting_a_project_or_a_text_takes_the_history_with_it(memory: Memory
     assert [v.title for v in memory.read(lambda c: history.log(c, ME, "/work/app"))] == []
 
 
+@pytest.mark.usefixtures("database_url")
 def test_a_database_before_history_migrates_and_its_entries_gain_one(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     memory = Memory.open(Settings(data_dir=tmp_path, embeddings=False), embedder=None)

@@ -21,7 +21,7 @@ ME = Identity("personal", "/work/app", "s1")
 
 
 @pytest.fixture
-def memory(tmp_path: Path) -> Iterator[Memory]:
+def memory(tmp_path: Path, database_url: str | None) -> Iterator[Memory]:
     mem = Memory.open(Settings(data_dir=tmp_path, embeddings=False), embedder=None)
     yield mem
     mem.close()

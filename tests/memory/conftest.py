@@ -12,9 +12,11 @@ from lore_gateway.memory.service import Memory
 
 
 @pytest.fixture
-def memory(tmp_path: Path) -> Iterator[Memory]:
-    """A memory without the embedding model (BM25 search), closed after the test;
-    a module that needs another kind defines its own."""
-    mem = Memory.open(Settings(data_dir=tmp_path, embeddings=False), embedder=None)
+def memory(tmp_path: Path, database_url: str | None) -> Iterator[Memory]:
+    """A memory without the embedding model (BM25 search), closed after the test, on
+    the test's backend (``database_url``); a module that needs another kind defines
+    its own."""
+    mem = Memory.open(Settings(data_dir=tmp_path, embeddings=False, database_url=database_url),
+                      embedder=None)
     yield mem
     mem.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from lore_gateway.bench.importing import write_transcripts
@@ -27,6 +28,7 @@ SET = {"sessions": [
 ]}
 
 
+@pytest.mark.usefixtures("database_url")
 def test_transcripts_keep_every_message_and_the_bench_reports(tmp_path: Path) -> None:
     data = tmp_path / "set.json"
     data.write_text(json.dumps(SET))

@@ -63,6 +63,7 @@ def test_evidence_cleaning_follows_sources_md() -> None:
     assert locomo.clean_evidence(["D", "D10:19"], valid) == ()
 
 
+@pytest.mark.usefixtures("database_url")
 def test_locomo_cli_json_on_sample(tmp_path: Path) -> None:
     _register()
     out = CliRunner().invoke(app, ["bench", "locomo", "--data", str(_sample(tmp_path)),
@@ -90,6 +91,7 @@ def test_locomo_missing_data_is_a_clear_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not REAL_DEV.is_file(), reason="shared LoCoMo dev data not present")
+@pytest.mark.usefixtures("database_url")
 def test_two_real_conversations_bm25_beats_floor() -> None:
     report = locomo.run(REAL_DEV, embeddings=False, limit_conversations=2)
     figures = report.as_dict()

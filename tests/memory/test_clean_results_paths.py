@@ -123,6 +123,7 @@ def test_the_local_recall_route_and_lore_recall_through_it(
     assert_clean([h["content"] for h in json.loads(result.output.splitlines()[-1])["hits"]])
 
 
+@pytest.mark.usefixtures("database_url")
 def test_lore_recall_searching_locally_from_the_working_directory(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "repo"

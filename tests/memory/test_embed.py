@@ -52,6 +52,7 @@ def test_blob_round_trip_and_sign_codes() -> None:
     assert int(np.bitwise_count(codes[0] ^ codes[1]).sum()) == 384
 
 
+@pytest.mark.usefixtures("database_url")
 def test_open_embeds_messages_stored_while_the_model_was_absent(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path)
     ident = Identity("tenant-a", "proj-x", "s1")
@@ -86,6 +87,7 @@ def test_open_embeds_messages_stored_while_the_model_was_absent(tmp_path: Path) 
         memory.close()
 
 
+@pytest.mark.usefixtures("database_url")
 def test_a_scope_past_the_exact_limit_is_pre_ranked_and_still_finds_the_nearest(
         tmp_path: Path) -> None:
     """More rows than EXACT_SCOPE_ROWS: the SimHash passes must keep the true neighbours."""

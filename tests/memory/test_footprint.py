@@ -9,6 +9,8 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from lore_gateway import heap
 from lore_gateway.config import Settings
 from lore_gateway.memory.embed import model_info
@@ -19,6 +21,7 @@ from lore_gateway.protocols.common import Message
 IDENT = Identity("tenant-a", "proj", "sess")
 
 
+@pytest.mark.usefixtures("database_url")
 async def test_the_gateway_searches_with_vectors_without_loading_the_model(
     tmp_path: Path,
 ) -> None:
@@ -50,6 +53,7 @@ def test_trim_and_process_name_work_on_glibc() -> None:
     assert heap.available() == sys.platform.startswith("linux")
 
 
+@pytest.mark.usefixtures("database_url")
 def test_the_footprint_bench_reads_every_process_of_the_gateway_tree() -> None:
     from lore_gateway.bench.footprint import run
 
@@ -152,6 +156,7 @@ def test_the_int8_matmuls_keep_vectors_within_cosine_0999_of_the_stored_ones() -
     assert np.array_equal(ours, again)  # a text's vector does not depend on the others
 
 
+@pytest.mark.usefixtures("database_url")
 async def test_searches_run_in_the_embedding_process_and_survive_its_death(
     tmp_path: Path,
 ) -> None:
@@ -198,6 +203,7 @@ async def test_searches_run_in_the_embedding_process_and_survive_its_death(
         memory.close()
 
 
+@pytest.mark.usefixtures("database_url")
 def test_the_gateway_process_never_imports_numpy_or_the_search_stack(tmp_path: Path) -> None:
     """Searching through the embedding process, the gateway unpickles the hits
     (memory/hits.py) without importing numpy, onnxruntime or memory/search.py."""
@@ -241,6 +247,7 @@ def test_the_shipped_simhash_planes_are_the_seeded_ones() -> None:
     assert np.array_equal(shipped, generated)
 
 
+@pytest.mark.usefixtures("database_url")
 def test_the_helper_processes_start_without_multiprocessing(tmp_path: Path,
                                                              db_backend: str) -> None:
     """No resource tracker beside the gateway, and the embedding process (which

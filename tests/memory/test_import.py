@@ -20,7 +20,7 @@ CLAUDE_SESSION = "7f1c2d3e-5b6a-4c8d-9e0f-1a2b3c4d5e6f"
 
 
 @pytest.fixture
-def memory(tmp_path: Path) -> Iterator[Memory]:
+def memory(tmp_path: Path, database_url: str | None) -> Iterator[Memory]:
     mem = Memory.open(Settings(data_dir=tmp_path / "lore"), embedder=None)
     yield mem
     mem.close()

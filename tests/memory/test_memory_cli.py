@@ -24,7 +24,8 @@ runner = CliRunner()
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+             database_url: str | None) -> Path:
     monkeypatch.setenv("LORE_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("LORE_EMBEDDINGS", "false")
     monkeypatch.setenv("KEY_A", KEY_A)

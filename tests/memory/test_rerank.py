@@ -42,6 +42,7 @@ def _top(data_dir: Path, *, rerank_on: bool) -> list[str]:
         memory.close()
 
 
+@pytest.mark.usefixtures("database_url")
 def test_reranking_puts_the_answer_above_a_message_with_the_same_words(
         tmp_path: Path) -> None:
     plain = _top(tmp_path, rerank_on=False)
@@ -58,6 +59,7 @@ def test_the_model_scores_an_answer_above_an_unrelated_message() -> None:
     assert answer > unrelated
 
 
+@pytest.mark.usefixtures("database_url")
 def test_the_search_process_reranks_when_the_gateway_says_so(tmp_path: Path) -> None:
     """The recall tool's searches run in a child that reads no settings: the flag
     must reach it from the gateway."""

@@ -204,6 +204,7 @@ def test_a_version_3_store_migrates_forward_and_stays_searchable(tmp_path: Path)
 
 
 @pytest.mark.skipif(load_embedder() is None, reason="embedding model not installed")
+@pytest.mark.usefixtures("database_url")
 async def test_hybrid_finds_paraphrase_without_shared_words(tmp_path: Path) -> None:
     mem = Memory.open(Settings(data_dir=tmp_path), embedder="auto")
     try:
@@ -261,6 +262,7 @@ class _AxisEmbedder:
         return out
 
 
+@pytest.mark.usefixtures("database_url")
 def test_a_moderately_similar_message_breaks_a_lexical_tie(tmp_path: Path) -> None:
     """Two messages match the query's word equally (same text length, each alone in
     its session); the one whose meaning is closer comes first, even when 60 other

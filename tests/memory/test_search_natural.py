@@ -17,6 +17,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from lore_gateway.config import Settings
 from lore_gateway.memory import db, search
@@ -81,6 +82,7 @@ def _contents(searcher: search.Searcher, query: str, *, scope: str = "project",
 FILLERS = [f"filler note number {i:03d}" for i in range(20)]
 
 
+@pytest.mark.usefixtures("database_url")
 def test_a_question_in_other_words_leans_on_meaning(tmp_path: Path) -> None:
     """The decoy holds one of the question's words and nothing else of it; the
     answer holds none, but means the same. Counted at full weight, the word made
@@ -94,6 +96,7 @@ def test_a_question_in_other_words_leans_on_meaning(tmp_path: Path) -> None:
     assert _contents(searcher, "why did the little patcher explode")[0] == answer
 
 
+@pytest.mark.usefixtures("database_url")
 def test_a_question_whose_words_are_all_found_ranks_them_first(tmp_path: Path) -> None:
     """The same store asked in the transcript's own words: the message holding
     them all comes first, however near another message's meaning is."""
@@ -105,6 +108,7 @@ def test_a_question_whose_words_are_all_found_ranks_them_first(tmp_path: Path) -
     assert _contents(searcher, "little patcher explode")[0] == found
 
 
+@pytest.mark.usefixtures("database_url")
 def test_a_short_turn_that_runs_a_command_is_no_small_talk(tmp_path: Path) -> None:
     """A short turn echoing the question keeps a share of its score (small talk
     rarely answers), but an agent's one-line command is the action asked about;
@@ -123,6 +127,7 @@ def test_a_short_turn_that_runs_a_command_is_no_small_talk(tmp_path: Path) -> No
         assert found[0] == (command if first == command else paragraph), found
 
 
+@pytest.mark.usefixtures("database_url")
 def test_the_asking_sessions_nearest_messages_are_candidates_in_scope_all(
         tmp_path: Path) -> None:
     """A hundred and twenty messages of other sessions are nearer the question

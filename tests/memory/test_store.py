@@ -26,7 +26,7 @@ SECRET = "sk-proj-LoreTestSecret0123456789abcdefXYZ"
 
 
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
+def settings(tmp_path: Path, database_url: str | None) -> Settings:
     return Settings(data_dir=tmp_path / "lore")
 
 
@@ -139,6 +139,7 @@ def test_abandoned_turn_with_different_input_is_kept(memory: Memory, settings: S
     assert rows(settings, "SELECT complete FROM turns ORDER BY id") == [(0,), (1,)]
 
 
+@pytest.mark.usefixtures("database_url")
 def test_long_message_is_truncated_with_a_note(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path, store_max_message_bytes=1000)
     mem = Memory.open(settings, embedder=None)
@@ -336,6 +337,7 @@ def test_a_writer_killed_mid_write_leaves_a_consistent_database(tmp_path: Path) 
     assert conn.execute("SELECT turns FROM sessions").fetchone() == (turns,)
 
 
+@pytest.mark.usefixtures("database_url")
 def test_deleting_a_session_removes_its_replayable_recalls(tmp_path: Path) -> None:
     from lore_gateway.memory import db as _db
 

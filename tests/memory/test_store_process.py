@@ -26,7 +26,7 @@ def turn(n: int, text: str = "") -> TurnRecord:
 
 
 @pytest.fixture
-def memory(tmp_path: Path) -> Iterator[Memory]:
+def memory(tmp_path: Path, database_url: str | None) -> Iterator[Memory]:
     mem = Memory.open(Settings(data_dir=tmp_path, embeddings=False), embedder=None,
                       turn_process=True)
     yield mem
@@ -54,6 +54,7 @@ def test_stored_text_is_cleaned_in_the_storage_process(memory: Memory) -> None:
     assert stored[0] == "a lone \ufffd surrogate and a NUL \ufffd"
 
 
+@pytest.mark.usefixtures("database_url")
 def test_close_writes_every_queued_turn(tmp_path: Path) -> None:
     mem = Memory.open(Settings(data_dir=tmp_path, embeddings=False), embedder=None,
                       turn_process=True)

@@ -90,6 +90,7 @@ def _vectors(settings: Settings) -> int:
 
 
 @needs_model
+@pytest.mark.usefixtures("database_url")
 def test_messages_are_embedded_while_requests_keep_coming(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path)
     ident = Identity("tenant-a", "proj-x", "s1")

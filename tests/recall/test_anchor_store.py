@@ -18,7 +18,7 @@ T, S = "tenant-a", "session-1"
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Database:
+def db_path(tmp_path: Path, database_url: str | None) -> Database:
     """The test's database (SQLite in tmp_path, or the Postgres of LORE_DATABASE_URL)."""
     database = Settings(data_dir=tmp_path).database
     conn = db.connect(database)

@@ -32,7 +32,7 @@ HEADERS = [("x-api-key", "sk-ant-test-fake"), ("anthropic-version", "2023-06-01"
 
 
 @pytest.fixture
-def memory(tmp_path: Path) -> Iterator[Memory]:
+def memory(tmp_path: Path, database_url: str | None) -> Iterator[Memory]:
     mem = Memory.open(Settings(data_dir=tmp_path, embeddings=False), embedder=None)
     mem.submit_turn(TurnRecord(
         identity=IDENT, protocol="anthropic", model="m",

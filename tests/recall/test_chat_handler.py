@@ -29,7 +29,7 @@ IDENT = Identity(tenant="tenant-a", project="/p", session="s1")
 
 
 @pytest.fixture
-def memory(tmp_path: Path) -> Iterator[Memory]:
+def memory(tmp_path: Path, database_url: str | None) -> Iterator[Memory]:
     mem = Memory.open(Settings(data_dir=tmp_path, embeddings=False), embedder=None)
     mem.submit_turn(TurnRecord(
         identity=IDENT, protocol="chat", model="m",

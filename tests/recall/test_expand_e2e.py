@@ -121,6 +121,7 @@ def test_responses_next_turn_carries_the_follow_up_pair_byte_identical(
     assert nxt.json["input"][3:] == [echoed[1], second_input[-1]]
 
 
+@pytest.mark.usefixtures("database_url")
 def test_responses_store_survives_a_restart(fake_upstream: FakeUpstream, tmp_path: Path) -> None:
     from lore_gateway.server import Gateway
 

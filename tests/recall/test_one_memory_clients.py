@@ -118,7 +118,8 @@ def test_personal_mode_one_memory_across_agents_credentials_and_imports(
 
 
 @pytest.fixture
-def team_gateway(fake_upstream: FakeUpstream, tmp_path: Path) -> Iterator[tuple[Any, str, str]]:
+def team_gateway(fake_upstream: FakeUpstream, tmp_path: Path,
+                 database_url: str | None) -> Iterator[tuple[Any, str, str]]:
     settings = gateway_settings(fake_upstream, tmp_path / "data", tenancy="keys")
     conn = db.connect(settings.database)
     schema.migrate(conn)

@@ -30,7 +30,7 @@ HEADERS = [("authorization", "Bearer sk-test-fake"), ("content-type", "applicati
 
 
 @pytest.fixture
-def memory(tmp_path: Path) -> Iterator[Memory]:
+def memory(tmp_path: Path, database_url: str | None) -> Iterator[Memory]:
     mem = Memory.open(Settings(data_dir=tmp_path, embeddings=False), embedder=None)
     mem.submit_turn(
         TurnRecord(

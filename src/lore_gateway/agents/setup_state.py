@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lore_gateway.agents import claude, codex, mcp_clients, opencode
+from lore_gateway.agents import claude, codex, gemini, mcp_clients, opencode
 from lore_gateway.agents.codex import SetupConflict
 
 # Agents lore sits in front of (`lore run`, `lore doctor`'s agent checks).
-AGENTS = ("codex", "claude", "opencode")
+AGENTS = ("codex", "claude", "opencode", "gemini")
 # Everything `lore setup` configures: those, then MCP clients that start `lore mcp`
 # (mcp_clients.py), which need no gateway.
 TARGETS = (*AGENTS, *mcp_clients.CLIENTS)
@@ -52,6 +52,8 @@ def target_path(agent: str, env: Mapping[str, str] | None = None) -> Path:
         return claude.settings_path(Path(home) if home else None)
     if agent == "opencode":
         return opencode.config_path(env)
+    if agent == "gemini":
+        return gemini.env_path(env)
     if agent in mcp_clients.CLIENTS:
         return mcp_clients.config_path(agent, env)
     raise ValueError(f"unknown agent {agent!r}: expected one of {', '.join(TARGETS)}")
@@ -95,6 +97,8 @@ def _apply(agent: str, text: str, gateway_url: str, env: Mapping[str, str],
     if agent == "opencode":
         return opencode.apply_setup(text, gateway_url, gateway_key,
                                     target_path(agent, env).name)
+    if agent == "gemini":
+        return gemini.apply_setup(text, gateway_url, gateway_key)
     if agent in mcp_clients.CLIENTS:
         return mcp_clients.apply_setup(text, mcp_clients.server_entry(agent, env, gateway_key),
                                        target_path(agent, env).name)
@@ -106,6 +110,8 @@ def _revert(agent: str, text: str, edit: Mapping[str, Any]) -> str:
         return codex.revert_setup(text, codex.ConfigEdit.from_json(edit))
     if agent == "opencode":
         return opencode.revert_setup(text, opencode.ConfigEdit.from_json(edit))
+    if agent == "gemini":
+        return gemini.revert_setup(text, gemini.EnvEdit.from_json(edit))
     if agent in mcp_clients.CLIENTS:
         return mcp_clients.revert_setup(text, mcp_clients.ServerEdit.from_json(edit), agent)
     return claude.revert_setup(text, claude.SettingsEdit.from_json(edit))
@@ -116,6 +122,8 @@ def _points_at(agent: str, text: str, gateway_url: str) -> bool:
         return codex.points_at_gateway(text, gateway_url)
     if agent == "opencode":
         return opencode.points_at_gateway(text, gateway_url)
+    if agent == "gemini":
+        return gemini.points_at_gateway(text, gateway_url)
     if agent in mcp_clients.CLIENTS:
         return mcp_clients.has_server(text)  # `lore mcp` opens the memory itself
     return claude.points_at_gateway(text, gateway_url)

@@ -1,4 +1,5 @@
-"""``lore run codex|claude|opencode [-- agent args...]``: one command to put an agent behind lore.
+"""``lore run codex|claude|opencode|gemini [-- agent args...]``: one command to put an
+agent behind lore.
 
 If no gateway answers on the configured port, one is started in the background
 (``python -m lore_gateway serve``, its own session so the terminal's Ctrl-C goes
@@ -28,13 +29,13 @@ from typing import IO
 import orjson
 import typer
 
-from lore_gateway.agents import claude, codex, jsonc, opencode
+from lore_gateway.agents import claude, codex, gemini, jsonc, opencode
 from lore_gateway.cli import output
 from lore_gateway.cli.main import app
 from lore_gateway.cli.output import UserError
 from lore_gateway.config import Settings
 
-AGENTS = ("codex", "claude", "opencode")
+AGENTS = ("codex", "claude", "opencode", "gemini")
 # The gateway opens its database and binds in well under a second; allow for a
 # cold disk cache and a busy machine before declaring failure.
 STARTUP_TIMEOUT_S = 30.0
@@ -167,6 +168,10 @@ def agent_command(
         except jsonc.JsoncError as exc:
             raise UserError(f"{exc}: fix it or unset it") from None
         return [binary, *args], child_env
+    if agent == "gemini":
+        binary = resolve_binary("gemini", settings.gemini_bin)
+        child_env.update(gemini.run_env(settings.base_url, project, env, key))
+        return [binary, *args], child_env
     binary = resolve_binary("claude", settings.claude_bin)
     child_env.update(claude.run_env(settings.base_url, project, env, key))
     return [binary, *args], child_env
@@ -237,14 +242,15 @@ def run_agent(agent: str, args: list[str], settings: Settings) -> int:
 )
 def run_command(
     ctx: typer.Context,
-    agent: str = typer.Argument(..., help="codex, claude or opencode"),
+    agent: str = typer.Argument(..., help="codex, claude, opencode or gemini"),
 ) -> None:
     """Run an agent through lore, starting a gateway for it if none is running.
 
     Claude Code runs with its auto-compaction off (DISABLE_AUTO_COMPACT=1, unless
     you set it): the gateway manages the context and answers /compact from memory.
     OpenCode gets the gateway as its Anthropic and OpenAI base URL through
-    OPENCODE_CONFIG_CONTENT; no file is written.
+    OPENCODE_CONFIG_CONTENT; no file is written. Gemini CLI gets it as
+    GOOGLE_GEMINI_BASE_URL (it must sign in with a Gemini API key).
 
     Everything after ``--`` goes to the agent: lore run codex -- exec "say hi"
     """

@@ -1,7 +1,7 @@
-"""``lore setup codex|claude|opencode|cursor|claude-desktop|windsurf``, ``lore setup
---undo <agent>``, ``lore setup --status``.
+"""``lore setup codex|claude|opencode|gemini|cursor|claude-desktop|windsurf``, ``lore
+setup --undo <agent>``, ``lore setup --status``.
 
-Codex, Claude Code and OpenCode are pointed at the gateway; the MCP clients get
+Codex, Claude Code, OpenCode and Gemini CLI are pointed at the gateway; the MCP clients get
 ``lore mcp`` as a server in the file they read (``agents/mcp_clients.py``).
 """
 
@@ -13,7 +13,7 @@ import os
 import typer
 from rich.console import Console
 
-from lore_gateway.agents import mcp_clients, opencode, setup_state
+from lore_gateway.agents import gemini, mcp_clients, opencode, setup_state
 from lore_gateway.agents.codex import SetupConflict
 from lore_gateway.cli import output, preflight
 from lore_gateway.cli.main import app
@@ -27,9 +27,9 @@ def setup_command(
     undo: bool = typer.Option(False, "--undo", help="Restore the agent's config from the backup."),
     status: bool = typer.Option(False, "--status", help="Show which agents point at lore."),
     as_json: bool = typer.Option(False, "--json", help="With --status: print one JSON object."),
-    show: bool = typer.Option(False, "--print", help="OpenCode and MCP clients: print the "
-                              "config entry instead of writing it (for a client lore does "
-                              "not write, or a project's opencode.json)."),
+    show: bool = typer.Option(False, "--print", help="OpenCode, Gemini CLI and MCP clients: "
+                              "print the config entry instead of writing it (for a client "
+                              "lore does not write, a project's opencode.json or .env)."),
 ) -> None:
     """Point an agent at the gateway permanently (with a backup), or undo it exactly.
 
@@ -37,6 +37,8 @@ def setup_command(
     you set it): the gateway manages the context and answers /compact from memory.
     OpenCode's Anthropic and OpenAI providers get the gateway as their base URL in
     ~/.config/opencode/opencode.json (or .jsonc; its comments are kept).
+    Gemini CLI gets GOOGLE_GEMINI_BASE_URL in ~/.gemini/.env (it must sign in
+    with a Gemini API key).
     Cursor, Claude Desktop and Windsurf get the memory as an MCP server (`lore mcp`).
     """
     settings = preflight.settings()
@@ -52,10 +54,15 @@ def setup_command(
         config = opencode.provider_config(settings.base_url, gateway_key(settings, os.environ))
         typer.echo(json.dumps(config, indent=2))
         return
+    if show and agent == "gemini":
+        text, _ = gemini.apply_setup("", settings.base_url, gateway_key(settings, os.environ))
+        typer.echo(text, nl=False)
+        return
     if show:
         if agent not in mcp_clients.CLIENTS:
             raise typer.BadParameter(
-                f"--print is for MCP clients ({', '.join(mcp_clients.CLIENTS)}) and opencode",
+                f"--print is for MCP clients ({', '.join(mcp_clients.CLIENTS)}), opencode "
+                "and gemini",
                 param_hint="--print")
         entry = mcp_clients.server_entry(agent, os.environ, gateway_key(settings, os.environ))
         typer.echo(json.dumps({"mcpServers": {mcp_clients.SERVER_NAME: entry}}, indent=2))
@@ -81,6 +88,9 @@ def setup_command(
             if agent == "opencode":
                 note += (" Its anthropic and openai providers go through it (a project's"
                          " opencode.json that sets their baseURL still wins).")
+            if agent == "gemini":
+                note += (" Sign it in with a Gemini API key (GEMINI_API_KEY); a project's own"
+                         " .env shadows this one.")
             console.print(
                 f"{agent} now uses lore at {settings.base_url} ({path}).{note} "
                 f"Undo with `lore setup --undo {agent}`."
