@@ -31,7 +31,7 @@ from lore_gateway.protocols.accumulator import StreamAccumulator
 from lore_gateway.protocols.anthropic_stream import AnthropicAccumulator
 from lore_gateway.protocols.chat_stream import ChatAccumulator
 from lore_gateway.protocols.common import Message, ProtocolError
-from lore_gateway.protocols.gemini_stream import GeminiAccumulator
+from lore_gateway.protocols.gemini_stream import GeminiAccumulator, usage_from_gemini
 from lore_gateway.protocols.responses_stream import ResponsesAccumulator
 from lore_gateway.protocols.usage import (
     Usage,
@@ -259,7 +259,7 @@ def stream_usage(protocol: Protocol, body: bytes) -> Usage | None:
         if family is Family.RESPONSES:
             found = _responses_usage(body)
         elif family is Family.GEMINI:
-            found = _UNSURE  # its usage rides on the records themselves
+            found = _gemini_usage(body)
         elif b"\r" not in body and b'"error"' not in body:
             found = (_anthropic_usage(body) if family is Family.ANTHROPIC
                      else _chat_usage(body))
@@ -315,6 +315,28 @@ def _anthropic_usage(body: bytes) -> object:
     if wire:
         usage = usage_from_anthropic(wire)
     return usage
+
+
+def _gemini_usage(body: bytes) -> object:
+    """The last record's ``usageMetadata`` (each record repeats the answer's
+    usage so far; the accumulator keeps the last). A key inside a string is
+    escaped, so a bare ``"usageMetadata"`` is a record's own."""
+    if b'"error"' in body:
+        return _UNSURE
+    at = body.rfind(b'"usageMetadata"')
+    if at == -1:
+        return None
+    start = body.rfind(b"\n", 0, at) + 1
+    end = body.find(b"\n", at)
+    line = body[start:end if end != -1 else len(body)].rstrip(b"\r")
+    record = orjson.loads(line.removeprefix(b"data:").lstrip(b" "))
+    meta = record.get("usageMetadata") if isinstance(record, dict) else None
+    if not isinstance(meta, dict):
+        return _UNSURE
+    try:
+        return usage_from_gemini(meta)
+    except ProtocolError:
+        return None  # the accumulator fails the stream on a malformed usage
 
 
 def _chat_usage(body: bytes) -> object:

@@ -188,3 +188,15 @@ def test_sse_framing_is_the_apis() -> None:
     assert gemini.array_stream([{"a": 1}, {"b": 2}]) == [b'[{"a":1}', b'\r\n,\r\n{"b":2}',
                                                          b"]"]
     assert gemini.array_stream([]) == [b"[]"]
+
+
+@pytest.mark.parametrize("records", [RECORDS, RECORDS[:2], [
+    _record([{"text": 'a "usageMetadata": {"promptTokenCount": 9} in the text'}], "STOP")]])
+def test_the_usage_read_alone_is_the_collectors(records: list[dict[str, Any]]) -> None:
+    from lore_gateway.collector import TurnCollector, stream_usage
+    from lore_gateway.routing import Protocol
+
+    body = b"".join(gemini.stream_from_response(records))
+    collector = TurnCollector(Protocol.GEMINI, max_json_bytes=len(body) + 1)
+    collector.feed(body)
+    assert stream_usage(Protocol.GEMINI, body) == collector.usage()
