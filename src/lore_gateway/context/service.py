@@ -25,6 +25,7 @@ from lore_gateway.context import store as cstore
 from lore_gateway.context.planner import Limits, SessionState
 from lore_gateway.context.windows import window_for
 from lore_gateway.memory.records import Identity
+from lore_gateway.memory.service import Memory
 from lore_gateway.obs import metrics
 from lore_gateway.protocols.history import adapter_for
 from lore_gateway.routing import Family
@@ -41,7 +42,7 @@ PERSIST_EVERY = 8
 
 
 class ContextService:
-    def __init__(self, settings: Settings, memory: Any,
+    def __init__(self, settings: Settings, memory: Memory,
                  clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
         self.memory = memory
@@ -172,8 +173,6 @@ class ContextService:
 
     def _persist(self, key: tuple[str, str], state: SessionState) -> None:
         """Queue the state's write on the writer thread (never waits)."""
-        writer = getattr(self.memory, "writer", None)
-        if writer is None:
-            return
         tenant, session = key
-        writer.submit_job(in_tenant(tenant, lambda c: cstore.save(c, tenant, session, state)))
+        self.memory.writer.submit_job(
+            in_tenant(tenant, lambda c: cstore.save(c, tenant, session, state)))

@@ -17,6 +17,7 @@ import orjson
 from lore_gateway.context.planner import Distilled, SessionState
 from lore_gateway.distill import store as dstore
 from lore_gateway.privacy import redact_private
+from lore_gateway.storage.base import Connection
 
 _FIELDS = {f for f in SessionState.__dataclass_fields__}
 
@@ -41,13 +42,13 @@ def from_json(text: str) -> SessionState:
     return SessionState(**values)
 
 
-def load(conn: Any, tenant: str, session: str) -> SessionState | None:
+def load(conn: Connection, tenant: str, session: str) -> SessionState | None:
     row = conn.execute("SELECT state FROM context_sessions WHERE tenant = ? AND session = ?",
                        (tenant, session)).fetchone()
     return from_json(str(row[0])) if row else None
 
 
-def save(conn: Any, tenant: str, session: str, state: SessionState) -> None:
+def save(conn: Connection, tenant: str, session: str, state: SessionState) -> None:
     conn.execute(
         "INSERT INTO context_sessions(tenant, session, layer, state, updated_at)"
         " VALUES (?,?,?,?,?) ON CONFLICT(tenant, session) DO UPDATE SET"
@@ -55,7 +56,7 @@ def save(conn: Any, tenant: str, session: str, state: SessionState) -> None:
         (tenant, session, state.layer, to_json(state), time.time()))
 
 
-def distilled(conn: Any, tenant: str, session: str) -> list[Distilled]:
+def distilled(conn: Connection, tenant: str, session: str) -> list[Distilled]:
     """The session's active distillations in order, each dated by its newest source."""
     rows = [d for d in dstore.active(conn, tenant, session) if d.text.strip()]
     last = {d.id: max(d.source_ids) for d in rows if d.source_ids}
@@ -71,7 +72,7 @@ def distilled(conn: Any, tenant: str, session: str) -> list[Distilled]:
                       times.get(last.get(d.id, -1), d.created_at)) for d in rows]
 
 
-def for_session(conn: Any, tenant: str | None, session: str) -> SessionState | None:
+def for_session(conn: Connection, tenant: str | None, session: str) -> SessionState | None:
     """The session's state (any tenant when ``tenant`` is None: the CLI's view)."""
     row = conn.execute("SELECT state FROM context_sessions WHERE session = ? AND"
                        " (? IS NULL OR tenant = ?) ORDER BY updated_at DESC LIMIT 1",
@@ -87,7 +88,7 @@ def describe(state: SessionState) -> dict[str, Any]:
             "calibrated_tokens_per_byte": round(state.ratio, 4), "samples": state.samples}
 
 
-def summary(conn: Any) -> dict[str, Any]:
+def summary(conn: Connection) -> dict[str, Any]:
     """Managed sessions, and the most recently active one (for ``lore status``)."""
     managed = conn.execute("SELECT count(*) FROM context_sessions WHERE layer > 0").fetchone()
     row = conn.execute("SELECT session, state FROM context_sessions ORDER BY updated_at"

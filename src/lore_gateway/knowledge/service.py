@@ -41,10 +41,11 @@ from lore_gateway.knowledge.inject import (
 from lore_gateway.memory.fingerprint import has_answer
 from lore_gateway.memory.identity import UNKNOWN_PROJECT
 from lore_gateway.memory.records import Identity
+from lore_gateway.memory.service import Memory
 from lore_gateway.obs import metrics
 from lore_gateway.protocols.history import HistoryAdapter, adapter_for
 from lore_gateway.routing import Family
-from lore_gateway.storage.base import in_tenant
+from lore_gateway.storage.base import Connection, in_tenant
 
 log = logging.getLogger("lore.knowledge")
 
@@ -65,13 +66,13 @@ class SessionKnowledge:
     version: float = 0
 
 
-def agents_file(family: str) -> str:
+def agents_file(family: Family) -> str:
     """Where the pointer to ``.lore.md`` goes: the file the session's agent reads."""
-    return adapter_for(Family(family)).instructions_file
+    return adapter_for(family).instructions_file
 
 
 class KnowledgeService:
-    def __init__(self, settings: Settings, memory: Any) -> None:
+    def __init__(self, settings: Settings, memory: Memory) -> None:
         self.settings = settings
         self.memory = memory
         # Another gateway may serve this session's next turn (module docstring).
@@ -188,7 +189,7 @@ class KnowledgeService:
                                     version)
         root = ex.work_tree_root(project) if self.settings.export else None
 
-        def start(conn: Any) -> SessionKnowledge:
+        def start(conn: Connection) -> SessionKnowledge:
             if root is not None:
                 try:
                     sync.import_edits(conn, tenant, project, root)
@@ -214,6 +215,7 @@ class KnowledgeService:
                 row = conn.execute("SELECT block, entry_ids, deltas FROM knowledge_sessions"
                                    " WHERE tenant = ? AND session = ?",
                                    (tenant, session)).fetchone()
+                assert row is not None  # the conflicting row exists: nothing deletes it
                 return SessionKnowledge(
                     project, str(row[0]), {str(k): float(v) for k, v in
                                            orjson.loads(row[1]).items()},
@@ -228,7 +230,7 @@ class KnowledgeService:
             return SessionKnowledge(project, text, known, [],
                                     -1 if underway and entries else version)
 
-        return self.memory.write_job(in_tenant(tenant, start))  # type: ignore[no-any-return]
+        return self.memory.write_job(in_tenant(tenant, start))
 
     async def _maybe_update(self, history: HistoryAdapter, payload: dict[str, Any],
                             identity: Identity, state: SessionKnowledge) -> None:
@@ -258,7 +260,7 @@ class KnowledgeService:
         deltas = orjson.dumps([[d.position, d.text] for d in state.deltas]).decode()
         shown = orjson.dumps(state.shown, option=orjson.OPT_SORT_KEYS).decode()
 
-        def append(conn: Any) -> bool:
+        def append(conn: Connection) -> bool:
             # Only onto what this instance read: another may have appended meanwhile.
             conn.execute("UPDATE knowledge_sessions SET deltas = ?, entry_ids = ? WHERE"
                          " tenant = ? AND session = ? AND deltas = ?",

@@ -40,7 +40,7 @@ from lore_gateway.knowledge import store as kstore
 from lore_gateway.knowledge.service import KnowledgeService, agents_file
 from lore_gateway.memory.identity import UNKNOWN_PROJECT
 from lore_gateway.obs import metrics
-from lore_gateway.routing import Protocol
+from lore_gateway.routing import Family, Protocol
 from lore_gateway.storage.base import Connection, in_tenant
 from lore_gateway.upstream import UpstreamClient
 from lore_gateway.worker import jobs
@@ -411,7 +411,9 @@ class BackgroundWorker:
         if changed and self.knowledge is not None:
             self.knowledge.changed(job.tenant, job.project)
             lender = self.vault.get(job.tenant, job.session, job.project)
-            family = lender.family if lender is not None else "responses"
+            # The Codex backend's worker requests differ; its history is Responses'.
+            family = (Family.RESPONSES if lender is None or lender.family == "codex"
+                      else Family(lender.family))
             try:
                 await asyncio.to_thread(self.knowledge.export_now, job.tenant, job.project,
                                         agents_file(family))

@@ -305,13 +305,20 @@ def final_round_result(result: str) -> str:
     return result if FINAL_ROUND_TEXT in result else f"{result}\n\n{FINAL_ROUND_TEXT}"
 
 
+def failure_category(exc: Exception) -> str:
+    """The category a chain failure carries (``RecallFailed``, ``FollowUpError``);
+    another exception's class name."""
+    if isinstance(exc, (RecallFailed, FollowUpError)):
+        return exc.category
+    return type(exc).__name__
+
+
 def stream_failure_message(exc: Exception) -> str:
     """What a streaming client is told: a hit limit by name, else the spec's line
     with the reason."""
     if isinstance(exc, StateLimitExceeded):
         return f"Lore stopped the response: {exc}; raise LORE_RECALL_RETAINED_MAX_BYTES"
-    upstream = (isinstance(exc, ProtocolError)
-                or getattr(exc, "category", None) in UPSTREAM_FAILURES)
+    upstream = isinstance(exc, ProtocolError) or failure_category(exc) in UPSTREAM_FAILURES
     return with_reason(STREAM_RECALL_FAILED, str(exc) if upstream else None)
 
 

@@ -38,6 +38,7 @@ from lore_gateway.recall.core.chain import (
     RecallFailed,
     StagedRecall,
     execute_recall,
+    failure_category,
     send_counted,
     stream_failure_message,
     with_keepalive,
@@ -447,7 +448,7 @@ async def serve_stream(ctx: RecallContext, adapter: ServedStream, principal: Ups
         closing = await run_streamed(ctx, adapter, principal, client)
     except (RecallFailed, FollowUpError, ProtocolError) as exc:
         log.warning("%s recall stream failed: %s", adapter.label,
-                    getattr(exc, "category", type(exc).__name__))
+                    failure_category(exc))
         ctx.staged.clear()
         await client.end(adapter.error_frame(stream_failure_message(exc)))
         return False
@@ -467,7 +468,7 @@ async def serve_json(ctx: RecallContext, adapter: ServedJSON,
         body = await run_buffered(ctx, adapter, principal)
     except (RecallFailed, FollowUpError, ProtocolError) as exc:
         log.warning("%s buffered recall failed: %s", adapter.label,
-                    getattr(exc, "category", type(exc).__name__))
+                    failure_category(exc))
         ctx.staged.clear()
         return 502, error_body("server_error", RECALL_FAILED), JSON_HEADERS
     adapter.report_empty(ctx, body)
