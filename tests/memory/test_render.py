@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from lore_gateway.memory.hits import Previous
 from lore_gateway.memory.render import NO_RESULTS, render
 from lore_gateway.memory.search import Hit, SearchResult
 
@@ -70,3 +73,22 @@ def test_a_cut_result_shows_the_part_with_the_query_words() -> None:
     head = render(SearchResult(query="unrelated words", scope="all", hits=[hit], total=1),
                   budget_chars=2_000, now=NOW)
     assert "- (assistant, 2h ago) ok line ok line" in head
+
+
+def test_a_hit_shows_the_message_before_it_in_its_room() -> None:
+    """The previous message a hit carries is shown under it, named by its id, and
+    the two share the hit's room: half each, what one leaves going to the other."""
+    command = "THOUGHT: run it\n```bash\npython3 repro.py\n```"
+    hit = replace(_hit(1, 1.0, "ZeroDivisionError: division by zero"),
+                  previous=Previous(ref="t:0", role="assistant", content=command))
+    lines = render(_result(hit), now=NOW).splitlines()
+    at = lines.index("- (assistant, 2h ago) ZeroDivisionError: division by zero (t:1)")
+    assert lines[at + 1] == ("  (before it: assistant, t:0) "
+                             "THOUGHT: run it ```bash python3 repro.py ```")
+    long_output = "\n".join(f"line {i} of the output" for i in range(400))
+    long_command = "\n".join(f"step {i} of the command" for i in range(400))
+    big = replace(_hit(1, 1.0, long_output),
+                  previous=Previous(ref="t:0", role="assistant", content=long_command))
+    text = render(_result(big), budget_chars=2000, now=NOW)
+    own, before = (line for line in text.splitlines() if "(t:1)" in line or "(before it" in line)
+    assert abs(len(own) - len(before)) < 120  # each about half the room

@@ -143,3 +143,30 @@ def test_the_asking_sessions_nearest_messages_are_candidates_in_scope_all(
     query = "what happens to the user and password"
     assert answer in _contents(searcher, query, scope="all", session="asking", limit=10)
     assert answer not in _contents(searcher, query, scope="all", session="s1", limit=10)
+
+
+@pytest.mark.usefixtures("database_url")
+def test_a_hit_carries_the_message_before_it(tmp_path: Path) -> None:
+    """The output is found by the question's words; the command that produced it
+    (the message before it, which the context index ranked with it) rides along
+    when the result does not show it as a hit of its own, and never when it is
+    recall traffic."""
+    command = "THOUGHT: Run the reproduction.\n\n```bash\npython3 repro.py\n```"
+    output = "[tool:c1] ZeroDivisionError: division by zero"
+    recall = '[tool_call:recall] {"query": "zero"}'
+    later = "[tool:c2] ZeroDivisionError: division by zero in the second run"
+    cosines = {command: 0.1, output: 0.2, recall: 0.1, later: 0.2}
+    searcher = _searcher(tmp_path, cosines,
+                         _turn("s1", ("assistant", command), ("tool", output),
+                               ("assistant", recall), ("tool", later)))
+    alone = searcher.search("ZeroDivisionError division by zero", tenant=TENANT,
+                            project=PROJECT, session="", scope="project", limit=1).hits
+    assert [h.content for h in alone] == [output]
+    assert alone[0].previous is not None and alone[0].previous.content == command
+    assert alone[0].previous.role == "assistant"
+    both = searcher.search("ZeroDivisionError division by zero", tenant=TENANT,
+                           project=PROJECT, session="", scope="project", limit=3).hits
+    assert [h.content for h in both] == [output, later, command]
+    # The command is a hit of its own, so the output carries nothing; the later
+    # output's previous message is a recall call, which no result shows.
+    assert [h.previous for h in both] == [None, None, None]

@@ -232,8 +232,10 @@ def _ask_lore(report: CodingReport, sets: CodingSets, memory: Memory,
             t0 = time.perf_counter()
             result = memory.search_sync(q.question, identity=ident, scope=scope, limit=LIMIT)
             report.latencies_ms.setdefault(mode, []).append((time.perf_counter() - t0) * 1000)
-            report.add(LORE, mode, q, [Found.of(h.session, h.content, h.meta)
-                                       for h in result.hits])
+            report.add(LORE, mode, q, [
+                Found.of(h.session, h.content, h.meta,
+                         h.previous.content if h.previous is not None else "")
+                for h in result.hits])
             asked += 1
             if progress is not None:
                 progress("questions", asked, total)

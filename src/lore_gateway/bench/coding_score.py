@@ -7,7 +7,9 @@ For each question and each top 10 (``Found`` rows, best first):
 - **exact@10**: a gold index itself is in the top 10;
 - **MRR**: 1 / rank of the first ±2 hit, over the top 10 (0 beyond it; the shared
   baseline scripts rank the whole list, so their MRR can be a little higher);
-- **key facts**: the top 10's text joined, each key fact looked up verbatim:
+- **key facts**: the top 10's text joined (each hit with the message before it
+  that it carries, ``Hit.previous``, which the recall shows under it), each key
+  fact looked up verbatim:
   ``kf_all@10`` is the share of questions with every fact present, ``kf_frac@10``
   the share of all facts present. It needs the message that holds the fact, not
   a neighbour, and a fact shown by any session counts;
@@ -69,14 +71,17 @@ class Found:
     content: str
     side_channel: bool = False
     recall: bool = False
+    previous: str = ""  # the message before it that the hit carries (``Hit.previous``)
 
     @classmethod
-    def of(cls, session: str, content: str, meta: dict[str, Any] | None) -> Found:
+    def of(cls, session: str, content: str, meta: dict[str, Any] | None,
+           previous: str = "") -> Found:
         meta = meta or {}
         index = meta.get("index")
         return cls(session, int(index) if isinstance(index, int) else None, content,
                    side_channel=hidden_side_channel(meta),
-                   recall=meta.get("noise") == "recall" or is_recall_traffic(content))
+                   recall=meta.get("noise") == "recall" or is_recall_traffic(content),
+                   previous=previous)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +108,7 @@ def outcome(q: Question, found: Sequence[Found]) -> Outcome:
                      if f.session == q.session_id and f.index is not None and ok(f.index)),
                     None)
 
-    text = "\n".join(f.content for f in top)
+    text = "\n".join(f"{f.previous}\n{f.content}" for f in top)
     return Outcome(
         tol=first(lambda i: any(abs(i - g) <= TOLERANCE for g in q.golds)),
         exact=first(lambda i: i in q.golds),

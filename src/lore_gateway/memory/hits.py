@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["SHOWN_SIDE_CHANNELS", "Hit", "SearchResult", "hidden_side_channel", "text_key"]
+__all__ = ["SHOWN_SIDE_CHANNELS", "Hit", "Previous", "SearchResult", "hidden_side_channel",
+           "text_key"]
 
 # The side channels a search still shows. ``meta.side_channel`` holds why a call
 # is one (``knowledge.sidechannel.SideChannel``). A tool-less chat app's first
@@ -18,6 +19,16 @@ __all__ = ["SHOWN_SIDE_CHANNELS", "Hit", "SearchResult", "hidden_side_channel", 
 # quotes the conversation instead (OpenCode's titles all land in one session),
 # and so does a row stored before the reason was (``true``): never a hit.
 SHOWN_SIDE_CHANNELS = frozenset({"one_shot"})
+
+
+@dataclass(frozen=True, slots=True)
+class Previous:
+    """The message before a hit in its session, which the hit carries
+    (``search.with_previous``): the context index ranked the two together."""
+
+    ref: str
+    role: str
+    content: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +57,9 @@ class Hit:
     # this one states (``memory/supersede.py``): this one is stale, ranked just
     # below it. Empty when nothing supersedes it.
     superseded_by: str = ""
+    # The message before this one in its session, when the result does not show
+    # it as a hit of its own: an output's command, or the output a turn reads.
+    previous: Previous | None = None
 
 
 @dataclass(frozen=True, slots=True)

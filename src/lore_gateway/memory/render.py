@@ -120,6 +120,22 @@ def superseded_note(hit: Hit) -> str:
     return f" (superseded by {hit.superseded_by})" if hit.superseded_by else ""
 
 
+def previous_head(hit: Hit) -> str:
+    """The start of the line showing the message before a hit (``Hit.previous``),
+    under the hit's own line; empty when it carries none."""
+    if hit.previous is None:
+        return ""
+    return f"  (before it: {hit.previous.role}, {hit.previous.ref}) "
+
+
+def _split(own: int, prior: int, cap: int) -> tuple[int, int]:
+    """A hit's room shared with the message before it: half each, and what one
+    leaves of its half to the other."""
+    half = cap // 2
+    own_cap = min(own, half) + max(0, half - prior) + cap % 2
+    return own_cap, cap - own_cap
+
+
 def _caps(needs: list[int], bases: list[int], ceilings: list[int], spare: int) -> list[int]:
     """Each result's content budget: its base, and what ``spare`` holds given to the
     results cut at their base, best first, up to their ceiling."""
@@ -150,7 +166,7 @@ def render(result: SearchResult, budget_chars: int = DEFAULT_BUDGET_CHARS,
     per_result = room / max(1, len(shown))
 
     tiers = [_tier(hit.score) for hit in shown]
-    heads, tails = [], []
+    heads, tails, befores = [], [], []
     for i, hit in enumerate(shown):
         where = label(hit.project, result.project)
         heading = ["", f"### {tiers[i][0]}", "#### Conversation"] \
@@ -158,13 +174,17 @@ def render(result: SearchResult, budget_chars: int = DEFAULT_BUDGET_CHARS,
         heads.append([*heading, f"- ({hit.role}, {age(hit.created_at, now)}"
                                 f"{f', project {where}' if where else ''}) "])
         tails.append(f" ({hit.ref}){folded_note(hit)}{superseded_note(hit)}")
-    needs = [len(" ".join(hit.content.split())) for hit in shown]
+        befores.append(previous_head(hit))
+    owns = [len(" ".join(hit.content.split())) for hit in shown]
+    priors = [len(" ".join(hit.previous.content.split())) if hit.previous else 0
+              for hit in shown]
+    needs = [own + prior for own, prior in zip(owns, priors, strict=True)]
     bases = [int(min(MAX_RESULT_CHARS, max(MIN_RESULT_CHARS,
                                            per_result * weight * RAW_SOURCE_WEIGHT)))
              for _, weight in tiers]
     ceilings = [int(MAX_RESULT_CHARS * max(1.0, weight)) for _, weight in tiers]
-    fixed = sum(sum(len(x) + 1 for x in head) + len(tail)
-                for head, tail in zip(heads, tails, strict=True))
+    fixed = sum(sum(len(x) + 1 for x in head) + len(tail) + (len(before) + 1 if before else 0)
+                for head, tail, before in zip(heads, tails, befores, strict=True))
     spare = room - fixed - sum(min(n, b) for n, b in zip(needs, bases, strict=True))
     caps = _caps(needs, bases, ceilings, spare)
 
@@ -172,9 +192,12 @@ def render(result: SearchResult, budget_chars: int = DEFAULT_BUDGET_CHARS,
     used = 0
     count = 0
     truncated_any = False
-    for hit, head, tail, need, cap in zip(shown, heads, tails, needs, caps, strict=True):
-        text = passage(hit.content, terms, cap)
-        lines = [*head[:-1], head[-1] + text + tail]
+    for hit, head, tail, before, need, cap, own, prior in zip(
+            shown, heads, tails, befores, needs, caps, owns, priors, strict=True):
+        own_cap, prior_cap = _split(own, prior, cap)
+        lines = [*head[:-1], head[-1] + passage(hit.content, terms, own_cap) + tail]
+        if hit.previous is not None:
+            lines.append(before + passage(hit.previous.content, terms, prior_cap))
         size = sum(len(x) + 1 for x in lines)
         if used + size > room and count >= 1:
             truncated_any = True

@@ -58,6 +58,7 @@ from lore_gateway.memory.embed import FloatArray
 from lore_gateway.memory.hit_load import load_hits
 from lore_gateway.memory.hits import Hit as Hit
 from lore_gateway.memory.hits import SearchResult as SearchResult
+from lore_gateway.memory.previous import with_previous
 from lore_gateway.memory.projects import favour
 from lore_gateway.memory.query import (
     MatchPlan,
@@ -298,6 +299,7 @@ class Searcher:
         hits = [replace(h, score=round(confidence * h.score / top, 4)) for h in hits]
         hits = [h for h in hits if h.score >= MIN_SCORE]
         hits = supersede(hits, query)  # a stale value labelled (``supersede``)
+        hits = with_previous(conn, hits)  # what the context index ranked with it
         return SearchResult(query=query, scope=scope, hits=hits,
                             total=len(ranked) if hits else 0, project=project,
                             _candidates=tuple(int(h.ref[2:]) for h in hits))
