@@ -8,9 +8,11 @@ TOOLS := .tools
 CODEX_VERSION := 0.171.0
 CLAUDE_VERSION := 2.1.197
 OPENCODE_VERSION := 1.18.33
+GEMINI_VERSION := 0.61.0
 CODEX := $(TOOLS)/node_modules/.bin/codex
 CLAUDE := $(TOOLS)/node_modules/@anthropic-ai/claude-code/bin/claude.exe
 OPENCODE := $(TOOLS)/node_modules/opencode-ai/bin/opencode.exe
+GEMINI := $(TOOLS)/node_modules/.bin/gemini
 
 .PHONY: setup serve test lint tools browser clean
 
@@ -26,12 +28,12 @@ $(VENV)/.installed: pyproject.toml
 serve: setup
 	$(BIN)/lore serve
 
-tools: $(CODEX) $(CLAUDE) $(OPENCODE)
+tools: $(CODEX) $(CLAUDE) $(OPENCODE) $(GEMINI)
 
-$(CODEX) $(CLAUDE) $(OPENCODE):
+$(CODEX) $(CLAUDE) $(OPENCODE) $(GEMINI):
 	npm install --prefix $(TOOLS) --no-audit --no-fund --loglevel=error \
 		@openai/codex@$(CODEX_VERSION) @anthropic-ai/claude-code@$(CLAUDE_VERSION) \
-		opencode-ai@$(OPENCODE_VERSION)
+		opencode-ai@$(OPENCODE_VERSION) @google/gemini-cli@$(GEMINI_VERSION)
 
 lint: setup
 	$(BIN)/ruff check src tests
