@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lore_gateway.protocols.common import ProtocolError, TextBuffer
+from lore_gateway.protocols.common import ProtocolError
+from lore_gateway.protocols.responses_data import apply_data
 from lore_gateway.protocols.responses_model import (
     MAX_OUTPUT_INDEX,
     TOOL_ITEM_TYPES,
@@ -286,137 +287,8 @@ class ResponsesItems:
     def _apply_data(self, name: str, payload: dict[str, Any]) -> None:
         if item_kind(name) is None or name.startswith(_ANNOTATION_PREFIX):
             return  # other response.* events (annotations, tool progress) carry nothing to keep
-        item = self._locate(name, payload)
-        if name.startswith("response.content_part."):
-            self._apply_part(name, payload, item)
-        elif name.startswith(("response.output_text.", "response.refusal.")):
-            self._apply_text(name, payload, item)
-        elif name.startswith(
-            ("response.function_call_arguments.", "response.custom_tool_call_input.")
-        ):
-            self._apply_arguments(name, payload, item)
-        elif name.startswith("response.reasoning_text."):
-            self._apply_text(name, payload, item)
-        else:
-            self._apply_summary(name, payload, item)
-
-    def _content_index(self, name: str, payload: dict[str, Any], item: Item) -> int:
-        ci = as_index(payload.get("content_index"))
-        if ci is None or ci < 0:
-            if self.strict:
-                raise ProtocolError(
-                    f"Responses {name} requires content_index for index {item.index}"
-                )
-            if item.active_part is not None:
-                return item.active_part
-            return len(item.parts) if name.endswith(".added") or not item.parts else max(item.parts)
-        return ci
-
-    def _apply_part(self, name: str, payload: dict[str, Any], item: Item) -> None:
-        ci = self._content_index(name, payload, item)
-        part = payload.get("part")
-        if not isinstance(part, dict):
-            raise ProtocolError(f"malformed Responses {name}")
-        item.settle()
-        for key in [k for k in item.texts if k[0] == ci]:
-            del item.texts[key]
-        if name.endswith(".added"):
-            if self.strict and item.active_part is not None:
-                raise ProtocolError(
-                    f"Responses {name} while a content part is active for index {item.index}"
-                )
-            if self.strict and ci in item.parts:
-                raise ProtocolError(f"duplicate Responses content part {ci} for index {item.index}")
-            item.parts[ci] = dict(part)
-            item.active_part = ci
-        else:
-            if self.strict and item.active_part != ci:
-                raise ProtocolError(
-                    f"Responses {name} does not match the active content part "
-                    f"for index {item.index}"
-                )
-            item.parts[ci] = dict(part)
-            item.closed_parts.add(ci)
-            item.active_part = None
-
-    def _apply_text(self, name: str, payload: dict[str, Any], item: Item) -> None:
-        ci = self._content_index(name, payload, item)
-        key = "refusal" if name.startswith("response.refusal.") else "text"
-        part_type = {"refusal": "refusal"}.get(key) or (
-            "reasoning_text" if name.startswith("response.reasoning_text.") else "output_text"
-        )
-        misplaced = item.active_part != ci or ci in item.closed_parts
-        if self.strict and item.type == "message" and misplaced:
-            raise ProtocolError(
-                f"Responses {name} does not match the active content part for index {item.index}"
-            )
-        part = item.parts.setdefault(ci, {"type": part_type, key: ""})
-        if name.endswith(".delta"):
-            delta = payload.get("delta")
-            if not isinstance(delta, str):
-                raise ProtocolError(f"malformed Responses {name}")
-            buf = item.texts.get((ci, key))
-            if buf is None:
-                buf = item.texts[(ci, key)] = TextBuffer(as_str(part.get(key)), self._max_text)
-            buf.append(delta)
-            return
-        text = payload.get(key)
-        if not isinstance(text, str):
-            raise ProtocolError(f"malformed Responses {name}")
-        item.settle()
-        if self.strict and text != as_str(part.get(key)):
-            raise ProtocolError(
-                f"Responses {name} text does not match streamed deltas for index {item.index}"
-            )
-        item.texts.pop((ci, key), None)
-        part[key] = text
-
-    def _apply_arguments(self, name: str, payload: dict[str, Any], item: Item) -> None:
-        key = "input" if item.type == "custom_tool_call" else "arguments"
-        if item.args_done:
-            raise ProtocolError(f"Responses {name} after arguments done for index {item.index}")
-        if name.endswith(".delta"):
-            delta = payload.get("delta")
-            if not isinstance(delta, str):
-                raise ProtocolError(f"malformed Responses {name}")
-            if item.args_buf is None:
-                item.args_buf = TextBuffer(limit=self._max_text)
-            item.args_buf.append(delta)
-            item.args_streamed = True
-            return
-        final = payload.get(key)
-        if not isinstance(final, str):
-            raise ProtocolError(f"malformed Responses {name}")
-        item.settle()
-        item.args_buf = None
-        if self.strict and item.args_streamed and final != item.args:
-            raise ProtocolError(
-                f"Responses {name} arguments do not match streamed deltas for index {item.index}"
-            )
-        item.args = final
-        item.args_done = True
-        if not item.name and as_str(payload.get("name")):
-            item.name = as_str(payload.get("name"))
-
-    def _apply_summary(self, name: str, payload: dict[str, Any], item: Item) -> None:
-        si = as_index(payload.get("summary_index"))
-        if si is None or si < 0:
-            if self.strict:
-                raise ProtocolError(
-                    f"Responses {name} requires summary_index for index {item.index}"
-                )
-            si = max(item.summaries, default=0)
-        if name.startswith("response.reasoning_summary_part."):
-            part = payload.get("part")
-            if not isinstance(part, dict):
-                raise ProtocolError(f"malformed Responses {name}")
-            item.summaries[si] = dict(part)
-            return
-        part = item.summaries.setdefault(si, {"type": "summary_text", "text": ""})
-        if name.endswith(".delta"):
-            part["text"] = as_str(part.get("text")) + as_str(payload.get("delta"))
-        else:
-            part["text"] = as_str(payload.get("text"))
+        apply_data(name, payload, self._locate(name, payload), strict=self.strict,
+                   max_text=self._max_text)
 
     def _final_item(self, item: Item) -> dict[str, Any]:
         """The item as it stands: the done item, or the added one filled in."""
