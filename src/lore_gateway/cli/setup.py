@@ -108,12 +108,12 @@ def _print_status(settings: Settings, as_json: bool) -> None:
             agent: {"config": str(s.path), "exists": s.exists, "set_up_by_lore": s.set_up_by_lore,
                     "points_at_gateway": s.points_at_gateway} for agent, s in states.items()}})
         return
-    # A client the user does not have is noise in the table: OpenCode is listed once
-    # its config folder exists, an MCP client once its config file exists, either
+    # A client the user does not have is noise in the table: OpenCode and Gemini CLI
+    # are listed once their config folder exists, an MCP client once its config file exists, either
     # once lore set it up (--json lists every one).
     shown = {agent: s for agent, s in states.items()
              if agent in ("codex", "claude") or s.exists or s.set_up_by_lore
-             or (agent == "opencode" and s.path.parent.is_dir())}
+             or (agent in ("opencode", "gemini") and s.path.parent.is_dir())}
     output.print_table(
         [output.Column("agent", wrap=False), output.Column("config"),
          output.Column("set up by lore", wrap=True), output.Column("points at gateway")],
