@@ -90,7 +90,13 @@ class Exchange:
 
     @property
     def model(self) -> str | None:
-        model = self.payload.get("model")
-        if isinstance(model, str):
-            return model
-        return self.route.model or None  # Gemini names it in the path
+        return requested_model(self.route, self.payload)
+
+
+def requested_model(route: Route, payload: dict[str, Any]) -> str | None:
+    """The model a request asks for: the body's ``model``, else the one its path
+    names (Gemini sends none in the body: ``models/{model}:generateContent``)."""
+    model = payload.get("model")
+    if isinstance(model, str):
+        return model
+    return route.model or None

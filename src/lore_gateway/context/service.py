@@ -56,10 +56,12 @@ class ContextService:
         return Limits(window, self.settings.context_budget_share)
 
     async def prepare(self, family: Family, payload: dict[str, Any], body_len: int,
-                      identity: Identity, *, coding: bool,
+                      identity: Identity, model: str | None, *, coding: bool,
                       keep: bool = True) -> SessionState | None:
         """The state the ``context`` slot renders this request with; None to
         pass the client's history through (layer 0, a side channel, disabled).
+        ``model``: the requested model, which sizes the window (the body's, or the
+        path's for Gemini: ``exchange.requested_model``).
         ``coding``: the request is a coding agent's turn (decided once per request).
         ``keep``: False for a turn memory does not keep (``Exchange.keep``): planned
         as usual, the state held in this process only, nothing written."""
@@ -68,7 +70,7 @@ class ContextService:
         history = adapter_for(family)
         key = (identity.tenant, identity.session)
         state = await self._state(key)
-        limits = self.limits(str(payload.get("model") or ""))
+        limits = self.limits(model)
         now = self.clock()
         result = planner.plan(history, payload, body_len, state, limits, now)
         if result.action == "load":

@@ -27,7 +27,7 @@ import orjson
 
 from lore_gateway.context import overflow as context_overflow
 from lore_gateway.context.service import ContextService
-from lore_gateway.exchange import Exchange
+from lore_gateway.exchange import Exchange, requested_model
 from lore_gateway.knowledge.service import KnowledgeService
 from lore_gateway.memory.records import Identity
 from lore_gateway.pipeline import transforms
@@ -104,9 +104,11 @@ class RequestPipeline:
             # Sized as it goes upstream: the recall pairs expansion restored count.
             size = replay.expanded_length(family, payload, expanded, len(body))
             layout = await self.context.prepare(family, expanded, size, identity,
+                                                requested_model(route, payload),
                                                 coding=coding, keep=keep)
         ctx = transforms.request_context(protocol, headers, identity, body_bytes=len(body),
-                                         knowledge=view, context=layout)
+                                         knowledge=view, context=layout,
+                                         array_stream=transforms.array_stream(route))
         return transforms.run(expanded, ctx, self.slots)
 
     # -- context management after the request went out ---------------------------------
@@ -164,7 +166,7 @@ class RequestPipeline:
             base = new.get(key) if new is not exchange.payload else None
             return base if isinstance(base, list) else None
 
-        return ContextFit(self.context, identity, str(exchange.payload.get("model") or ""),
+        return ContextFit(self.context, identity, exchange.model or "",
                           key, len(items) if isinstance(items, list) else 0, rebase,
                           keep=exchange.keep)
 
