@@ -39,3 +39,26 @@ def test_when_it_is_not_injected() -> None:
     several = body(generationConfig={"candidateCount": 2})
     assert injection_refusal("gemini", several) == "the client asked for several candidates"
     assert injection_refusal("gemini", body(generationConfig={"candidateCount": 1})) is None
+
+
+def test_a_gemini_array_stream_gets_no_tool() -> None:
+    """The live path reads SSE (``alt=sse``); an array stream goes on without recall."""
+    from lore_gateway.memory.records import Identity
+    from lore_gateway.pipeline import transforms
+    from lore_gateway.routing import Protocol, match
+
+    def route(query: str) -> Any:
+        found = match("POST", "/v1beta/models/gemini-fake:streamGenerateContent", query,
+                      anthropic_version=False, upgrade=False)
+        assert found is not None
+        return found
+
+    assert transforms.array_stream(route("key=k"))
+    assert not transforms.array_stream(route("alt=sse"))
+    identity = Identity(tenant="t", project="/p", session="s")
+    original = body()
+    ctx = transforms.request_context(Protocol.GEMINI, {}, identity,
+                                     array_stream=transforms.array_stream(route("")))
+    assert transforms.inject_tool(original, ctx) is original
+    sse = transforms.request_context(Protocol.GEMINI, {}, identity)
+    assert has_recall_tool("gemini", transforms.inject_tool(original, sse))

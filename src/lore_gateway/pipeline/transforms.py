@@ -71,6 +71,9 @@ class RequestContext:
     # Length of the client's decoded body in bytes (0 when unknown): a size
     # estimate for the ``context`` slot without re-serialising the payload.
     body_bytes: int = 0
+    # A Gemini stream asked for as a JSON array (no ``alt=sse``), which the live
+    # recall path does not read (:func:`array_stream`).
+    array_stream: bool = False
 
     @property
     def family(self) -> Family:
@@ -101,11 +104,20 @@ def is_codex_client(headers: Mapping[str, str]) -> bool:
 def request_context(protocol: Protocol, headers: Mapping[str, str], identity: Identity,
                     anchors: SessionRecalls | None = None, *, body_bytes: int = 0,
                     knowledge: KnowledgeView | None = None,
-                    context: SessionState | None = None) -> RequestContext:
+                    context: SessionState | None = None,
+                    array_stream: bool = False) -> RequestContext:
     view = headers if isinstance(headers, MappingProxyType) else MappingProxyType(dict(headers))
     return RequestContext(protocol=protocol, identity=identity, headers=view,
                           codex_client=is_codex_client(headers), anchors=anchors,
-                          knowledge=knowledge, context=context, body_bytes=body_bytes)
+                          knowledge=knowledge, context=context, body_bytes=body_bytes,
+                          array_stream=array_stream)
+
+
+def array_stream(route: Route) -> bool:
+    """A Gemini ``:streamGenerateContent`` without ``alt=sse``: its answer is one
+    JSON array streamed element by element, not SSE."""
+    query = route.upstream_path.partition("?")[2]
+    return route.stream is True and "alt=sse" not in query.split("&")
 
 
 # --- the transforms -------------------------------------------------------------
@@ -139,6 +151,9 @@ def add_knowledge(payload: Payload, ctx: RequestContext) -> Payload:
 
 def inject_tool(payload: Payload, ctx: RequestContext) -> Payload:
     """The hidden recall tool, when the request qualifies (B.8)."""
+    if ctx.array_stream:
+        log.debug("recall not injected (session %s): a Gemini array stream", ctx.session[:16])
+        return payload
     refusal = tool.injection_refusal(ctx.family, payload, codex_client=ctx.codex_client)
     if refusal is not None:
         log.debug("recall not injected (session %s): %s", ctx.session[:16], refusal)
