@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from lore_gateway.config import Settings
@@ -158,42 +159,9 @@ class Memory:
         its query. ``turn_process=True`` writes turns in a child process
         (``store_process``: the gateway, so storage never takes its GIL).
         """
-        database = settings.database
-        conn = db.connect(database)
-        try:
-            schema.migrate(conn, index_memory_mb=settings.database_index_memory_mb)
-        finally:
-            conn.close()
-        wanted: Embedder | Literal["lazy"] | None = None
-        if embedder == "auto":
-            if settings.embeddings:
-                from lore_gateway.memory.model_files import model_info, warn_model_missing
-
-                if model_info() is not None:
-                    wanted = "lazy"
-                else:
-                    warn_model_missing()
-        else:
-            wanted = embedder
-        worker: EmbeddingProcess | None = None
-        if wanted is not None and embed_backlog:
-            from lore_gateway.memory.embed_process import EmbeddingProcess
-
-            worker = EmbeddingProcess(database, rerank=settings.rerank)
-        writer = TurnWriter(
-            db.conn_factory(database),
-            max_message_bytes=settings.store_max_message_bytes,
-            on_commit=worker.submit if worker is not None else None,
-        )
-        turn_store = None
-        if turn_process:
-            from lore_gateway.memory.store_process import TurnStoreProcess
-
-            turn_store = TurnStoreProcess(
-                database, max_message_bytes=settings.store_max_message_bytes,
-                on_commit=worker.submit if worker is not None else None)
-        memory = cls(settings, writer=writer, embedder=wanted, embedding_worker=worker,
-                     turn_store=turn_store)
+        made = _open_parts(settings, embedder, embed_backlog, turn_process)
+        memory = cls(settings, writer=made.writer, embedder=made.embedder,
+                     embedding_worker=made.embedding_worker, turn_store=made.turn_store)
         memory._start_backfill()
         return memory
 
@@ -201,8 +169,7 @@ class Memory:
     def traffic(self) -> TrafficClock | None:
         """Where the proxy marks its requests, so the embedding backlog can wait
         for a quiet moment (memory/traffic.py); ``None`` without that process."""
-        worker = self._embedding_worker
-        return worker.traffic if worker is not None else None
+        return self._embedding_worker.traffic if self._embedding_worker is not None else None
 
     @property
     def embeddings(self) -> bool:
@@ -494,3 +461,52 @@ class Memory:
             if self._reader is not None:
                 self._reader.close()
                 self._reader = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    writer: TurnWriter
+    embedder: Embedder | Literal["lazy"] | None
+    embedding_worker: EmbeddingProcess | None
+    turn_store: TurnStoreProcess | None
+
+
+def _open_parts(settings: Settings, embedder: Embedder | Literal["auto"] | None,
+                embed_backlog: bool, turn_process: bool) -> _Parts:
+    """What ``Memory.open`` builds before the facade: the migrated database, the
+    embedder wanted, the embedding process, the writer and the storage process."""
+    database = settings.database
+    conn = db.connect(database)
+    try:
+        schema.migrate(conn, index_memory_mb=settings.database_index_memory_mb)
+    finally:
+        conn.close()
+    wanted: Embedder | Literal["lazy"] | None = None
+    if embedder == "auto":
+        if settings.embeddings:
+            from lore_gateway.memory.model_files import model_info, warn_model_missing
+
+            if model_info() is not None:
+                wanted = "lazy"
+            else:
+                warn_model_missing()
+    else:
+        wanted = embedder
+    worker: EmbeddingProcess | None = None
+    if wanted is not None and embed_backlog:
+        from lore_gateway.memory.embed_process import EmbeddingProcess
+
+        worker = EmbeddingProcess(database, rerank=settings.rerank)
+    writer = TurnWriter(
+        db.conn_factory(database),
+        max_message_bytes=settings.store_max_message_bytes,
+        on_commit=worker.submit if worker is not None else None,
+    )
+    turn_store = None
+    if turn_process:
+        from lore_gateway.memory.store_process import TurnStoreProcess
+
+        turn_store = TurnStoreProcess(
+            database, max_message_bytes=settings.store_max_message_bytes,
+            on_commit=worker.submit if worker is not None else None)
+    return _Parts(writer, wanted, worker, turn_store)
