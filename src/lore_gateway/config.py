@@ -150,10 +150,12 @@ class Settings(BaseSettings):
     # Background worker (docs/knowledge.md): model calls made for the user after a
     # response ended, with the session's own upstream and credential.
     worker: bool = True
-    # The cheaper model of each provider; "session" uses the session's own model.
+    # The cheaper model of each provider; "session" uses the session's own model
+    # (Gemini's default: the one model the session's key is known to reach).
     worker_model_anthropic: str = "claude-haiku-4-5"
     worker_model_openai: str = "gpt-5-mini"
     worker_model_chatgpt: str = "gpt-5.1-codex-mini"
+    worker_model_gemini: str = "session"
     # Worker tokens (in + out) per tenant per UTC day; 0 allows none.
     worker_daily_tokens: int = 200_000
     worker_timeout: float = 120.0

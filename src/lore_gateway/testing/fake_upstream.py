@@ -478,6 +478,9 @@ class FakeUpstream:
                 self.refusals.append((record.path, refusal))
             return error(refusal.status, refusal.body)
         scenario = Scenario.parse(spec)
+        await self._worker_hold(record.headers.get("x-lore-worker"))
+        if scenario.name == "worker":
+            scenario = Scenario("text", fake_worker.answer(record.headers["x-lore-worker"], body))
         if scenario.name == "too-long":
             return error(400, fake_gemini.error_body(400, fake_gemini.TOO_LONG))
         if scenario.name.startswith("status-"):

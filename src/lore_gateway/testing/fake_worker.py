@@ -31,13 +31,13 @@ _PREFERENCE_RE = re.compile(r"\b(always|never|prefer\w*)\b", re.I)
 
 
 def prompt_text(body: dict[str, Any]) -> str:
-    """The user text of a worker request, in any of the four shapes."""
-    items = body.get("messages") if "messages" in body else body.get("input")
+    """The user text of a worker request, in any of the five shapes."""
+    items = next((body[k] for k in ("messages", "input", "contents") if k in body), None)
     texts: list[str] = []
     for item in items if isinstance(items, list) else []:
         if not isinstance(item, dict) or item.get("role") != "user":
             continue
-        content = item.get("content")
+        content = item.get("content", item.get("parts"))  # Gemini: parts
         if isinstance(content, str):
             texts.append(content)
         elif isinstance(content, list):
@@ -47,7 +47,7 @@ def prompt_text(body: dict[str, Any]) -> str:
 
 def answer(job: str, body: dict[str, Any]) -> str:
     """The scripted answer, cut at the request's output cap as a real model's is
-    (``max_tokens`` / ``max_output_tokens``; 4 characters a token, the strict
+    (``max_tokens`` / ``max_output_tokens`` / ``maxOutputTokens``; 4 characters a token, the strict
     provider's estimate): a log longer than its budget ends mid-line."""
     text = prompt_text(body)
     if job == "distill":
@@ -58,7 +58,9 @@ def answer(job: str, body: dict[str, Any]) -> str:
         out = _consolidate(text)
     else:
         out = "ok"
-    cap = body.get("max_tokens", body.get("max_output_tokens"))
+    config = body.get("generationConfig")
+    gemini_cap = config.get("maxOutputTokens") if isinstance(config, dict) else None
+    cap = body.get("max_tokens", body.get("max_output_tokens", gemini_cap))
     return out[: int(cap) * CHARS_PER_TOKEN] if isinstance(cap, int) else out
 
 

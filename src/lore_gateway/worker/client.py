@@ -15,6 +15,7 @@ import orjson
 
 from lore_gateway.config import Settings
 from lore_gateway.distill import format as fmt
+from lore_gateway.memory.sanitize import redact_credentials
 from lore_gateway.obs import metrics
 from lore_gateway.storage.base import Connection, in_tenant
 from lore_gateway.upstream import UpstreamClient, UpstreamUnavailable
@@ -64,7 +65,8 @@ class ModelCaller:
         """The configured cheaper model, or the session's own when configured so
         or when this upstream refused the cheaper one."""
         configured = {"anthropic": self.settings.worker_model_anthropic,
-                      "codex": self.settings.worker_model_chatgpt}.get(
+                      "codex": self.settings.worker_model_chatgpt,
+                      "gemini": self.settings.worker_model_gemini}.get(
             upstream.family, self.settings.worker_model_openai)
         refused = (upstream.family, upstream.url) in self._use_session_model
         if (configured == "session" or refused) and upstream.model:
@@ -100,7 +102,8 @@ class ModelCaller:
             raise WorkerUnavailable("retry: the worker request timed out") from None
         except (UpstreamUnavailable, wreq.WorkerAnswerError, _UpstreamStatus) as exc:
             metrics.record_worker_request(kind, "error", 0, 0, None)
-            raise WorkerUnavailable(f"retry: {exc}") from None
+            # The reason is stored with the job: never a URL's ``?key=``.
+            raise WorkerUnavailable(f"retry: {redact_credentials(str(exc))}") from None
         n_in = answer.tokens_in if answer.tokens_in is not None else fmt.estimate_tokens(
             system + user)
         n_out = answer.tokens_out if answer.tokens_out is not None else fmt.estimate_tokens(
@@ -119,7 +122,8 @@ class ModelCaller:
     async def _post(self, upstream: SessionUpstream, headers: list[tuple[str, str]], model: str,
                     system: str, user: str, max_tokens: int) -> bytes:
         body = orjson.dumps(wreq.build(upstream.family, model, system, user, max_tokens))
-        return await asyncio.wait_for(self._send(upstream.url, headers, body),
+        url = wreq.url(upstream.family, upstream.url, model)
+        return await asyncio.wait_for(self._send(url, headers, body),
                                       self.settings.worker_timeout)
 
     async def _send(self, url: str, headers: list[tuple[str, str]], body: bytes) -> bytes:

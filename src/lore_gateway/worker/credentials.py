@@ -3,7 +3,8 @@
 Captured from the session's own request after its response ended, kept at most
 ``TTL_S`` after the session's last request and for at most ``MAX_SESSIONS``
 sessions (least recently used dropped first). Never written to disk, never
-logged: ``repr`` shows no header values.
+logged: ``repr`` shows no header values and no URL, since a Gemini session's URL
+may carry its API key (``?key=``), which is held here like a header.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from dataclasses import dataclass, field
 from lore_gateway.worker.requests import Family
 
 # Headers a worker request needs from the session: the credential, the API
-# version and betas (OAuth tokens need their beta), the account of a ChatGPT login.
+# version and betas (OAuth tokens need their beta), the account of a ChatGPT login,
+# Gemini's API key header and the Google Cloud project an OAuth token bills.
 KEPT_HEADERS = frozenset({
     "authorization", "x-api-key", "api-key", "anthropic-version", "anthropic-beta",
     "chatgpt-account-id", "openai-organization", "openai-project", "originator", "user-agent",
+    "x-goog-api-key", "x-goog-user-project",
 })
 # Thirty minutes after the session's last request: long enough for the idle
 # distillation and the curator that follows, short enough that a credential
@@ -35,7 +38,7 @@ class SessionUpstream:
     """Where and how the session talks to its provider."""
 
     family: Family
-    url: str
+    url: str = field(repr=False)  # the session's upstream URL, its query included
     model: str | None
     project: str
     headers: tuple[tuple[str, str], ...] = field(repr=False)

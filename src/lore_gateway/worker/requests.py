@@ -2,20 +2,26 @@
 
 The worker speaks the session's own protocol to the session's own upstream:
 Anthropic Messages, OpenAI Responses, the ChatGPT Codex backend (which only
-streams and takes no ``max_output_tokens``) or Chat Completions. ``build``
-returns the JSON body; ``parse`` reads the text and token usage from the answer.
+streams and takes no ``max_output_tokens``), Chat Completions or Gemini
+``generateContent`` (whose model and method are in the URL, not the body).
+``url`` is where the request goes, ``build`` returns the JSON body; ``parse``
+reads the text and token usage from the answer.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import orjson
 
+from lore_gateway.protocols import gemini
+from lore_gateway.protocols.common import ProtocolError
+from lore_gateway.protocols.gemini_stream import usage_from_gemini
 from lore_gateway.sse import SSEDecoder
 
-Family = Literal["anthropic", "responses", "codex", "chat"]
+Family = Literal["anthropic", "responses", "codex", "chat", "gemini"]
 
 # OpenAI reasoning models spend output tokens on reasoning before the answer; a
 # log budget of 256 tokens alone would end many answers before they start (Lore
@@ -35,8 +41,31 @@ class Answer:
     tokens_out: int | None
 
 
+def url(family: Family, session_url: str, model: str) -> str:
+    """Where the worker's request goes: the session's own URL, or for Gemini that
+    URL with the worker's model and the non-streamed method in its path
+    (``models/{model}:generateContent``), its query kept but ``alt`` (a ``key=``
+    credential stays where the session put it)."""
+    if family != "gemini":
+        return session_url
+    parts = urlsplit(session_url)
+    base, found, _method = parts.path.rpartition("/models/")
+    if not found:
+        raise ValueError(f"not a Gemini model URL: {parts.path}")
+    path = f"{base}/models/{quote(model, safe='')}:generateContent"
+    query = "&".join(q for q in parts.query.split("&") if q and not q.startswith("alt="))
+    return urlunsplit((parts.scheme, parts.netloc, path, query, ""))
+
+
 def build(family: Family, model: str, system: str, user: str,
           max_tokens: int) -> dict[str, Any]:
+    if family == "gemini":
+        # Gemini 2.5 and later think first, and their thinking counts against
+        # ``maxOutputTokens``: the allowance the OpenAI reasoning models get.
+        return {"systemInstruction": {"parts": [{"text": system}]},
+                "contents": [{"role": gemini.USER_ROLE, "parts": [{"text": user}]}],
+                "generationConfig": {"temperature": 0, "maxOutputTokens":
+                                     max_tokens + REASONING_ALLOWANCE_TOKENS}}
     if family == "anthropic":
         return {"model": model, "max_tokens": max_tokens, "temperature": 0, "system": system,
                 "messages": [{"role": "user", "content": [{"type": "text", "text": user}]}]}
@@ -79,6 +108,8 @@ def parse(family: Family, body: bytes) -> Answer:
                        if isinstance(b, dict) and b.get("type") == "text")
         usage = payload.get("usage") or {}
         return Answer(text, _int(usage.get("input_tokens")), _int(usage.get("output_tokens")))
+    if family == "gemini":
+        return _from_gemini(payload)
     if family == "chat":
         choices = payload.get("choices") or [{}]
         message = choices[0].get("message") or {} if isinstance(choices[0], dict) else {}
@@ -110,6 +141,25 @@ def _from_response(response: dict[str, Any]) -> Answer:
     usage = response.get("usage") or {}
     return Answer("".join(parts), _int(usage.get("input_tokens")),
                   _int(usage.get("output_tokens")))
+
+
+def _from_gemini(payload: dict[str, Any]) -> Answer:
+    """The first candidate's text (no thought summaries); its usage as charged:
+    the whole prompt in, the answer and its thinking out."""
+    candidates = payload.get("candidates")
+    first = candidates[0] if isinstance(candidates, list) and candidates else None
+    content = first.get("content") if isinstance(first, dict) else None
+    # Text parts are pieces of one answer (a stream's records concatenate them).
+    text = "".join(p["text"] for p in gemini.parts_of(content)
+                   if isinstance(p.get("text"), str) and p.get("thought") is not True)
+    meta = payload.get("usageMetadata")
+    if not isinstance(meta, dict):
+        return Answer(text, None, None)
+    try:
+        usage = usage_from_gemini(meta)
+    except ProtocolError as exc:
+        raise WorkerAnswerError(f"unreadable worker answer: {exc}") from None
+    return Answer(text, usage.prompt_tokens, usage.output_tokens)
 
 
 def _int(value: Any) -> int | None:

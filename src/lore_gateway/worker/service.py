@@ -78,7 +78,7 @@ LEASE_S = 30.0
 LEASE_RENEW_S = 10.0
 _FAMILY: dict[Protocol, wreq.Family] = {
     Protocol.ANTHROPIC: "anthropic", Protocol.RESPONSES: "responses", Protocol.CODEX: "codex",
-    Protocol.CHAT: "chat"}
+    Protocol.CHAT: "chat", Protocol.GEMINI: "gemini"}
 
 
 @dataclass(slots=True)

@@ -16,7 +16,8 @@ def worker_settings(settings: Settings) -> dict[str, Any]:
         "enabled": settings.worker,
         "models": {"anthropic": settings.worker_model_anthropic,
                    "openai": settings.worker_model_openai,
-                   "chatgpt": settings.worker_model_chatgpt},
+                   "chatgpt": settings.worker_model_chatgpt,
+                   "gemini": settings.worker_model_gemini},
         "daily_tokens_per_tenant": settings.worker_daily_tokens,
     }
 
@@ -38,7 +39,8 @@ def describe(settings: Settings) -> str:
         return "background calls: off (LORE_WORKER=off; distillation is extractive, no model)"
     return (f"background calls: on, after each response, to the session's provider "
             f"(models: anthropic {settings.worker_model_anthropic}, openai "
-            f"{settings.worker_model_openai}, chatgpt {settings.worker_model_chatgpt}); "
+            f"{settings.worker_model_openai}, chatgpt {settings.worker_model_chatgpt}, "
+            f"gemini {settings.worker_model_gemini}); "
             f"budget {settings.worker_daily_tokens:,} tokens/day per tenant")
 
 
