@@ -54,14 +54,16 @@ def test_a_traceback_in_the_middle_of_a_long_output_comes_back_whole(memory: Mem
     assert len(output) > 20 * MAX_RESULT_CHARS
     text = memory.render(result)
     line = next(x for x in text.splitlines() if x.startswith("- (tool"))
-    assert line.endswith(f"… ({result.hits[0].ref})")
+    assert line.endswith(f"test_perch_799 PASSED [ 99%] ({result.hits[0].ref})")
     shown = _shown(line)
-    assert shown.startswith("…") and shown.endswith("…")
+    # The lines around the match, then "…" and the output's last lines (its end).
+    body, end = shown.rsplit("… ", 1)
+    assert body.startswith("…") and PROGRESS_LINES.fullmatch(end), shown
     # Every line of the traceback, first to last, whole and in order.
     whole = " ".join(" ".join(x.split()) for x in TRACEBACK)
-    assert whole in shown
+    assert whole in body
     # What surrounds it is whole lines of the output too, never half of one.
-    before, after = shown.strip("…").split(whole)
+    before, after = body.removeprefix("…").split(whole)
     assert PROGRESS_LINES.fullmatch(before) and PROGRESS_LINES.fullmatch(after), shown
     assert "Use recall with id parameter" in text
 
@@ -90,7 +92,7 @@ def test_the_block_stays_within_its_budget_and_every_cut_line_keeps_its_id() -> 
         lines = [x for x in text.splitlines() if x.startswith("- (")]
         assert lines
         for n, line in enumerate(lines):
-            assert f"… (t:{n})" in line, line
+            assert "…" in line and f" run {n} (t:{n})" in line, line  # cut; its end shown
             assert "ZeroDivisionError: division by zero (clutch has no eggs)" in line
         assert text.endswith("to see full content of truncated results.*")
 
@@ -109,4 +111,15 @@ def test_the_paragraph_around_the_match_comes_before_other_lines() -> None:
     after = "\n".join(f"teardown step {n}" for n in range(40))
     text = passage(f"{before}\n\n{block}\n\n{after}", ["rotate"], 120)
     assert " ".join(block.split()) in text
-    assert text.startswith("…") and text.endswith("…")
+    assert text.startswith("…") and text.endswith("… teardown step 39")
+
+
+def test_the_end_of_a_long_output_is_shown_beside_the_match() -> None:
+    """A command's outcome ends its output (the test run's summary, the exit):
+    the last lines are shown after the lines around the query's words."""
+    run = "\n".join([*_progress(0, 300), *TRACEBACK, *_progress(300, 300),
+                     "===== 1 failed, 599 passed in 12.31s ====="])
+    text = passage(run, ["zerodivisionerror"], 1_000)
+    assert len(text) <= 1_000
+    assert "ZeroDivisionError: division by zero (clutch has no eggs)" in text
+    assert text.endswith("[ 99%] ===== 1 failed, 599 passed in 12.31s =====")

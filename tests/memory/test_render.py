@@ -68,7 +68,8 @@ def test_a_cut_result_shows_the_part_with_the_query_words() -> None:
                                hits=[hit], total=1), budget_chars=2_000, now=NOW)
     line = next(x for x in text.splitlines() if x.startswith("- ("))
     assert "test_wobble - ZeroDivisionError" in line
-    assert line.startswith("- (assistant, 2h ago) …") and line.endswith("… (t:1)")
+    assert line.startswith("- (assistant, 2h ago) …") and line.endswith(" ok line (t:1)")
+    assert "ZeroDivisionError ok line" in line and "… ok line" in line  # and the end
     # Without the words in it, the head is shown, as before.
     head = render(SearchResult(query="unrelated words", scope="all", hits=[hit], total=1),
                   budget_chars=2_000, now=NOW)

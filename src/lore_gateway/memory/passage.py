@@ -11,7 +11,14 @@ file name, the exception's message), so the window is chosen by lines instead:
    the most such lines, then the shortest);
 2. grown **line by line**, one before and one after in turn, first to the blank
    lines around it (its paragraph, a block of output), then beyond, while each
-   whole line fits.
+   whole line fits;
+3. followed by the message's **last lines** (``END_SHARE`` of the room, at most
+   ``END_CHARS``): an output's outcome is at its end (the test run's "1 failed,
+   13 passed", "Ran 87 tests"), and a match elsewhere in it rarely reaches it.
+   On ``lore bench coding``'s natural questions (tuning part) the key facts a
+   rendered recall missed were most often such summary lines; shown, they raise
+   the questions whose every key fact the rendered recall holds, on both sets
+   and in every scope (docs/notes/2026-12-05-issue-33-ranking.md).
 
 The lines are joined with single spaces (a result is one line of the recall
 text) and "…" marks text left out before or after. A line longer than the whole
@@ -36,26 +43,48 @@ OCCURRENCES = 20
 # An in-line cut moves back to a space when one is this close: a word is whole
 # unless it is longer than this.
 WORD_SLACK = 40
+# The last lines of a cut message are always shown, in at most this share of its
+# room and this many characters: a command's outcome ends its output (a test
+# run's summary line, a traceback's exception, mini-swe-agent's return code).
+# Two or three lines of a test run's summary; the rest goes to the match.
+END_SHARE = 0.2
+END_CHARS = 240
 
 
 def passage(content: str, terms: list[str], cap: int) -> str:
     """``content`` with its whitespace collapsed, or, when that is longer than
-    ``cap`` characters, whole lines around the query's ``terms`` (lower-case),
-    "…" marking what is left out; at most ``cap`` characters either way."""
+    ``cap`` characters, whole lines around the query's ``terms`` (lower-case)
+    and its last lines, "…" marking what is left out; at most ``cap``
+    characters either way."""
     lines = [" ".join(line.split()) for line in content.splitlines()]
     whole = " ".join(line for line in lines if line)
     if len(whole) <= cap:
         return whole
-    room = cap - 2 * len(ELLIPSIS)
     found = _found(content.lower(), terms)
-    core = _core(lines, found, room)
+    # The last lines are always shown: a command's outcome ends its output.
+    end = _end(lines, min(END_SHARE * cap, END_CHARS))
+    tail = " ".join(line for line in lines[end:] if line)
+    body = lines[:end]
+    found = {i: words for i, words in found.items() if i < end}
+    room = cap - 2 * len(ELLIPSIS) - (len(tail) + 1 if tail else 0)
+    core = _core(body, found, room)
     if core is None:
-        return _inline(lines, found, room)
-    lo, hi = _grow(lines, *core, room)
-    shown = " ".join(line for line in lines[lo:hi + 1] if line)
-    before = ELLIPSIS if any(lines[:lo]) else ""
-    after = ELLIPSIS if any(lines[hi + 1:]) else ""
-    return before + shown + after
+        shown = _inline(body, found, room)
+    else:
+        lo, hi = _grow(body, *core, room)
+        shown = (ELLIPSIS if any(body[:lo]) else "") \
+            + " ".join(line for line in body[lo:hi + 1] if line) \
+            + (ELLIPSIS if any(body[hi + 1:]) else "")
+    return f"{shown} {tail}" if tail else shown
+
+
+def _end(lines: list[str], room: float) -> int:
+    """Where the last lines that fit ``room`` start (len(lines): none fits)."""
+    used, at = 0, len(lines)
+    while at > 0 and used + _cost(lines[at - 1]) <= room:
+        at -= 1
+        used += _cost(lines[at])
+    return at if any(lines[at:]) and at > 0 else len(lines)
 
 
 def _found(lowered: str, terms: list[str]) -> dict[int, set[str]]:
