@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from lore_gateway.memory.fingerprint import first_user_text
+from lore_gateway.memory.fingerprint import first_user_text, has_answer
 from lore_gateway.memory.identity import PersonalTenancy, identify
 from lore_gateway.testing import client_shapes as shapes
 
@@ -141,3 +141,110 @@ def test_a_real_answer_is_no_acknowledgement() -> None:
     for reply in ("Ok.", "Ok, I will use these files as references."):
         body["messages"][1]["content"] = reply
         assert first_user_text(body) == "Thanks."
+
+
+# --- Gemini CLI: no session id, a <session_context> preamble --------------------
+# Gemini CLI 0.61 on an API key sends no session id (its session id goes only to
+# Code Assist). Its first user content opens with a <session_context> part (date,
+# OS, temp dir, workspace directories, folder tree), then the prompt; the shape
+# below is synthetic, after a captured request.
+
+
+def gemini_context(cwd: str, *extra_dirs: str, date: str = "Saturday, December 5, 2026",
+                   tree: bool = True) -> str:
+    dirs = "\n".join(f"  - {d}" for d in (cwd, *extra_dirs))
+    listing = (f"- **Workspace Directories:**\n{dirs}\n- **Directory Structure:**\n\n"
+               f"Showing up to 200 items (files + folders).\n\n{cwd}/\n└───README.md\n"
+               if tree else "")
+    return (f"<session_context>\nThis is the Gemini CLI. We are setting up the context for"
+            f" our chat.\nToday's date is {date} (formatted according to the user's locale)."
+            f"\nMy operating system is: linux\nThe project's temporary directory is:"
+            f" /home/dev/.gemini/tmp/shop\n{listing}\n\n</session_context>")
+
+
+def gemini_cli_request(context: str, prompt: str, *later: dict[str, Any],
+                       merged: bool = True) -> dict[str, Any]:
+    """``contents`` as the CLI sends them: the context part and the prompt in one
+    user content (``merged``), or as two user contents."""
+    head = ([{"role": "user", "parts": [{"text": context}, {"text": prompt}]}] if merged else
+            [{"role": "user", "parts": [{"text": context}]},
+             {"role": "user", "parts": [{"text": prompt}]}])
+    return {"contents": [*head, *later],
+            "systemInstruction": {"role": "user", "parts": [{"text": "You are an agent."}]},
+            "tools": [{"functionDeclarations": [{"name": "read_file"}]}],
+            "generationConfig": {"temperature": 1}}
+
+
+def model(*parts: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "model", "parts": list(parts)}
+
+
+def user(*parts: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "user", "parts": list(parts)}
+
+
+def test_gemini_cli_conversations_are_distinct_sessions_and_one_grows_in_one() -> None:
+    context = gemini_context("/home/dev/shop")
+    first = session({}, gemini_cli_request(context, "fix the cart"), "gemini")
+    assert first.startswith("fp-")
+    assert session({}, gemini_cli_request(context, "why is checkout slow?"), "gemini") != first
+    # Its next requests: a tool call and its response, then the next prompt; the
+    # context part alone in its own content; resumed the next day (--resume keeps
+    # the saved history, whose context has the old date: the same conversation).
+    call = {"functionCall": {"id": "c1", "name": "read_file", "args": {"file_path": "a"}}}
+    answer = {"functionResponse": {"id": "c1", "name": "read_file",
+                                   "response": {"output": "cart"}}}
+    grown = gemini_cli_request(context, "fix the cart", model({"text": "Looking.",
+                                                                "thought": True}, call),
+                               user(answer), model({"text": "Fixed."}),
+                               user({"text": "now add a test"}))
+    assert session({}, grown, "gemini") == first
+    assert session({}, gemini_cli_request(context, "fix the cart", merged=False),
+                   "gemini") == first
+    tomorrow = gemini_context("/home/dev/shop", date="Sunday, December 6, 2026")
+    assert session({}, gemini_cli_request(tomorrow, "fix the cart"), "gemini") == first
+    assert first_user_text(grown) == "fix the cart"
+    # The same words in another project are another conversation.
+    elsewhere = gemini_cli_request(gemini_context("/home/dev/blog"), "fix the cart")
+    assert session({}, elsewhere, "gemini") != first
+
+
+def test_a_gemini_cli_hook_context_is_not_the_prompt() -> None:
+    """A hook's <hook_context> comes after the prompt; alone it names nothing."""
+    context = gemini_context("/home/dev/shop")
+    hooked = gemini_cli_request(context, "fix the cart")
+    hooked["contents"][0]["parts"].append({"text": "<hook_context>branch: main</hook_context>"})
+    assert first_user_text(hooked) == "fix the cart"
+    only = {"contents": [user({"text": context},
+                              {"text": "<hook_context>branch: main</hook_context>"})]}
+    assert first_user_text(only) == ""
+
+
+def test_gemini_cli_project_is_its_first_workspace_directory() -> None:
+    def project(body: dict[str, Any], headers: dict[str, str] | None = None) -> str:
+        return identify("gemini", headers or {}, body, tenancy=PERSONAL).project
+
+    body = gemini_cli_request(gemini_context("/home/dev/shop/", "/home/dev/lib"), "hi")
+    assert project(body) == "/home/dev/shop"
+    # ``lore run gemini`` sends the project header, which wins.
+    assert project(body, {"x-lore-project": "/srv/app"}) == "/srv/app"
+    # Every later request of the conversation still opens with it.
+    later = gemini_cli_request(gemini_context("/home/dev/shop"), "hi", model({"text": "Hi."}),
+                               user({"text": "bye"}))
+    assert project(later) == "/home/dev/shop"
+    # Without the directory tree (context.includeDirectoryTree off) the CLI names
+    # no directory but its temp folder, which is no project.
+    assert project(gemini_cli_request(gemini_context("/x", tree=False), "hi")) == "unknown"
+    # Another Gemini client's working-directory line in its system instruction.
+    sdk = {"contents": [user({"text": "hi"})],
+           "system_instruction": {"parts": [{"text": "Working directory: /work/repo"}]}}
+    assert project(sdk) == "/work/repo"
+
+
+def test_a_gemini_history_with_a_model_turn_has_an_answer() -> None:
+    context = gemini_context("/home/dev/shop")
+    first = gemini_cli_request(context, "fix the cart")
+    assert not has_answer(first["contents"])
+    grown = gemini_cli_request(context, "fix the cart", model({"text": "Fixed."}),
+                               user({"text": "thanks"}))
+    assert has_answer(grown["contents"])

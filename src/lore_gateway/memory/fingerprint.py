@@ -10,8 +10,9 @@ each recognised by its shape rather than by the client's name where a shape
 exists:
 
 * **harness boilerplate** (Codex's ``<environment_context>``, Claude Code's
-  ``<system-reminder>``, AGENTS.md blocks): user items that open with a tag or
-  heading the harness always writes;
+  ``<system-reminder>``, AGENTS.md blocks, Gemini CLI's ``<session_context>``
+  part before the prompt in the first user content): user items or parts that
+  open with a tag or heading the harness always writes;
 * **an example conversation the client stages and then retracts**: aider plays
   an example exchange and follows it with "I switched to a new code base.
   Please don't consider the above files…" (``base_coder.format_chat_chunks``);
@@ -28,7 +29,11 @@ exists:
 
 Limit: aider replaces its older history with a summary once the history grows
 past its token budget; the conversation's first message is then gone from the
-request, and the requests after that are a new session.
+request, and the requests after that are a new session. Gemini CLI's chat
+compression does the same (its history restarts at a ``<state_snapshot>``).
+
+Gemini ``contents`` are read like the other shapes: a content's ``parts`` are
+its content, and its ``model`` role is the assistant's.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ import hashlib
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
+
+from lore_gateway.protocols.gemini import field, parts_of
 
 # Harness-generated user items: identical across conversations, so useless as a
 # fingerprint of one conversation.
@@ -47,7 +54,15 @@ BOILERPLATE_PREFIXES = (
     "<permissions instructions>",
     "# AGENTS.md instructions",
     "<skills_instructions>",
+    # Gemini CLI 0.61 (core/utils/environmentContext.js): the date, OS, workspace
+    # directories and folder tree, the first part of the first user content;
+    # hooks' additions are wrapped in <hook_context>. The CLI itself skips both
+    # when it reads a session back (isIgnoredUserContent).
+    "<session_context>",
+    "<hook_context>",
 )
+# The roles a model's own turn is under: Gemini calls it ``model``.
+ASSISTANT_ROLES = ("assistant", "model")
 # The user message that retracts an example conversation staged before the real
 # one (aider 0.86, aider/coders/base_coder.py). What precedes it is the client's.
 RETRACTIONS = ("I switched to a new code base",)
@@ -82,7 +97,7 @@ def fingerprint_session(body: Mapping[str, Any], project: str) -> str:
 
 def first_user_text(body: Mapping[str, Any]) -> str:
     """The first text of the request that its user wrote ("" when none)."""
-    items = body.get("input", body.get("messages"))
+    items = conversation(body)
     if isinstance(items, str):
         return items.strip()
     if not isinstance(items, list):
@@ -103,9 +118,31 @@ def has_answer(items: Any) -> bool:
         return False
     found = _first_user(items)
     start = found[0] + 1 if found is not None else 0
-    return any(isinstance(item, dict) and (item.get("role") == "assistant" or item.get(
+    return any(isinstance(item, dict) and (item.get("role") in ASSISTANT_ROLES or item.get(
         "type") in ("function_call", "function_call_output", "reasoning"))
         for item in items[start:])
+
+
+def conversation(body: Mapping[str, Any]) -> Any:
+    """The request's conversation: Responses ``input``, Chat and Anthropic
+    ``messages``, Gemini ``contents``."""
+    for key in ("input", "messages", "contents"):
+        if key in body:
+            return body[key]
+    return None
+
+
+def item_content(item: Mapping[str, Any]) -> Any:
+    """A conversation item's content: ``content``, or a Gemini content's parts."""
+    return item["content"] if "content" in item else parts_of(item)
+
+
+def instruction_texts(body: Mapping[str, Any]) -> Iterator[str]:
+    """The request's instructions outside the conversation: Responses
+    ``instructions``, Anthropic ``system``, Gemini ``systemInstruction``."""
+    for key in ("instructions", "system"):
+        yield from texts(body.get(key))
+    yield from texts(parts_of(field(body, "systemInstruction", "system_instruction")))
 
 
 def _first_user(items: list[Any]) -> tuple[int, str, list[str]] | None:
@@ -117,11 +154,11 @@ def _first_user(items: list[Any]) -> tuple[int, str, list[str]] | None:
         if not _is_role(item, "user"):
             continue
         if _acknowledged(items, index):
-            primed.extend(texts(item.get("content")))
+            primed.extend(texts(item_content(item)))
             continue
         if index < start:
             continue
-        for text in texts(item.get("content")):
+        for text in texts(item_content(item)):
             if text and not text.startswith(BOILERPLATE_PREFIXES):
                 return index, text, primed
     return None
@@ -145,7 +182,7 @@ def _after_retraction(items: list[Any]) -> int:
     """Where the conversation starts: after a retracted example exchange, else 0."""
     for index, item in enumerate(items[:RETRACTION_SCAN_ITEMS]):
         if _is_role(item, "user") and any(
-                text.startswith(RETRACTIONS) for text in texts(item.get("content"))):
+                text.startswith(RETRACTIONS) for text in texts(item_content(item))):
             return index + 1
     return 0
 
@@ -153,9 +190,10 @@ def _after_retraction(items: list[Any]) -> int:
 def _acknowledged(items: list[Any], index: int) -> bool:
     """Whether the user message at ``index`` is a priming message: the item after
     it is the client's canned acknowledgement."""
-    if index + 1 >= len(items) or not _is_role(items[index + 1], "assistant"):
+    following = items[index + 1] if index + 1 < len(items) else None
+    if not isinstance(following, dict) or following.get("role") not in ASSISTANT_ROLES:
         return False
-    reply = "".join(texts(items[index + 1].get("content")))
+    reply = "".join(texts(item_content(following)))
     return len(reply) <= ACK_MAX_CHARS and _ACK_RE.match(reply) is not None
 
 
@@ -181,8 +219,7 @@ def _without_reminder(text: str, body: Mapping[str, Any], items: list[Any],
 
 
 def _system_texts(body: Mapping[str, Any], items: list[Any]) -> Iterator[str]:
-    for key in ("system", "instructions"):
-        yield from texts(body.get(key))
+    yield from instruction_texts(body)
     for item in items:
         if isinstance(item, dict) and item.get("role") in ("system", "developer"):
             yield from texts(item.get("content"))

@@ -14,7 +14,13 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from lore_gateway.errors import GatewayError
-from lore_gateway.memory.fingerprint import fingerprint_session, texts
+from lore_gateway.memory.fingerprint import (
+    conversation,
+    fingerprint_session,
+    instruction_texts,
+    item_content,
+    texts,
+)
 from lore_gateway.memory.keys import KEY_HEADER
 from lore_gateway.memory.records import Identity
 
@@ -52,6 +58,12 @@ _PRIMARY_WD_RE = re.compile(r"^\s*(?:-\s*)?Primary working directory:\s*(\S[^\n]
 _WD_RE = re.compile(
     r"^\s*(?:-\s*)?(?:Working directory|cwd):\s*(/[^\n]*?|[A-Za-z]:\\[^\n]*?)\s*$", re.M
 )
+# Gemini CLI 0.61's <session_context> (core/utils/environmentContext.js) lists
+# its workspace directories, the one it was started in first, then any added
+# with --include-directories:
+#   - **Workspace Directories:**
+#     - /home/dev/shop
+_WORKSPACE_RE = re.compile(r"^- \*\*Workspace Directories:\*\*\n[ \t]*- ([^\n]*?)[ \t]*$", re.M)
 
 # --- tenant --------------------------------------------------------------------------
 
@@ -167,14 +179,15 @@ def project_for(headers: Mapping[str, str], body: Mapping[str, Any]) -> str:
     if explicit:
         return _normalise_path(explicit)
     # In one pass over the texts: a <cwd> anywhere wins, then the first "Primary
-    # working directory", then the first other working-directory line.
+    # working directory" (or Gemini CLI's first workspace directory), then the
+    # first other working-directory line.
     primary = other = None
     for text in _context_texts(body):
         match = _CWD_RE.search(text)
         if match:
             return _normalise_path(match.group(1))
         if primary is None:
-            primary = _PRIMARY_WD_RE.search(text)
+            primary = _PRIMARY_WD_RE.search(text) or _WORKSPACE_RE.search(text)
             if primary is None and other is None:
                 other = _WD_RE.search(text)
     found = primary or other
@@ -183,13 +196,12 @@ def project_for(headers: Mapping[str, str], body: Mapping[str, Any]) -> str:
 
 def _context_texts(body: Mapping[str, Any]) -> Iterator[str]:
     """System prompt, instructions and every developer/system/user item's text."""
-    for key in ("instructions", "system"):
-        yield from texts(body.get(key))
-    items = body.get("input", body.get("messages"))
+    yield from instruction_texts(body)
+    items = conversation(body)
     if isinstance(items, list):
         for item in items:
             if isinstance(item, dict) and item.get("role") in ("system", "developer", "user"):
-                yield from texts(item.get("content"))
+                yield from texts(item_content(item))
 
 
 def _normalise_path(path: str) -> str:
