@@ -17,15 +17,22 @@ In order, the first rule that applies decides (``side_channel_reason``):
    permission and safety classifiers answer ``<block>…</block>`` or
    ``<severity>…</severity>`` and stop there;
 3. **a helper's instructions**: the system prompt opens by asking for a title,
-   a one-line summary of a conversation, or a one-word or yes/no answer
-   (OpenCode's title agent: "You are a title generator."; Claude Code's:
-   "Summarize this coding conversation in under 50 characters.");
+   a one-line summary of a conversation, a summary of the chat history, or a
+   one-word or yes/no answer (OpenCode's title agent: "You are a title
+   generator."; Claude Code's: "Summarize this coding conversation in under 50
+   characters."; Gemini CLI's chat compression: "You are the component that
+   summarizes internal chat history into a given structure.");
 4. **tools**: a request that offers tools is the agent's own turn;
 5. without tools:
    a. **a short answer**: output capped at ``MAX_SIDE_ANSWER_TOKENS`` or less
       (a title, a label, a verdict; a coding turn never asks for that little);
-   b. **a one-shot prompt**: nothing answered yet, no assistant turn in the
-      request. A helper asks its question outside the conversation: aider's
+   b. **a verdict to a schema** (a classifier): Gemini's ``responseSchema`` or
+      ``responseJsonSchema``. Gemini CLI's next-speaker, loop and model-routing
+      checks send the conversation and ask for a JSON verdict, without tools;
+   c. **a one-shot prompt**: nothing answered yet, no model turn in the
+      request (the history adapter's assistant side or a tool output: a
+      Gemini ``model`` content counts as Anthropic's ``assistant`` does).
+      A helper asks its question outside the conversation: aider's
       commit messages and history summaries, Claude Code's topic and title
       calls, OpenCode's title call all have this shape. So does the very first
       request of a chat app without tools; its conversation is a coding turn
@@ -44,7 +51,7 @@ from typing import Any, Literal
 
 import orjson
 
-from lore_gateway.protocols.history import adapter_for
+from lore_gateway.protocols.history import HistoryAdapter, adapter_for
 from lore_gateway.routing import Family
 
 SideChannel = Literal["worker", "marked", "classifier", "helper", "short_answer", "one_shot"]
@@ -55,6 +62,13 @@ SideChannel = Literal["worker", "marked", "classifier", "helper", "short_answer"
 # 32,000-64,000) or set nothing (aider, OpenCode).
 MAX_SIDE_ANSWER_TOKENS = 256
 _MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+# Gemini's generation settings (its JSON name, and the proto's the API also reads):
+# the output cap, the stop sequences and the answer's schema.
+_GEMINI_CONFIG = ("generationConfig", "generation_config")
+_GEMINI_CAP = ("maxOutputTokens", "max_output_tokens")
+_GEMINI_STOPS = ("stopSequences", "stop_sequences")
+_GEMINI_SCHEMAS = ("responseSchema", "response_schema", "responseJsonSchema",
+                   "response_json_schema")
 # A stop sequence that closes an XML tag: a classifier stops after its verdict.
 _CLOSING_TAG_RE = re.compile(r"</[A-Za-z][\w.-]*>\s*")
 # Where a helper's instructions say what it is: their opening. A coding agent's
@@ -69,6 +83,7 @@ _HELPER_RE = re.compile(
     r"|\b(?:generate|write|create|suggest|give|produce|extract)s?\b[^.\n]{0,40}\btitle\b"
     r"|\bsummari[sz](?:e|es|ing)\b[^.\n]{0,40}\bconversations?\b[^.\n]{0,20}"
     r"\b(?:in|under|within)\b[^.\n]{0,12}\d+\s*(?:words?|characters?|sentences?)\b"
+    r"|\bsummari[sz](?:e|es|ing)\b[^.\n]{0,20}\bchat history\b"
     r"|\b(?:in|with) (?:one|a single|1) word\b"
     r"|\b(?:respond|answer|reply)\b[^.\n]{0,30}\b(?:yes or no|true or false)\b")
 
@@ -85,18 +100,24 @@ def side_channel_reason(family: str, payload: Mapping[str, Any],
         return "worker"
     if _codex_side_request(headers.get("x-codex-turn-metadata")):
         return "marked"
-    if any(_CLOSING_TAG_RE.fullmatch(stop) for stop in _stops(payload)):
+    config = _gemini_config(payload)
+    if any(_CLOSING_TAG_RE.fullmatch(stop) for stop in _stops(payload, config)):
         return "classifier"
-    items = payload.get(adapter_for(Family(family)).items_key)
-    if _helper(_system_head(payload, items).lower()):
+    history = adapter_for(Family(family))
+    items = payload.get(history.items_key)
+    if _helper(_system_head(payload, items, history).lower()):
         return "helper"
     tools = payload.get("tools")
     if isinstance(tools, list) and tools:
         return None
-    cap = next((payload[f] for f in _MAX_TOKEN_FIELDS if isinstance(payload.get(f), int)), None)
+    cap = next((fields[f] for fields, names in ((payload, _MAX_TOKEN_FIELDS),
+                                                (config, _GEMINI_CAP))
+                for f in names if isinstance(fields.get(f), int)), None)
     if cap is not None and cap <= MAX_SIDE_ANSWER_TOKENS:
         return "short_answer"
-    if not _answered(items):
+    if any(config.get(f) for f in _GEMINI_SCHEMAS):
+        return "classifier"
+    if not _answered(items, history):
         return "one_shot"
     return None
 
@@ -115,11 +136,18 @@ def _codex_side_request(metadata: str | None) -> bool:
     return kind not in (None, "turn")
 
 
-def _stops(payload: Mapping[str, Any]) -> list[str]:
-    """Anthropic's ``stop_sequences``, Chat's ``stop`` (a string or a list)."""
+def _gemini_config(payload: Mapping[str, Any]) -> Mapping[str, Any]:
+    config = next((payload[k] for k in _GEMINI_CONFIG if k in payload), None)
+    return config if isinstance(config, dict) else {}
+
+
+def _stops(payload: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
+    """Anthropic's ``stop_sequences``, Chat's ``stop`` (a string or a list),
+    Gemini's ``stopSequences`` in its generation settings."""
     found: list[str] = []
-    for key in ("stop_sequences", "stop"):
-        value = payload.get(key)
+    for fields, key in ((payload, "stop_sequences"), (payload, "stop"),
+                        *((config, k) for k in _GEMINI_STOPS)):
+        value = fields.get(key)
         if isinstance(value, str):
             found.append(value)
         elif isinstance(value, list):
@@ -127,12 +155,13 @@ def _stops(payload: Mapping[str, Any]) -> list[str]:
     return found
 
 
-def _system_head(payload: Mapping[str, Any], items: Any) -> str:
-    """The opening of the request's instructions (system, instructions, the
-    leading system or developer items), at most ``HELPER_HEAD_CHARS``."""
+def _system_head(payload: Mapping[str, Any], items: Any, history: HistoryAdapter) -> str:
+    """The opening of the request's instructions (system, instructions, Gemini's
+    systemInstruction, the leading system or developer items), at most
+    ``HELPER_HEAD_CHARS``."""
     parts: list[str] = []
     left = HELPER_HEAD_CHARS
-    for text in _system_texts(payload, items):
+    for text in _system_texts(payload, items, history):
         parts.append(text[:left])
         left -= len(parts[-1]) + 1
         if left <= 0:
@@ -140,32 +169,33 @@ def _system_head(payload: Mapping[str, Any], items: Any) -> str:
     return "\n".join(parts)
 
 
-def _system_texts(payload: Mapping[str, Any], items: Any) -> Iterator[str]:
-    for key in ("system", "instructions"):
+def _system_texts(payload: Mapping[str, Any], items: Any,
+                  history: HistoryAdapter) -> Iterator[str]:
+    for key in ("system", "instructions", "systemInstruction", "system_instruction"):
         yield from _texts(payload.get(key))
     if isinstance(items, list):
         for item in items:
-            if not isinstance(item, dict) or item.get("role") not in ("system", "developer"):
+            if not history.is_system(item):
                 break  # only the instructions before the conversation
             yield from _texts(item.get("content"))
 
 
-def _answered(items: Any) -> bool:
-    """Whether the history holds an assistant turn (or its tool traffic)."""
+def _answered(items: Any, history: HistoryAdapter) -> bool:
+    """Whether the history holds a model turn (or its tool traffic), in the
+    protocol's own terms."""
     if not isinstance(items, list):
         return False
-    for item in items:
-        if not isinstance(item, dict):
-            continue
-        if item.get("role") == "assistant" or item.get("type") in (
-                "function_call", "function_call_output", "reasoning"):
-            return True
-    return False
+    return any(isinstance(item, dict)
+               and (history.is_assistant_side(item) or history.is_tool_output(item))
+               for item in items)
 
 
 def _texts(value: Any) -> list[str]:
+    """The text of a string, a list of text blocks, or a Gemini content's parts."""
     if isinstance(value, str):
         return [value]
+    if isinstance(value, dict):
+        value = value.get("parts")
     if isinstance(value, list):
         return [str(p.get("text", "")) for p in value if isinstance(p, dict)]
     return []
