@@ -2,7 +2,9 @@
 
 ``lore setup gemini`` writes the only thing that points Gemini CLI at the
 gateway (``GOOGLE_GEMINI_BASE_URL`` in ``~/.gemini/.env``); two sessions follow
-in one project, and the second one's model recalls what the first was told
+in one project (stored as two sessions of the folder the CLI ran in, though it
+sends neither a session id nor a project header: memory/fingerprint.py,
+memory/identity.py), and the second one's model recalls what the first was told
 through the hidden recall tool (the fake upstream scripts the ``recall``
 functionCall; the CLI never sees it). The CLI streams (``:streamGenerateContent
 ?alt=sse``). In a third session the model goes on to a tool after its recall,
@@ -113,6 +115,12 @@ def test_setup_then_two_sessions_recall_across_them_resume_and_undo(
     call = next(i for i, m in enumerate(stored) if m.startswith("[tool_call:recall]"))
     assert QUERY in stored[call]
     assert any("According to memory" in m for m in stored[call + 1:]), stored
+    # Two runs, two sessions: the CLI sends no session id, so each is named by its
+    # prompt (past its <session_context>), and both are in the folder it ran in
+    # (its first workspace directory there), with no project header from setup.
+    sessions = gw.memory.sessions(None)
+    assert len(sessions) == 2, sessions
+    assert {s.project for s in sessions} == {str(work.resolve())}
 
     # Within one run, the next request after a hidden recall (here the model goes
     # on to read a file) carries the follow-up's exact pair where the CLI's
