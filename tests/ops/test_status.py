@@ -48,7 +48,8 @@ def test_status_of_a_running_gateway(
     assert gateway["listen"] == url and gateway["uptime_s"] >= 0 and gateway["pid"] > 0
     assert document["upstreams"] == {"openai": fake_upstream.url,
                                      "chatgpt": fake_upstream.url + "/backend-api",
-                                     "anthropic": fake_upstream.url}
+                                     "anthropic": fake_upstream.url,
+                                     "gemini": fake_upstream.url}
     assert document["data_dir"] == str(data_dir)
     database = document["database"]
     assert database["path"] == str(data_dir / "lore.db") and database["bytes"] > 0

@@ -226,7 +226,7 @@ _queue_depth_source: Callable[[], int] | None = None
 # traffic) count towards the cap, so a flood of odd routes cannot fold these away.
 _KNOWN: dict[str, frozenset[str]] = {
     "route": frozenset({"local_recall"}),
-    "protocol": frozenset({"responses", "codex", "chat", "anthropic", "none"}),
+    "protocol": frozenset({"responses", "codex", "chat", "anthropic", "gemini", "none"}),
     "category": frozenset({
         "recall_execution", "follow_up_setup", "follow_up_transport", "follow_up_protocol",
         "follow_up_failed", "follow_up_missing_output", "follow_up_incomplete_arguments",

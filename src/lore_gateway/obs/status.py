@@ -56,7 +56,7 @@ def snapshot(settings: Settings, live: Live | None = None) -> dict[str, Any]:
     document: dict[str, Any] = {
         "gateway": _gateway(settings, live),
         "upstreams": {name: getattr(settings, f"upstream_{name}")
-                      for name in ("openai", "chatgpt", "anthropic")},
+                      for name in ("openai", "chatgpt", "anthropic", "gemini")},
         "data_dir": str(settings.data_dir),
         "database": database_facts(settings),
         "storage": _storage(settings, live),
