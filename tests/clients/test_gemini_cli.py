@@ -10,8 +10,9 @@ functionCall; the CLI never sees it). The CLI streams (``:streamGenerateContent
 ?alt=sse``). In a third session the model goes on to a tool after its recall,
 and the CLI's next request gets the follow-up's exact pair back upstream.
 (A ``--resume``d session cannot: the CLI saves its sessions without HTML
-comments, the anchor among them.) ``lore setup --undo gemini`` gives the
-user's .env back byte for byte.
+comments, the anchor among them; it is still stored in the session it
+resumes.) ``lore setup --undo gemini`` gives the user's .env back byte for
+byte.
 The CLI only streams, so the non-streamed path is driven by the google-genai
 SDK's ``generate_content``, the same recall through ``:generateContent``.
 
@@ -121,6 +122,16 @@ def test_setup_then_two_sessions_recall_across_them_resume_and_undo(
     sessions = gw.memory.sessions(None)
     assert len(sessions) == 2, sessions
     assert {s.project for s in sessions} == {str(work.resolve())}
+    # A --resume'd run goes on in its session: the saved history keeps its prompt
+    # first, behind a new <session_context>.
+    fake_upstream.reset()
+    resumed = run([str(binary), "-m", MODEL, "--resume", "latest", "-p",
+                   "And which branch for staging?"], env, work)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    wait_until_stored(gw, "And which branch for staging?")
+    grown = {s.session: s.turns for s in gw.memory.sessions(None)}
+    assert grown.keys() == {s.session for s in sessions}
+    assert sum(grown.values()) == sum(s.turns for s in sessions) + 1
 
     # Within one run, the next request after a hidden recall (here the model goes
     # on to read a file) carries the follow-up's exact pair where the CLI's
