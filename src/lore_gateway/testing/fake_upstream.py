@@ -69,7 +69,13 @@ import orjson
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from lore_gateway.testing import fake_compaction, fake_delivery, fake_gemini, fake_worker
+from lore_gateway.testing import (
+    fake_compaction,
+    fake_delivery,
+    fake_gemini,
+    fake_gemini_route,
+    fake_worker,
+)
 from lore_gateway.testing import fake_streams as fs
 from lore_gateway.testing import strict as strict_rules
 from lore_gateway.testing.fake_delivery import JSON_TYPE, RecordedRequest
@@ -263,22 +269,23 @@ class FakeUpstream:
             )
         gemini = fake_gemini.gemini_method(request.method, request.path)
         if gemini is not None:
-            return await self._gemini(request, *gemini)
+            return await fake_gemini_route.serve(self, request, *gemini)
         listing, name = fake_gemini.model_path(request.method, request.path)
         if listing and (name is not None or request.path.startswith("/v1beta/")
                         or "x-goog-api-key" in request.headers):
-            await self._record(request)
+            await self.record(request)
             return web.Response(body=fake_gemini.models_body(name), content_type=JSON_TYPE)
         handler = self._routes.get((request.method, request.path))
         if handler is None:
-            await self._record(request)
+            await self.record(request)
             message = f"No route for {request.method} {request.path}"
             return web.json_response(
                 {"type": "error", "error": {"type": "not_found", "message": message}}, status=404
             )
         return await handler(request)
 
-    async def _record(self, request: web.BaseRequest, scenario: str = "") -> RecordedRequest:
+    async def record(self, request: web.BaseRequest, scenario: str = "") -> RecordedRequest:
+        """Record ``request`` (its body decoded) under ``scenario``."""
         raw = await request.read()
         body = decode_body(raw, request.headers.get("Content-Encoding", ""))
         try:
@@ -298,7 +305,8 @@ class FakeUpstream:
             self._records.append(record)
         return record
 
-    def _next_scenario(self, request: web.BaseRequest) -> str:
+    def next_scenario(self, request: web.BaseRequest) -> str:
+        """The scenario this request gets: a worker's, its header's, the script's."""
         if "x-lore-worker" in request.headers:
             return self.worker_scenario
         header = request.headers.get("x-fake-scenario")
@@ -309,7 +317,7 @@ class FakeUpstream:
                 return self._script.popleft()
         return self.default_scenario
 
-    async def _worker_hold(self, job: str | None) -> None:
+    async def worker_hold(self, job: str | None) -> None:
         """Wait while a test holds this kind of worker request (``hold_worker``)."""
         with self._lock:
             gate = self._worker_holds.get(job) if job else None
@@ -322,37 +330,29 @@ class FakeUpstream:
         body = orjson.dumps(payload)
 
         async def handler(request: web.BaseRequest) -> web.StreamResponse:
-            await self._record(request)
+            await self.record(request)
             return web.Response(body=body, content_type=JSON_TYPE)
 
         return handler
 
     async def _root(self, request: web.BaseRequest) -> web.StreamResponse:
-        await self._record(request)
+        await self.record(request)
         return web.Response(status=200)
 
     async def _models(self, request: web.BaseRequest) -> web.StreamResponse:
-        await self._record(request)
-        if "anthropic-version" in request.headers:
-            model = {"type": "model", "id": "claude-fake", "display_name": "Claude Fake",
-                     "created_at": "2026-11-30T00:00:00Z"}
-            payload: Any = {"data": [model], "has_more": False, "first_id": "claude-fake",
-                            "last_id": "claude-fake"}
-        else:
-            payload = {"object": "list", "data": [
-                {"id": "gpt-fake", "object": "model", "created": fs.CREATED_AT, "owned_by": "fake"}
-            ]}
+        await self.record(request)
+        payload = models_listing(anthropic="anthropic-version" in request.headers)
         return web.Response(body=orjson.dumps(payload), content_type=JSON_TYPE)
 
     async def _count_tokens(self, request: web.BaseRequest) -> web.StreamResponse:
-        record = await self._record(request)
+        record = await self.record(request)
         if record.json is None:
             return web.Response(status=400, body=error_body("anthropic", 400, "invalid JSON body"),
                                 content_type=JSON_TYPE)
         return web.json_response({"input_tokens": max(1, len(record.body) // 4)})
 
     async def _compact(self, request: web.BaseRequest) -> web.StreamResponse:
-        record = await self._record(request, "compact")
+        record = await self.record(request, "compact")
         shape = "codex" if record.route.startswith("/backend-api/") else "responses"
         refusal = self._refusal(shape, record) if isinstance(record.json, dict) else None
         if refusal is not None:  # the compact endpoint validates its input like /responses
@@ -371,24 +371,18 @@ class FakeUpstream:
 
     async def _answer(self, request: web.BaseRequest, shape: str) -> web.StreamResponse:
         replay = request.headers.get("x-fake-replay")
-        spec = f"replay:{replay}" if replay else self._next_scenario(request)
+        spec = f"replay:{replay}" if replay else self.next_scenario(request)
         if spec.startswith("replay:"):  # also scriptable, whatever the stream flag
             replay = spec.removeprefix("replay:")
-        record = await self._record(request, spec)
+        record = await self.record(request, spec)
         headers = reply_headers(shape, f"req_fake_{next(self._ids)}")
         body = record.json
         if not isinstance(body, dict):
             message = "We could not parse the JSON body of your request."
             return self._error(shape, 400, message, headers)
-        if shape == "codex":
-            # The ChatGPT Codex backend's own rules, byte for byte where known.
-            if body.get("stream") is not True:
-                return web.Response(status=400, body=b'{"detail":"Stream must be set to true"}',
-                                    content_type=JSON_TYPE, headers=headers)
-            if "max_output_tokens" in body:
-                return web.Response(status=400,
-                                    body=b'{"detail":"Unsupported parameter: max_output_tokens"}',
-                                    content_type=JSON_TYPE, headers=headers)
+        detail = codex_refusal(body) if shape == "codex" else None
+        if detail is not None:
+            return web.Response(status=400, body=detail, content_type=JSON_TYPE, headers=headers)
         if body.get("model") in self.unknown_models:
             return self._error(shape, 404, f"The model {body['model']} does not exist", headers)
         refusal = self._refusal(shape, record)
@@ -399,7 +393,7 @@ class FakeUpstream:
             return await fake_delivery.replay(request, record, replay, headers,
                                                self.fixtures_dir)
         scenario = Scenario.parse(spec)
-        await self._worker_hold(record.headers.get("x-lore-worker"))
+        await self.worker_hold(record.headers.get("x-lore-worker"))
         if scenario.name == "worker":
             job = record.headers.get("x-lore-worker", "")
             scenario = Scenario("text", fake_worker.answer(job, body))
@@ -428,11 +422,7 @@ class FakeUpstream:
         if self.metered and "x-lore-worker" in record.headers:
             answer = metered(answer, shape, len(record.body) // BYTES_PER_TOKEN, 0)
         elif self.metered:
-            tokens = len(record.body) // BYTES_PER_TOKEN
-            cached = common_prefix(self._last_body, record.body) // BYTES_PER_TOKEN
-            self._last_body = record.body
-            self.metered_log.append((tokens, cached))
-            answer = metered(answer, shape, tokens, cached)
+            answer = metered(answer, shape, *self.meter(record.body))
         if not stream:
             return web.Response(body=answer.body, content_type=JSON_TYPE, headers=headers)
         if shape in ("responses", "codex"):
@@ -443,71 +433,14 @@ class FakeUpstream:
                                 answer.body)
         return await fake_delivery.misbehave(request, record, scenario, shape, answer, headers)
 
-    async def _gemini(self, request: web.BaseRequest, model: str,
-                      method: str) -> web.StreamResponse:
-        """A Gemini model method (``fake_gemini``): countTokens, or an answer with
-        the API's rules, as JSON, SSE (``alt=sse``) or a streamed JSON array."""
-        if method not in fake_gemini.GENERATE:
-            record = await self._record(request)
-            return web.Response(body=fake_gemini.count_tokens_body(record.body),
-                                content_type=JSON_TYPE)
-        spec = self._next_scenario(request)
-        record = await self._record(request, spec)
-        stream = method == "streamGenerateContent"
-        sse = request.query.get("alt") == "sse"
-        headers = {} if sse or not stream else {"Content-Type": JSON_TYPE}
-
-        def error(status: int, body: bytes, **extra: str) -> web.Response:
-            # A streamed array answers its error as an array of one.
-            wrapped = b"[" + body + b"]" if stream and not sse else body
-            return web.Response(status=status, body=wrapped, content_type=JSON_TYPE,
-                                headers=extra)
-
-        body = record.json
-        if not isinstance(body, dict):
-            return error(400, fake_gemini.error_body(400, "Invalid JSON payload received."))
-        if model in self.unknown_models:
-            return error(404, fake_gemini.error_body(
-                404, f"models/{model} is not found for API version v1beta"))
-        refusal = fake_gemini.check(body) if self.strict else None
-        window = self.window or strict_rules.window_for_model(model)
-        if refusal is None and (self.strict or (self.metered and self.window is not None)):
-            refusal = fake_gemini.check_window(record.body, window)
-        if refusal is not None:
-            with self._lock:
-                self.refusals.append((record.path, refusal))
-            return error(refusal.status, refusal.body)
-        scenario = Scenario.parse(spec)
-        await self._worker_hold(record.headers.get("x-lore-worker"))
-        if scenario.name == "worker":
-            scenario = Scenario("text", fake_worker.answer(record.headers["x-lore-worker"], body))
-        if scenario.name == "too-long":
-            return error(400, fake_gemini.error_body(400, fake_gemini.TOO_LONG))
-        if scenario.name.startswith("status-"):
-            code = int(scenario.name.removeprefix("status-"))
-            return error(code, fake_gemini.error_body(code, f"fake upstream error {code}"),
-                         **{"retry-after": "7"})
-        if scenario.name == "slow":
-            await asyncio.sleep(float(scenario.arg or "1"))
-        usage: dict[str, int] = {}
-        if self.reported_input_tokens is not None:
-            usage["promptTokenCount"] = self.reported_input_tokens
-        if self.metered:
-            usage["promptTokenCount"] = len(record.body) // BYTES_PER_TOKEN
-            usage["cachedContentTokenCount"] = (common_prefix(self._last_body, record.body)
-                                                // BYTES_PER_TOKEN)
-            self._last_body = record.body
-            self.metered_log.append((usage["promptTokenCount"],
-                                     usage["cachedContentTokenCount"]))
-        answer = fake_gemini.answer(scenario, body, model, self.text, self.deltas, usage)
-        if not stream:
-            return web.Response(body=orjson.dumps(answer.body), content_type=JSON_TYPE)
-        records = answer.records
-        if scenario.name == "failed":
-            records = (*records[:-1], fake_gemini.error_record("fake failure"))
-        frames = fake_gemini.frames(records, sse)
-        return await fake_delivery.misbehave(request, record, scenario, "gemini",
-                                             Answer(frames, b""), headers)
+    def meter(self, body: bytes) -> tuple[int, int]:
+        """Metered mode: this request's input tokens and those a prompt cache would
+        read (the prefix shared with the previous request), logged."""
+        tokens = len(body) // BYTES_PER_TOKEN
+        cached = common_prefix(self._last_body, body) // BYTES_PER_TOKEN
+        self._last_body = body
+        self.metered_log.append((tokens, cached))
+        return tokens, cached
 
     def _refusal(self, shape: str, record: RecordedRequest) -> strict_rules.Refusal | None:
         """What the real API would refuse this request with (strict mode), recorded; with
@@ -523,15 +456,40 @@ class FakeUpstream:
         window = (None if worker else self.window) or strict_rules.window_for_model(model)
         refusal = strict_rules.check(shape, record.json, record.body, window=window)
         if refusal is not None:
-            with self._lock:
-                self.refusals.append((record.path, refusal))
+            self.refused(record, refusal)
         return refusal
+
+    def refused(self, record: RecordedRequest, refusal: strict_rules.Refusal) -> None:
+        """Keep what the real API would have refused this request with."""
+        with self._lock:
+            self.refusals.append((record.path, refusal))
 
     def _error(
         self, shape: str, status: int, message: str, headers: dict[str, str]
     ) -> web.Response:
         return web.Response(status=status, body=error_body(shape, status, message),
                             content_type=JSON_TYPE, headers=headers)
+
+
+def models_listing(*, anthropic: bool) -> dict[str, Any]:
+    """``GET /v1/models`` as Anthropic's API or OpenAI's answers it."""
+    if anthropic:
+        model = {"type": "model", "id": "claude-fake", "display_name": "Claude Fake",
+                 "created_at": "2026-11-30T00:00:00Z"}
+        return {"data": [model], "has_more": False, "first_id": "claude-fake",
+                "last_id": "claude-fake"}
+    return {"object": "list", "data": [
+        {"id": "gpt-fake", "object": "model", "created": fs.CREATED_AT, "owned_by": "fake"}]}
+
+
+def codex_refusal(body: dict[str, Any]) -> bytes | None:
+    """The ChatGPT Codex backend's own rules, byte for byte where known: the body
+    it answers a request it refuses with (400)."""
+    if body.get("stream") is not True:
+        return b'{"detail":"Stream must be set to true"}'
+    if "max_output_tokens" in body:
+        return b'{"detail":"Unsupported parameter: max_output_tokens"}'
+    return None
 
 
 async def _serve(args: argparse.Namespace) -> None:
