@@ -28,6 +28,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from lore_gateway.config import Settings
@@ -386,21 +387,8 @@ class BackgroundWorker:
                 metrics.record_worker_job("curate", "failed")
             return
 
-        def apply(conn: Connection) -> int | None:
-            with conn:
-                if not jobs.holds(conn, job.id, self.instance, self.clock()):
-                    return None
-                changed = curator.apply_ops(conn, job.tenant, job.project, ops,
-                                            f"session {job.session[:24]}")
-                dstore.mark_curated(conn, [d.id for d in logs])
-                jobs.finish(conn, job.id, "done", self.clock(), instance=self.instance)
-                # A log saved while the model answered (another instance distilled
-                # it) could not queue its own curate job: this one held the slot.
-                if dstore.uncurated(conn, job.tenant, job.project):
-                    jobs.enqueue(conn, "curate", job.tenant, job.project, job.session,
-                                 self.clock(), owner=self.instance)
-                return changed
-
+        apply = partial(_apply_curation, job=job, ops=ops, logs=logs, instance=self.instance,
+                        clock=self.clock)
         changed = await asyncio.to_thread(self.memory.write_job, in_tenant(job.tenant, apply))
         if changed is None:
             log.warning("worker: curate job %d: its lease ran out before the result was "
@@ -410,15 +398,8 @@ class BackgroundWorker:
         self._wake.set()
         if changed and self.knowledge is not None:
             self.knowledge.changed(job.tenant, job.project)
-            lender = self.vault.get(job.tenant, job.session, job.project)
-            # The Codex backend's worker requests differ; its history is Responses'.
-            family = (Family.RESPONSES if lender is None or lender.family == "codex"
-                      else Family(lender.family))
-            try:
-                await asyncio.to_thread(self.knowledge.export_now, job.tenant, job.project,
-                                        agents_file(family))
-            except OSError as exc:
-                log.warning("knowledge: could not export .lore.md: %s", exc)
+            await _export(self.knowledge, job, self.vault.get(job.tenant, job.session,
+                                                              job.project))
 
     def _upstream_for(self, job: jobs.Job) -> SessionUpstream:
         if not self.settings.worker:
@@ -455,3 +436,34 @@ class BackgroundWorker:
 # What a distill job's save returns when the lease was lost (a row id is >= 1).
 _LEASE_LOST = -1
 
+
+def _apply_curation(conn: Connection, *, job: jobs.Job, ops: list[curator.Op],
+                    logs: list[dstore.Distillation], instance: str,
+                    clock: Callable[[], float]) -> int | None:
+    """Save a curate job's result while its lease holds (None: it ran out)."""
+    with conn:
+        if not jobs.holds(conn, job.id, instance, clock()):
+            return None
+        changed = curator.apply_ops(conn, job.tenant, job.project, ops,
+                                    f"session {job.session[:24]}")
+        dstore.mark_curated(conn, [d.id for d in logs])
+        jobs.finish(conn, job.id, "done", clock(), instance=instance)
+        # A log saved while the model answered (another instance distilled it)
+        # could not queue its own curate job: this one held the slot.
+        if dstore.uncurated(conn, job.tenant, job.project):
+            jobs.enqueue(conn, "curate", job.tenant, job.project, job.session, clock(),
+                         owner=instance)
+        return changed
+
+
+async def _export(knowledge: KnowledgeService, job: jobs.Job,
+                  lender: SessionUpstream | None) -> None:
+    """Write the project's ``.lore.md`` and the pointer in its agent's file."""
+    # The Codex backend's worker requests differ; its history is Responses'.
+    family = (Family.RESPONSES if lender is None or lender.family == "codex"
+              else Family(lender.family))
+    try:
+        await asyncio.to_thread(knowledge.export_now, job.tenant, job.project,
+                                agents_file(family))
+    except OSError as exc:
+        log.warning("knowledge: could not export .lore.md: %s", exc)
