@@ -143,6 +143,16 @@ def test_hits_count_within_two_of_any_gold_and_facts_verbatim() -> None:
     assert figures["kf_all@10"] == 0.5 and figures["kf_frac@10"] == 0.5
 
 
+def test_a_fact_in_the_message_a_hit_carries_counts_but_not_as_a_hit() -> None:
+    """The recall shows the message before a hit under it (``Hit.previous``), so a
+    key fact there is read; its index is not the hit's, so no ±2 window moves."""
+    q = _question((5,), ("3 passed in 0.12s", "pytest -q"))
+    found = [Found("s", 20, "3 passed in 0.12s", previous="THOUGHT: run them\npytest -q")]
+    result = outcome(q, found)
+    assert (result.tol, result.exact, result.facts_found) == (None, None, 2)
+    assert outcome(q, [Found("s", 20, "3 passed in 0.12s")]).facts_found == 1
+
+
 def test_noise_counts_duplicates_side_channels_and_recall_traffic() -> None:
     noise = Noise()
     noise.add([Found("s", 1, "a  b"), Found("s", 2, "a b"), Found("t", None, "x",
