@@ -23,8 +23,8 @@ from typing import Any
 import msgspec
 import orjson
 
-from lore_gateway.memory.answer_scan import frame_counts, last_terminal
-from lore_gateway.memory.records import RawOutputs, RawTurn, TurnRecord
+from lore_gateway.memory.store.answer_scan import frame_counts, last_terminal
+from lore_gateway.memory.store.records import RawOutputs, RawTurn, TurnRecord
 from lore_gateway.obs import metrics
 from lore_gateway.protocols import anthropic, chat, gemini, responses
 from lore_gateway.protocols.accumulator import StreamAccumulator
@@ -219,8 +219,8 @@ def raw_outputs(raw: RawOutputs) -> list[Message]:
     """The output messages of bytes a client received, ``raw.recalls`` at their
     markers (``recall_order``). A plain text answer is read without the
     accumulators (``answer_scan``)."""
-    from lore_gateway.memory.answer_scan import plain_text, responses_output
-    from lore_gateway.memory.recall_order import place_recalls
+    from lore_gateway.memory.store.answer_scan import plain_text, responses_output
+    from lore_gateway.memory.store.recall_order import place_recalls
 
     protocol = Protocol(raw.protocol)
     family = family_of(protocol)

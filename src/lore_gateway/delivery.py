@@ -17,8 +17,8 @@ from lore_gateway.collector import stream_usage
 from lore_gateway.errors import error_body
 from lore_gateway.exchange import Exchange
 from lore_gateway.headers import client_response_headers
-from lore_gateway.memory.records import RAW_OUTPUT_MAX_BYTES, RawOutputs
-from lore_gateway.memory.sanitize import redact_credentials, storable
+from lore_gateway.memory.store.records import RAW_OUTPUT_MAX_BYTES, RawOutputs
+from lore_gateway.memory.store.sanitize import redact_credentials, storable
 from lore_gateway.routing import Protocol
 from lore_gateway.sse import encode_event
 from lore_gateway.turns import TurnCollector, TurnOutcome

@@ -12,7 +12,7 @@ import orjson
 
 from lore_gateway.errors import invalid_request
 from lore_gateway.knowledge.sidechannel import SideChannel
-from lore_gateway.memory.records import Identity
+from lore_gateway.memory.store.records import Identity
 from lore_gateway.request_shape import check_request
 from lore_gateway.routing import Protocol, Route
 

@@ -29,8 +29,8 @@ from lore_gateway.channel import ClientChannel, Receive, Send
 from lore_gateway.config import Settings
 from lore_gateway.errors import GatewayError, error_body
 from lore_gateway.headers import header_map
-from lore_gateway.memory.errors import MemoryUnavailable
-from lore_gateway.memory.records import Identity
+from lore_gateway.memory.store.records import Identity
+from lore_gateway.storage.errors import MemoryUnavailable
 
 if TYPE_CHECKING:
     from lore_gateway.memory.service import Memory

@@ -1,7 +1,7 @@
 """What a user asked the gateway not to keep: the request switch and private spans.
 
 Two pure rules, no I/O (the session switch, ``lore amnesia``, lives in the
-database: ``memory/amnesia.py``):
+database: ``memory/data/amnesia.py``):
 
 * ``no_store_requested``: a request carrying ``x-lore-no-store`` is forwarded
   (the header is stripped upstream like every ``x-lore-*`` header) and nothing of

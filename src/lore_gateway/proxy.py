@@ -31,8 +31,8 @@ from lore_gateway.errors import GatewayError, error_body
 from lore_gateway.exchange import Exchange, parse_payload
 from lore_gateway.headers import client_response_headers, header_map, upstream_request_headers
 from lore_gateway.knowledge.sidechannel import side_channel_reason
-from lore_gateway.memory.sanitize import redact_credentials
 from lore_gateway.memory.service import PendingTurn
+from lore_gateway.memory.store.sanitize import redact_credentials
 from lore_gateway.pipeline.request import RequestPipeline
 from lore_gateway.protocols.common import ProtocolError
 from lore_gateway.recall.service import RecallService

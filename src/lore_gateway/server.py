@@ -20,7 +20,7 @@ import uvicorn
 from lore_gateway.composition import Assembly, Background, build_gateway
 from lore_gateway.config import Settings
 from lore_gateway.http_protocol import ConnectionLimits, protocol_class
-from lore_gateway.memory.amnesia import AmnesiaSwitch
+from lore_gateway.memory.data.amnesia import AmnesiaSwitch
 from lore_gateway.memory.service import Memory
 from lore_gateway.obs import metrics
 from lore_gateway.proxy import Proxy

@@ -23,9 +23,9 @@ from typing import Any
 from lore_gateway.collector import TurnCollector, model_of, report_usage
 from lore_gateway.errors import GatewayError
 from lore_gateway.exchange import Exchange
-from lore_gateway.memory.amnesia import AmnesiaSwitch
-from lore_gateway.memory.records import Identity, RawOutputs
+from lore_gateway.memory.data.amnesia import AmnesiaSwitch
 from lore_gateway.memory.service import Memory, PendingTurn
+from lore_gateway.memory.store.records import Identity, RawOutputs
 from lore_gateway.obs.logging import bind_session
 from lore_gateway.privacy import NO_STORE_HEADER, no_store_requested
 from lore_gateway.protocols.common import Message
@@ -82,7 +82,7 @@ class TurnSink:
         self.memory = memory
         # Sessions kept out of memory (`lore amnesia`, /ui); None: none ever are.
         self.amnesia = amnesia
-        # The proxy marks each request's start and end here (memory/traffic.py).
+        # The proxy marks each request's start and end here (memory/store/traffic.py).
         self.traffic = memory.traffic if memory is not None else None
         self._max_json_bytes = max_json_bytes
         self._max_stored_chars = max_stored_chars

@@ -3,8 +3,8 @@
 ``lore setup gemini`` writes the only thing that points Gemini CLI at the
 gateway (``GOOGLE_GEMINI_BASE_URL`` in ``~/.gemini/.env``); two sessions follow
 in one project (stored as two sessions of the folder the CLI ran in, though it
-sends neither a session id nor a project header: memory/fingerprint.py,
-memory/identity.py), and the second one's model recalls what the first was told
+sends neither a session id nor a project header: memory/tenancy/fingerprint.py,
+memory/tenancy/identity.py), and the second one's model recalls what the first was told
 through the hidden recall tool (the fake upstream scripts the ``recall``
 functionCall; the CLI never sees it). The CLI streams (``:streamGenerateContent
 ?alt=sse``). In a third session the model goes on to a tool after its recall,

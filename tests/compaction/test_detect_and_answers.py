@@ -14,7 +14,7 @@ from lore_gateway.compaction import answers, summary
 from lore_gateway.compaction.detect import Flow, detect
 from lore_gateway.distill.format import HIGH, LOW, MEDIUM, Observation
 from lore_gateway.knowledge.sidechannel import is_coding_turn
-from lore_gateway.memory.records import Identity
+from lore_gateway.memory.store.records import Identity
 from lore_gateway.pipeline import transforms as pipeline
 from lore_gateway.protocols.anthropic_stream import AnthropicAccumulator
 from lore_gateway.protocols.history_anthropic import ANTHROPIC

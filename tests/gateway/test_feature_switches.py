@@ -14,7 +14,7 @@ import pytest
 
 from lore_gateway.knowledge import store as kstore
 from lore_gateway.knowledge.block import BLOCK_HEADING
-from lore_gateway.memory.identity import PERSONAL
+from lore_gateway.memory.tenancy.identity import PERSONAL
 from lore_gateway.testing import ANTHROPIC_KEY, FakeUpstream
 
 SYSTEM = ("You are a coding agent working in a git repository. Read files before editing "

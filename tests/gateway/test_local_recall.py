@@ -14,9 +14,10 @@ from typer.testing import CliRunner
 
 from lore_gateway.cli.main import _register, app
 from lore_gateway.local_recall import LOCAL_RECALL_PATH, is_loopback
-from lore_gateway.memory import db, keys, schema
+from lore_gateway.memory.tenancy import keys
 from lore_gateway.obs.metrics import REGISTRY
 from lore_gateway.server import Gateway
+from lore_gateway.storage import db, schema
 from lore_gateway.testing import BackgroundServer, FakeUpstream, gateway_settings
 
 FACT = "The nightly backup runs from the walrus host."

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from lore_gateway.collector import TurnCollector, raw_outputs, stream_usage
-from lore_gateway.memory.records import RawOutputs
+from lore_gateway.memory.store.records import RawOutputs
 from lore_gateway.routing import Protocol
 from lore_gateway.testing import fake_streams as fs
 from lore_gateway.testing.fake_wire import jsonl_frames
@@ -116,7 +116,7 @@ def test_storage_reads_a_relayed_stream_as_the_relays_collector_did(
 
 def test_the_cases_cover_what_storage_reads_both_ways() -> None:
     """Both of storage's ways are taken: the terminal alone, and the full parse."""
-    from lore_gateway.memory.answer_scan import responses_output
+    from lore_gateway.memory.store.answer_scan import responses_output
 
     read = {name for name, body in _responses().items() if responses_output(body) is not None}
     assert {"text", "call", "calls-after-text", "terminal-only", "terminal-named-done"} <= read

@@ -21,8 +21,9 @@ import pytest
 
 from lore_gateway.config import Settings
 from lore_gateway.local_recall import LOCAL_RECALL_PATH, database_name
-from lore_gateway.memory import db, keys, schema
-from lore_gateway.memory.records import Identity
+from lore_gateway.memory.store.records import Identity
+from lore_gateway.memory.tenancy import keys
+from lore_gateway.storage import db, schema
 from lore_gateway.testing import BackgroundServer, FakeUpstream, gateway_settings
 
 # Isolation is every query's job, so it is checked on both storage backends.

@@ -15,7 +15,7 @@ import httpx2 as httpx
 import orjson
 import pytest
 
-from lore_gateway.memory.sanitize import redact_credentials
+from lore_gateway.memory.store.sanitize import redact_credentials
 from lore_gateway.protocols.gemini_stream import JsonArrayDecoder
 from lore_gateway.testing import FakeUpstream
 

@@ -20,12 +20,13 @@ from lore_gateway.config import Settings
 from lore_gateway.distill import store as dstore
 from lore_gateway.distill.extractive import SourceMessage
 from lore_gateway.knowledge import store as kstore
-from lore_gateway.memory import db, dbcopy, keys
-from lore_gateway.memory.embed import MODEL_NAME
-from lore_gateway.memory.records import Identity, TurnRecord
-from lore_gateway.memory.search import Searcher
+from lore_gateway.memory.embed.embedder import MODEL_NAME
+from lore_gateway.memory.search.searcher import Searcher
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import Identity, TurnRecord
+from lore_gateway.memory.tenancy import keys
 from lore_gateway.protocols.common import Message
+from lore_gateway.storage import db, dbcopy
 from lore_gateway.storage.base import Database
 from lore_gateway.storage.target import parse_url
 
@@ -111,7 +112,7 @@ def results(target: Database, tenant: str, *, by_content: bool = False) -> list[
     the scores and ties move, but what matches does not)."""
     searcher = Searcher(db.conn_factory(target), None)
     # ``by_content`` asks from no project: from one, the other project's matches are
-    # demoted (memory/projects.py) among the weak ones the cut at 50 falls in.
+    # demoted (memory/search/projects.py) among the weak ones the cut at 50 falls in.
     project = "" if by_content else "/work/project-0"
     out = []
     for query in QUERIES:

@@ -12,7 +12,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from lore_gateway.memory import db, schema
+from lore_gateway.storage import db, schema
 from lore_gateway.worker import jobs
 
 NOW = 1_000_000.0

@@ -124,7 +124,7 @@ def test_forwarding_goes_on_and_memory_fails_clearly_while_postgres_is_gone(
 
 
 def _turn(text: str) -> Any:
-    from lore_gateway.memory.records import Identity, Message, TurnRecord
+    from lore_gateway.memory.store.records import Identity, Message, TurnRecord
 
     return TurnRecord(identity=Identity("personal", "p", "lost-db"), protocol="test",
                       model=None, messages=(Message("user", text),), created_at=time.time())
@@ -144,8 +144,8 @@ def test_the_writer_recovers_from_a_connection_lost_inside_its_transaction(
     dead one: "the connection is closed")."""
     import psycopg
 
-    from lore_gateway.memory import db
-    from lore_gateway.memory.writer import TurnWriter
+    from lore_gateway.memory.store.writer import TurnWriter
+    from lore_gateway.storage import db
     from lore_gateway.storage.target import parse_url
 
     with psycopg.connect(postgres_url, autocommit=True) as admin:
@@ -189,7 +189,7 @@ def test_a_connection_left_mid_command_is_replaced(relay: tuple[Relay, str]) -> 
     leaves a connection so after a read error other than a reset) must not poison
     the connection: every later statement would fail with "another command is
     already in progress", which is what the storage process once logged for ever."""
-    from lore_gateway.memory.errors import StorageUnavailable
+    from lore_gateway.storage.errors import StorageUnavailable
     from lore_gateway.storage.target import parse_url
 
     database = parse_url(relay[1])
@@ -213,7 +213,7 @@ def test_a_connection_idle_through_an_outage_serves_its_next_statement(
     """The reader (or any long-held connection) sat idle while the server went away
     and came back: its next statement runs on a fresh connection, instead of failing
     once with "server closed the connection unexpectedly" after memory is back."""
-    from lore_gateway.memory.errors import StorageUnavailable
+    from lore_gateway.storage.errors import StorageUnavailable
     from lore_gateway.storage.target import parse_url
 
     database = parse_url(relay[1])
@@ -243,7 +243,7 @@ def test_a_storage_process_waiting_out_an_outage_still_sees_its_gateway_go(
     """``lore-store`` with a flush pending while the database cannot be reached
     still notices that its gateway is gone, and exits (it used to wait inside the
     flush for ever and outlive the gateway)."""
-    from lore_gateway.memory.store_process import TurnStoreProcess
+    from lore_gateway.memory.store.process import TurnStoreProcess
     from lore_gateway.storage.target import parse_url
 
     database = parse_url(relay[1])

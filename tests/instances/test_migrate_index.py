@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from lore_gateway.memory.schema_pg import HNSW_MODEL, PG_MIGRATIONS, hnsw_build_memory_mb
+from lore_gateway.storage.schema_pg import HNSW_MODEL, PG_MIGRATIONS, hnsw_build_memory_mb
 from lore_gateway.testing.postgres import GATEWAY_ROLE, as_gateway, with_database
 
 from .test_db_copy import lore

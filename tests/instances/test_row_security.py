@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 
 from lore_gateway.config import Settings
-from lore_gateway.memory import db
-from lore_gateway.memory.errors import StorageError
-from lore_gateway.memory.records import Identity, TurnRecord
-from lore_gateway.memory.schema_pg import TENANT_TABLES
-from lore_gateway.memory.search import Searcher
+from lore_gateway.memory.search.searcher import Searcher
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message
+from lore_gateway.storage import db
+from lore_gateway.storage.errors import StorageError
 from lore_gateway.storage.postgres import PostgresDatabase
+from lore_gateway.storage.schema_pg import TENANT_TABLES
 
 ALICE_FACT = "alice keeps the aardvark rollout notes"
 BOB_FACT = "bob keeps the aardvark billing secrets"
@@ -148,7 +148,7 @@ def _require_scope(url: str) -> None:
 
 
 def _recall(anchor_id: str) -> Any:
-    from lore_gateway.memory.anchor_store import StoredRecall
+    from lore_gateway.memory.store.anchor_store import StoredRecall
 
     return StoredRecall.from_messages(
         anchor_id=anchor_id, protocol="anthropic", marker=None, call_id=f"call-{anchor_id}",
@@ -164,7 +164,7 @@ def test_anchor_knowledge_and_context_paths_run_inside_their_tenant_scope(
     from lore_gateway.context.planner import SessionState
     from lore_gateway.context.service import ContextService
     from lore_gateway.knowledge.service import KnowledgeService
-    from lore_gateway.memory import anchor_store
+    from lore_gateway.memory.store import anchor_store
     from lore_gateway.routing import Family
 
     settings = _store(tmp_path, postgres_url).model_copy(update={"export": False})

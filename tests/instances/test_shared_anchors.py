@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from lore_gateway.memory import db, schema
-from lore_gateway.memory.anchor_store import AnchorStore, StoredRecall
+from lore_gateway.memory.store.anchor_store import AnchorStore, StoredRecall
 from lore_gateway.recall.replay import anchor_ids
+from lore_gateway.storage import db, schema
 
 T, S = "personal", "session-1"
 
@@ -60,7 +60,7 @@ async def test_an_anchor_found_nowhere_is_not_looked_up_again_and_again(
     store = AnchorStore(db_path)
     stray = str(uuid.uuid4())  # copied from another conversation: no stored recall
     await store.session(T, S, [stray])
-    from lore_gateway.memory import anchor_store
+    from lore_gateway.memory.store import anchor_store
 
     reads: list[object] = []
     real = anchor_store._read_session

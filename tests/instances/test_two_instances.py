@@ -29,7 +29,7 @@ import pytest
 
 from lore_gateway.distill.store import DISTILL_PROTOCOL
 from lore_gateway.knowledge.block import UPDATE_HEADING
-from lore_gateway.memory import db
+from lore_gateway.storage import db
 from lore_gateway.storage.target import parse_url
 from lore_gateway.testing import ANTHROPIC_KEY, FakeUpstream, wait_until
 

@@ -223,7 +223,7 @@ def test_side_channel_requests_get_no_knowledge_and_start_no_jobs(
         make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path) -> None:
     project = git_project(tmp_path / "repo")
     gw = make_gateway(**FAST)
-    from lore_gateway.memory.identity import PERSONAL
+    from lore_gateway.memory.tenancy.identity import PERSONAL
 
     tenant = PERSONAL
     gw.memory.write_job(lambda c: kstore.upsert(
@@ -299,7 +299,7 @@ def test_a_queued_job_survives_a_restart_and_runs_with_the_next_credential(
 
 def read_db(data_dir: Path, sql: str) -> list[tuple[Any, ...]]:
     from lore_gateway.config import Settings
-    from lore_gateway.memory import db
+    from lore_gateway.storage import db
 
     conn = db.connect(Settings(data_dir=data_dir).database, readonly=True)
     try:
@@ -316,7 +316,7 @@ def test_distillations_are_found_by_recall_shown_by_data_show_and_counted_in_met
     session = AnthropicSession(gw, project, "findable")
     session.say(DECISION)
     (log,) = wait_until(lambda: distillations(gw), "the distillation")
-    from lore_gateway.memory.records import Identity
+    from lore_gateway.memory.store.records import Identity
 
     found = gw.memory.search_sync("tangerine branch frozen", identity=Identity(
         log.tenant, log.project, log.session), scope="session", limit=10)
@@ -398,7 +398,7 @@ def test_a_backend_that_refuses_the_cheaper_model_gets_the_sessions_own(
 
 def test_a_session_first_seen_midway_gets_an_update_not_a_new_prefix(
         make_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path) -> None:
-    from lore_gateway.memory.identity import PERSONAL
+    from lore_gateway.memory.tenancy.identity import PERSONAL
 
     project = git_project(tmp_path / "repo")
     gw = make_gateway(**FAST)

@@ -17,7 +17,7 @@ from lore_gateway.distill import store as dstore
 from lore_gateway.knowledge import curator, history, sync
 from lore_gateway.knowledge import export as ex
 from lore_gateway.knowledge import store as kstore
-from lore_gateway.memory import forget
+from lore_gateway.memory.data import forget
 from lore_gateway.memory.service import Memory
 
 ME = "personal"

@@ -13,8 +13,8 @@ from lore_gateway.config import Settings
 from lore_gateway.distill import store as dstore
 from lore_gateway.knowledge import curator
 from lore_gateway.knowledge import store as kstore
-from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message
 
 ME = Identity("personal", "/work/app", "s1")

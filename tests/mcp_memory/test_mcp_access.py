@@ -14,9 +14,9 @@ from mcp_kit import run
 
 from lore_gateway.config import Settings
 from lore_gateway.mcp_server.http import LOOPBACK_ONLY, McpEndpoint
-from lore_gateway.memory import keys
-from lore_gateway.memory.identity import INVALID_KEY_MESSAGE, MISSING_KEY_MESSAGE
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.tenancy import keys
+from lore_gateway.memory.tenancy.identity import INVALID_KEY_MESSAGE, MISSING_KEY_MESSAGE
 
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-06-18", "capabilities": {},

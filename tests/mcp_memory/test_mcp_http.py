@@ -32,8 +32,8 @@ from mcp_kit import (
 
 from lore_gateway.errors import GatewayError
 from lore_gateway.knowledge import store as kstore
-from lore_gateway.memory import keys
-from lore_gateway.memory.identity import INVALID_KEY_MESSAGE, MISSING_KEY_MESSAGE
+from lore_gateway.memory.tenancy import keys
+from lore_gateway.memory.tenancy.identity import INVALID_KEY_MESSAGE, MISSING_KEY_MESSAGE
 from lore_gateway.testing import FakeUpstream
 
 pytestmark = pytest.mark.both_backends

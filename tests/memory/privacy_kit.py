@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lore_gateway.memory import db
-from lore_gateway.memory.records import Identity
+from lore_gateway.memory.store.records import Identity
+from lore_gateway.storage import db
 from lore_gateway.testing import wait_until
 
 # Counts of requests and tokens per interval (ui/samples.py): no session, no text.

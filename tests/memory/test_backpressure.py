@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message
 from lore_gateway.turns import TurnSink
 

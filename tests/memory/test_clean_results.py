@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from lore_gateway.memory import projects
-from lore_gateway.memory.hits import text_key
-from lore_gateway.memory.records import Identity, TurnRecord
-from lore_gateway.memory.render import is_recall_traffic, render
+from lore_gateway.memory.search import projects
+from lore_gateway.memory.search.hits import text_key
+from lore_gateway.memory.search.render import is_recall_traffic, render
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message, Role
 
 TENANT = "tenant-clean"

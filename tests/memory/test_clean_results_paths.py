@@ -25,10 +25,10 @@ from typer.testing import CliRunner
 from lore_gateway.cli.main import _register, app
 from lore_gateway.config import Settings
 from lore_gateway.local_recall import LOCAL_RECALL_PATH, database_name
-from lore_gateway.memory.hits import text_key
-from lore_gateway.memory.records import Identity, TurnRecord
-from lore_gateway.memory.render import is_recall_traffic
+from lore_gateway.memory.search.hits import text_key
+from lore_gateway.memory.search.render import is_recall_traffic
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message, Role
 from lore_gateway.testing import FakeUpstream
 
@@ -90,7 +90,7 @@ async def test_the_hidden_recall_tool(gateway: Any, fake_upstream: FakeUpstream,
     output = str(follow[-1]["output"])
     lines = [line for line in output.splitlines() if line.startswith("- (")]
     assert_clean([_line_text(line) for line in lines])
-    # The fact stored twice is one hit that names its copy (``memory/dedupe.py``).
+    # The fact stored twice is one hit that names its copy (``memory/search/dedupe.py``).
     assert re.search(r" \(t:\d+\) \(\+1 identical: t:\d+\)$", lines[0]), lines[0]
     for line in lines:  # another project's hit says whose it is; the asking one's not
         assert (f", project {other}) " in line) == (ELSEWHERE in line), line

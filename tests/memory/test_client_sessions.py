@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from lore_gateway.memory.fingerprint import first_user_text, has_answer
-from lore_gateway.memory.identity import PersonalTenancy, identify
+from lore_gateway.memory.tenancy.fingerprint import first_user_text, has_answer
+from lore_gateway.memory.tenancy.identity import PersonalTenancy, identify
 from lore_gateway.testing import client_shapes as shapes
 
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"

@@ -8,17 +8,17 @@ import numpy as np
 import pytest
 
 from lore_gateway.config import Settings
-from lore_gateway.memory import db
-from lore_gateway.memory.embed import as_blob, from_blob, load_embedder
-from lore_gateway.memory.records import Identity, TurnRecord
-from lore_gateway.memory.service import Memory
-from lore_gateway.memory.vectors import (
+from lore_gateway.memory.embed.embedder import as_blob, from_blob, load_embedder
+from lore_gateway.memory.embed.vectors import (
     EXACT_SCOPE_ROWS,
     sign_codes,
     vector_param,
     vector_search,
 )
+from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message
+from lore_gateway.storage import db
 
 embedder = load_embedder()
 pytestmark = pytest.mark.skipif(embedder is None, reason="embedding model not installed")

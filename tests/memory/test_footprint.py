@@ -13,9 +13,9 @@ import pytest
 
 from lore_gateway import heap
 from lore_gateway.config import Settings
-from lore_gateway.memory.embed import model_info
-from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.embed.embedder import model_info
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message
 
 IDENT = Identity("tenant-a", "proj", "sess")
@@ -70,7 +70,7 @@ def test_the_footprint_bench_reads_every_process_of_the_gateway_tree() -> None:
 
 
 def test_a_cached_recall_holds_no_more_than_its_bytes() -> None:
-    from lore_gateway.memory.anchor_store import StoredRecall
+    from lore_gateway.memory.store.anchor_store import StoredRecall
 
     entry = StoredRecall.from_messages(
         anchor_id="a1", protocol="responses", marker=None, call_id="call_1",
@@ -97,7 +97,7 @@ def _package_embedder() -> Any:
     before the weights stayed int8."""
     import onnxruntime as ort
 
-    from lore_gateway.memory.embed import Embedder, session_options, tokenizer_path
+    from lore_gateway.memory.embed.embedder import Embedder, session_options, tokenizer_path
 
     info = model_info()
     assert info is not None
@@ -117,8 +117,8 @@ TEXTS = ["the quokka migration runs at night", "x",
 def test_the_int8_table_rewrite_keeps_every_vector_bit_identical(tmp_path: Path) -> None:
     import numpy as np
 
-    from lore_gateway.memory.embed import Embedder, tokenizer_path
-    from lore_gateway.memory.onnx_int8 import Rewrites, keep_int8
+    from lore_gateway.memory.embed.embedder import Embedder, tokenizer_path
+    from lore_gateway.memory.embed.onnx_int8 import Rewrites, keep_int8
 
     info = model_info()
     assert info is not None
@@ -138,8 +138,8 @@ def test_the_int8_matmuls_keep_vectors_within_cosine_0999_of_the_stored_ones() -
     vectors stored before it must stay comparable (docs/search.md)."""
     import numpy as np
 
-    from lore_gateway.memory.embed import Embedder, tokenizer_path
-    from lore_gateway.memory.onnx_int8 import Rewrites, keep_int8
+    from lore_gateway.memory.embed.embedder import Embedder, tokenizer_path
+    from lore_gateway.memory.embed.onnx_int8 import Rewrites, keep_int8
 
     info = model_info()
     assert info is not None
@@ -165,7 +165,7 @@ async def test_searches_run_in_the_embedding_process_and_survive_its_death(
     import os
     import signal
 
-    from lore_gateway.memory.errors import MemoryUnavailable
+    from lore_gateway.storage.errors import MemoryUnavailable
 
     memory = Memory.open(Settings(data_dir=tmp_path, embeddings=True))
     try:
@@ -206,12 +206,12 @@ async def test_searches_run_in_the_embedding_process_and_survive_its_death(
 @pytest.mark.usefixtures("database_url")
 def test_the_gateway_process_never_imports_numpy_or_the_search_stack(tmp_path: Path) -> None:
     """Searching through the embedding process, the gateway unpickles the hits
-    (memory/hits.py) without importing numpy, onnxruntime or memory/search.py."""
+    (memory/search/hits.py) without importing numpy, onnxruntime or memory/search/searcher.py."""
     script = f"""
 import asyncio, sys, time
 from pathlib import Path
 from lore_gateway.config import Settings
-from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
 from lore_gateway.protocols.common import Message
 if __name__ == "__main__":
@@ -223,8 +223,8 @@ if __name__ == "__main__":
                        wait=True)
     memory.flush(timeout=60)
     hits = asyncio.run(memory.search("quokka", identity=ident)).hits
-    print(len(hits), *sorted(m for m in ("numpy", "onnxruntime", "lore_gateway.memory.search")
-                             if m in sys.modules))
+    searcher = "lore_gateway.memory.search.searcher"
+    print(len(hits), *sorted(m for m in ("numpy", "onnxruntime", searcher) if m in sys.modules))
     memory.close()
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -238,7 +238,7 @@ def test_the_shipped_simhash_planes_are_the_seeded_ones() -> None:
     index must hash exactly as with the generated planes."""
     import numpy as np
 
-    from lore_gateway.memory.vectors import CODE_WORDS, _projections
+    from lore_gateway.memory.embed.vectors import CODE_WORDS, _projections
 
     generated = np.random.default_rng(384).standard_normal(
         (384, CODE_WORDS * 64)).astype(np.float32)
@@ -258,7 +258,7 @@ def test_the_helper_processes_start_without_multiprocessing(tmp_path: Path,
 import asyncio, os, time
 from pathlib import Path
 from lore_gateway.config import Settings
-from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
 from lore_gateway.protocols.common import Message
 

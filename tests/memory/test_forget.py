@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 from lore_gateway.cli.main import _register, app
 from lore_gateway.distill import store as dstore
 from lore_gateway.knowledge import store as kstore
-from lore_gateway.memory.forget import parse_since
-from lore_gateway.memory.identity import PERSONAL
-from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.data.forget import parse_since
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import Identity, TurnRecord
+from lore_gateway.memory.tenancy.identity import PERSONAL
 from lore_gateway.protocols.common import Message
 
 PROJECT = "/work/forget-project"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from lore_gateway.errors import GatewayError
-from lore_gateway.memory.identity import PERSONAL, KeyTenancy, PersonalTenancy, identify
+from lore_gateway.memory.tenancy.identity import PERSONAL, KeyTenancy, PersonalTenancy, identify
 
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
 PERSONAL_MODE = PersonalTenancy()

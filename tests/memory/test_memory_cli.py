@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from lore_gateway.cli.main import _register, app
 from lore_gateway.config import Settings
-from lore_gateway.memory.records import TurnRecord
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import TurnRecord
 from lore_gateway.protocols.common import Message
 
 DATA = Path(__file__).resolve().parents[1] / "data"

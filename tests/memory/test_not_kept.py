@@ -22,8 +22,8 @@ from lore_gateway.cli.main import _register, app
 from lore_gateway.knowledge import export as ex
 from lore_gateway.knowledge import store as kstore
 from lore_gateway.knowledge.block import BLOCK_HEADING
-from lore_gateway.memory.identity import PERSONAL
-from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.store.records import Identity, TurnRecord
+from lore_gateway.memory.tenancy.identity import PERSONAL
 from lore_gateway.protocols.common import Message
 from lore_gateway.testing import ANTHROPIC_KEY, FakeUpstream, wait_until
 from lore_gateway.testing.waiting import wait_until_stored

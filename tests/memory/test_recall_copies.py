@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import re
 
-from lore_gateway.memory.dedupe import fold
-from lore_gateway.memory.hits import Hit
-from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.search.dedupe import fold
+from lore_gateway.memory.search.hits import Hit
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message, Role
 from lore_gateway.storage.base import Connection
 

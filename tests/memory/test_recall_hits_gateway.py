@@ -9,7 +9,7 @@ from typing import Any
 
 import aiohttp
 
-from lore_gateway.memory.render import NO_RESULTS, RECALL_CALL_PREFIX, is_recall_traffic
+from lore_gateway.memory.search.render import NO_RESULTS, RECALL_CALL_PREFIX, is_recall_traffic
 from lore_gateway.testing import FakeUpstream
 
 KEY = "sk-recall-hits-0123456789abcdef"

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 
-from lore_gateway.memory.passage import passage
-from lore_gateway.memory.records import Identity, TurnRecord
-from lore_gateway.memory.render import MAX_RESULT_CHARS, render
-from lore_gateway.memory.search import Hit, SearchResult
+from lore_gateway.memory.search.passage import passage
+from lore_gateway.memory.search.render import MAX_RESULT_CHARS, render
+from lore_gateway.memory.search.searcher import Hit, SearchResult
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message
 
 TENANT = "tenant-passages"

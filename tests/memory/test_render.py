@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from lore_gateway.memory.hits import Previous
-from lore_gateway.memory.render import NO_RESULTS, render
-from lore_gateway.memory.search import Hit, SearchResult
+from lore_gateway.memory.search.hits import Previous
+from lore_gateway.memory.search.render import NO_RESULTS, render
+from lore_gateway.memory.search.searcher import Hit, SearchResult
 
 NOW = 1_800_000_000.0
 

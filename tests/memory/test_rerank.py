@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from lore_gateway.config import Settings
-from lore_gateway.memory import rerank
-from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.search import rerank
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message
 
 IDENT = Identity("tenant-a", "proj-x", "s1")

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from lore_gateway.config import Settings
-from lore_gateway.memory import db, schema, search
-from lore_gateway.memory.embed import load_embedder
-from lore_gateway.memory.query import (
+from lore_gateway.memory.embed.embedder import load_embedder
+from lore_gateway.memory.embed.vectors import embed_and_store
+from lore_gateway.memory.search import searcher as search
+from lore_gateway.memory.search.query import (
     MatchPlan,
     TermCost,
     parse_query,
@@ -19,11 +20,11 @@ from lore_gateway.memory.query import (
     plan_match,
     prefix_eligible,
 )
-from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
-from lore_gateway.memory.turn_rows import write_turn
-from lore_gateway.memory.vectors import embed_and_store
+from lore_gateway.memory.store.records import Identity, TurnRecord
+from lore_gateway.memory.store.turn_rows import write_turn
 from lore_gateway.protocols.common import Message, Role
+from lore_gateway.storage import db, schema
 
 ALICE = Identity("tenant-a", "proj-x", "s1")
 

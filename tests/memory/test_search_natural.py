@@ -20,11 +20,12 @@ import numpy as np
 import pytest
 
 from lore_gateway.config import Settings
-from lore_gateway.memory import db, search
-from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.embed.vectors import embed_and_store
+from lore_gateway.memory.search import searcher as search
 from lore_gateway.memory.service import Memory
-from lore_gateway.memory.vectors import embed_and_store
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message, Role
+from lore_gateway.storage import db
 
 TENANT, PROJECT = "tenant-a", "proj-x"
 

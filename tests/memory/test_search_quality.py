@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from lore_gateway.config import Settings
-from lore_gateway.memory import db, schema
-from lore_gateway.memory.query import identifiers, intent_phrases, parse_query
-from lore_gateway.memory.records import Identity, TurnRecord
-from lore_gateway.memory.render import NO_RESULTS, is_recall_traffic, render
+from lore_gateway.memory.search.query import identifiers, intent_phrases, parse_query
+from lore_gateway.memory.search.render import NO_RESULTS, is_recall_traffic, render
 from lore_gateway.memory.service import Memory
-from lore_gateway.memory.turn_rows import write_turn
+from lore_gateway.memory.store.records import Identity, TurnRecord
+from lore_gateway.memory.store.turn_rows import write_turn
 from lore_gateway.protocols.common import Message, Role
+from lore_gateway.storage import db, schema
 
 ME = Identity("tenant-a", "proj-x", "s1")
 NONSENSE = "zzqx quasar xylophone marmalade"
@@ -185,8 +185,8 @@ def test_a_version_4_store_migrates_to_the_v7_search_index(tmp_path: Path) -> No
 
 
 def test_recall_traffic_gets_no_vector(tmp_path: Path) -> None:
-    from lore_gateway.memory.embed import load_embedder
-    from lore_gateway.memory.vectors import embed_and_store
+    from lore_gateway.memory.embed.embedder import load_embedder
+    from lore_gateway.memory.embed.vectors import embed_and_store
 
     embedder = load_embedder()
     if embedder is None:

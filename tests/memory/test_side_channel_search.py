@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from lore_gateway.cli.main import _register, app
 from lore_gateway.local_recall import LOCAL_RECALL_PATH, database_name
-from lore_gateway.memory.hits import text_key
+from lore_gateway.memory.search.hits import text_key
 from lore_gateway.testing import ANTHROPIC_KEY, OPENAI_KEY, FakeUpstream
 from lore_gateway.testing import client_shapes as shapes
 

@@ -16,10 +16,10 @@ import apsw
 import pytest
 
 from lore_gateway.config import Settings
-from lore_gateway.memory import db, schema
-from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message
+from lore_gateway.storage import db, schema
 from lore_gateway.testing.postgres import indexed_ids
 
 SECRET = "sk-proj-LoreTestSecret0123456789abcdefXYZ"
@@ -38,7 +38,7 @@ def memory(settings: Settings) -> Iterator[Memory]:
 
 
 def rows(settings: Settings, sql: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
-    from lore_gateway.memory import db
+    from lore_gateway.storage import db
 
     conn = db.connect(settings.database, readonly=True)
     try:
@@ -202,8 +202,8 @@ def test_dedup_key_makes_a_repeat_a_no_op_and_a_new_version_replaces(
 @pytest.mark.sqlite_only  # stalls the writer with SQLite's file lock
 def test_submit_never_blocks_when_the_queue_is_full(
         settings: Settings, caplog: pytest.LogCaptureFixture) -> None:
-    from lore_gateway.memory.db import conn_factory
-    from lore_gateway.memory.writer import MAX_TURNS_PER_COMMIT, TurnWriter
+    from lore_gateway.memory.store.writer import MAX_TURNS_PER_COMMIT, TurnWriter
+    from lore_gateway.storage.db import conn_factory
 
     Memory.open(settings, embedder=None).close()  # create the schema
     blocker = apsw.Connection(str(settings.db_path))
@@ -295,7 +295,7 @@ _CRASH_WRITER = """
 import sys, time
 from pathlib import Path
 from lore_gateway.config import Settings
-from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
 from lore_gateway.protocols.common import Message
 from lore_gateway.testing.postgres import indexed_ids
@@ -339,7 +339,7 @@ def test_a_writer_killed_mid_write_leaves_a_consistent_database(tmp_path: Path) 
 
 @pytest.mark.usefixtures("database_url")
 def test_deleting_a_session_removes_its_replayable_recalls(tmp_path: Path) -> None:
-    from lore_gateway.memory import db as _db
+    from lore_gateway.storage import db as _db
 
     settings = Settings(data_dir=tmp_path, embeddings=False)
     mem = Memory.open(settings, embedder=None)
@@ -366,8 +366,8 @@ def test_a_backlog_written_as_one_batch_stores_what_turn_by_turn_writes_store(
     set-wise, with a retry, a dedup-keyed import and an empty turn among them): the
     rows, their order, the session counts and the search index are what writing
     them one at a time gives."""
-    from lore_gateway.memory.query import phrase
-    from lore_gateway.memory.textindex import text_index
+    from lore_gateway.memory.search.query import phrase
+    from lore_gateway.memory.search.textindex import text_index
 
     bob = Identity(tenant="t-alice", project="/home/a/other", session="s-2")
     backlog = [
@@ -459,7 +459,7 @@ def test_a_turn_failing_inside_a_batch_costs_only_itself(settings: Settings) -> 
 def test_a_commit_waits_for_company_but_never_holds_up_a_flush(settings: Settings) -> None:
     """With a group wait (the storage process's), turns submitted one after another
     share one commit, and a flush returns without waiting out the wait."""
-    from lore_gateway.memory.writer import TurnWriter
+    from lore_gateway.memory.store.writer import TurnWriter
 
     conn = db.connect(settings.database)
     schema.migrate(conn)

@@ -1,5 +1,5 @@
-"""Turns written in the storage process (memory/store_process.py) and the pipe
-that feeds it (memory/turn_pipe.py)."""
+"""Turns written in the storage process (memory/store/process.py) and the pipe
+that feeds it (memory/store/turn_pipe.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from lore_gateway.config import Settings
-from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
-from lore_gateway.memory.turn_pipe import PipeClosed, PipeReceiver, PipeSender, make_pipe
+from lore_gateway.memory.store.records import Identity, TurnRecord
+from lore_gateway.memory.store.turn_pipe import PipeClosed, PipeReceiver, PipeSender, make_pipe
 from lore_gateway.protocols.common import Message
 
 IDENT = Identity("personal", "/work/app", "s1")
@@ -108,7 +108,7 @@ def test_a_turn_crosses_the_pipe_as_builtins_and_comes_back_equal() -> None:
     raw turn survives, and nothing but builtins is pickled."""
     import pickle
 
-    from lore_gateway.memory.records import (
+    from lore_gateway.memory.store.records import (
         RawOutputs,
         RawTurn,
         RecallRow,

@@ -1,12 +1,12 @@
-"""The supersession rule (``memory/supersede.py``): pure, text in and hits out."""
+"""The supersession rule (``memory/search/supersede.py``): pure, text in and hits out."""
 
 from __future__ import annotations
 
 import pytest
 
-from lore_gateway.memory.hits import Hit, SearchResult
-from lore_gateway.memory.render import render
-from lore_gateway.memory.supersede import Statement, changed_subject, statements, supersede
+from lore_gateway.memory.search.hits import Hit, SearchResult
+from lore_gateway.memory.search.render import render
+from lore_gateway.memory.search.supersede import Statement, changed_subject, statements, supersede
 
 
 def hit(mid: int, content: str, at: float, score: float, role: str = "user") -> Hit:

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from lore_gateway.config import Settings
-from lore_gateway.memory import db, schema
-from lore_gateway.memory.identity import PERSONAL
-from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
-from lore_gateway.memory.turn_rows import write_turn
+from lore_gateway.memory.store.records import Identity, TurnRecord
+from lore_gateway.memory.store.turn_rows import write_turn
+from lore_gateway.memory.tenancy.identity import PERSONAL
 from lore_gateway.protocols.common import Message
+from lore_gateway.storage import db, schema
 
 OLD_TENANTS = ("t-0123456789abcdef01234567", "t-fedcba9876543210fedcba98", "anonymous")
 

@@ -1,5 +1,5 @@
 """The embedding backlog waits for a quiet moment of the proxy's, boundedly
-(memory/traffic.py): the clock is shared with a child process, the wait ends at
+(memory/store/traffic.py): the clock is shared with a child process, the wait ends at
 the quiet or at its bound, vectors still arrive under continuous traffic, and
 the gateway marks the requests it serves."""
 
@@ -18,12 +18,12 @@ import aiohttp
 import pytest
 
 from lore_gateway.config import Settings
-from lore_gateway.memory import db
-from lore_gateway.memory.model_files import model_info
-from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.embed.model_files import model_info
 from lore_gateway.memory.service import Memory
-from lore_gateway.memory.traffic import CpuPressure, TrafficClock, busy
+from lore_gateway.memory.store.records import Identity, TurnRecord
+from lore_gateway.memory.store.traffic import CpuPressure, TrafficClock, busy
 from lore_gateway.protocols.common import Message
+from lore_gateway.storage import db
 from lore_gateway.testing import OPENAI_KEY
 
 needs_model = pytest.mark.skipif(model_info() is None, reason="embedding model not installed")
@@ -34,7 +34,7 @@ def test_a_child_process_reads_the_marks_of_its_parent() -> None:
     try:
         clock.mark()
         marked = clock.last_mark_ns()
-        script = ("import sys; from lore_gateway.memory.traffic import TrafficClock; "
+        script = ("import sys; from lore_gateway.memory.store.traffic import TrafficClock; "
                   "print(TrafficClock(int(sys.argv[1])).last_mark_ns())")
         out = subprocess.run([sys.executable, "-c", script, str(clock.fd)], pass_fds=(clock.fd,),
                              capture_output=True, text=True, timeout=60, check=True)

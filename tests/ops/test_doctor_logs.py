@@ -12,7 +12,7 @@ from lore_gateway.cli import doctor as _doctor_cli  # noqa: F401  (attaches the 
 from lore_gateway.cli import logs as _logs_cli  # noqa: F401
 from lore_gateway.cli import setup as _setup_cli  # noqa: F401
 from lore_gateway.cli.main import app
-from lore_gateway.memory import db, schema
+from lore_gateway.storage import db, schema
 from lore_gateway.testing import FakeUpstream
 
 

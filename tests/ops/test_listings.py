@@ -14,9 +14,9 @@ import pytest
 from clikit import lore, lore_env, on_terminal
 
 from lore_gateway.config import Settings
-from lore_gateway.memory.identity import PERSONAL
-from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import Identity, TurnRecord
+from lore_gateway.memory.tenancy.identity import PERSONAL
 from lore_gateway.protocols.common import Message
 
 PROJECT = "/home/someone/work/a-rather-long-project-directory-name/services/api"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from lore_gateway.memory.records import Identity, RawOutputs
+from lore_gateway.memory.store.records import Identity, RawOutputs
 from lore_gateway.pipeline.request import RequestPipeline
 from lore_gateway.protocols.common import Message
 from lore_gateway.protocols.usage import Usage

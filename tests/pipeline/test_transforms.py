@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from lore_gateway.context.transform import manage_context
-from lore_gateway.memory.records import Identity
+from lore_gateway.memory.store.records import Identity
 from lore_gateway.pipeline import transforms as pipeline
 from lore_gateway.pipeline.transforms import RequestContext
 from lore_gateway.routing import Family, Protocol

@@ -64,7 +64,7 @@ def private_coverage_marks(gw: Any) -> list[bytes]:
     it may ever reach a client."""
     import hashlib
 
-    from lore_gateway.memory import db
+    from lore_gateway.storage import db
 
     conn = db.connect(gw.memory.settings.database, readonly=True)
     try:

@@ -10,9 +10,8 @@ import orjson
 import pytest
 
 from lore_gateway.config import Settings
-from lore_gateway.memory import db, schema
-from lore_gateway.memory.anchor_store import AnchorStore, RecallStoreFull, StoredRecall
-from lore_gateway.storage import Database
+from lore_gateway.memory.store.anchor_store import AnchorStore, RecallStoreFull, StoredRecall
+from lore_gateway.storage import Database, db, schema
 
 T, S = "tenant-a", "session-1"
 
@@ -183,7 +182,7 @@ async def test_a_credential_in_recall_arguments_is_redacted_on_disk(db_path: Dat
 async def test_the_store_writes_through_the_memory_writer(db_path: Database) -> None:
     """No second SQLite writer: the gateway's store queues its writes on the one
     ``TurnWriter`` it is given (issue 9 §7)."""
-    from lore_gateway.memory.writer import TurnWriter
+    from lore_gateway.memory.store.writer import TurnWriter
 
     writer = TurnWriter(db.conn_factory(db_path), max_message_bytes=1 << 20)
     store = AnchorStore(writer=writer)

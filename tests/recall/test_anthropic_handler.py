@@ -13,8 +13,8 @@ import pytest
 
 from lore_gateway.channel import ClientChannel
 from lore_gateway.config import Settings
-from lore_gateway.memory.records import Identity, TurnRecord
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message
 from lore_gateway.recall.anthropic.handler import buffered_recall, stream_recall
 from lore_gateway.recall.core.budget import RecallChainBudget

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from lore_gateway.config import Settings
-from lore_gateway.memory.hits import SearchResult
-from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.search.hits import SearchResult
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message
 from lore_gateway.recall.core.executor import (
     EXECUTION_FAILED,

@@ -19,8 +19,8 @@ import openai
 import orjson
 import pytest
 
-from lore_gateway.memory import db
 from lore_gateway.sse import SSEDecoder
+from lore_gateway.storage import db
 from lore_gateway.testing import (
     ANTHROPIC_KEY,
     OPENAI_KEY,

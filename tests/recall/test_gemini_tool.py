@@ -43,7 +43,7 @@ def test_when_it_is_not_injected() -> None:
 
 def test_a_gemini_array_stream_gets_no_tool() -> None:
     """The live path reads SSE (``alt=sse``); an array stream goes on without recall."""
-    from lore_gateway.memory.records import Identity
+    from lore_gateway.memory.store.records import Identity
     from lore_gateway.pipeline import transforms
     from lore_gateway.routing import Protocol, match
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lore_gateway.memory.sanitize import strip_recall_traces
+from lore_gateway.memory.store.sanitize import strip_recall_traces
 from lore_gateway.recall.core import markers
 from lore_gateway.recall.core.tool import RecallArgs
 

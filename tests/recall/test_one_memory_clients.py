@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from lore_gateway.memory import db, keys, schema
+from lore_gateway.memory.tenancy import keys
+from lore_gateway.storage import db, schema
 from lore_gateway.testing import (
     BackgroundServer,
     FakeUpstream,

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from lore_gateway.memory.answer_scan import responses_output
+from lore_gateway.memory.store.answer_scan import responses_output
 from lore_gateway.protocols.common import Message, ProtocolError
 from lore_gateway.recall.core.budget import RecallChainBudget
 from lore_gateway.recall.responses.gate import TERMINAL_MAX_BYTES

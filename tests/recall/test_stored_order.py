@@ -1,6 +1,6 @@
 """Stored order is the conversation's order (issue 33, item 5), on all three
 protocols, streamed and not: a hidden recall's call is stored before the
-answer that used it, where the client saw its marker (memory/recall_order.py).
+answer that used it, where the client saw its marker (memory/store/recall_order.py).
 
 Through a real gateway and the scripted fake: the model (``recall:<query>``)
 calls recall, then answers from the result ("According to memory: …").
@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 import pytest
 
-from lore_gateway.memory.recall_order import place_recalls
-from lore_gateway.memory.records import RecallRow
+from lore_gateway.memory.store.recall_order import place_recalls
+from lore_gateway.memory.store.records import RecallRow
 from lore_gateway.protocols.common import Message
 from lore_gateway.testing import FakeUpstream
 from lore_gateway.testing.fake_recall import TEXT_RECALL_PREAMBLE

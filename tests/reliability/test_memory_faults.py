@@ -15,8 +15,8 @@ import anthropic
 import orjson
 import pytest
 
-from lore_gateway.memory.records import Identity, TurnRecord
-from lore_gateway.memory.sanitize import storable
+from lore_gateway.memory.store.records import Identity, TurnRecord
+from lore_gateway.memory.store.sanitize import storable
 from lore_gateway.protocols.common import Message
 from lore_gateway.testing import ANTHROPIC_KEY, FakeUpstream
 

@@ -11,11 +11,11 @@ from collections.abc import Iterator
 import pytest
 
 from lore_gateway.config import Settings
-from lore_gateway.memory.errors import MemoryUnavailable, SearchTimeout
-from lore_gateway.memory.records import Identity, TurnRecord
-from lore_gateway.memory.search_process import SearchProcess
+from lore_gateway.memory.search.process import SearchProcess
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message
+from lore_gateway.storage.errors import MemoryUnavailable, SearchTimeout
 
 IDENT = Identity("tenant-a", "proj", "sess")
 

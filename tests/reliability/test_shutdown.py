@@ -163,8 +163,8 @@ def test_an_embedding_backlog_never_holds_the_exit(tmp_path: Path) -> None:
 import sys, time
 sys.path.insert(0, {str(REPO / "src")!r})
 from pathlib import Path
-from lore_gateway.memory import db, schema
-from lore_gateway.memory.embed_process import EmbeddingProcess
+from lore_gateway.storage import db, schema
+from lore_gateway.memory.embed.process import EmbeddingProcess
 path = Path({str(tmp_path / "lore.db")!r})
 conn = db.connect(path); schema.migrate(conn); conn.close()
 worker = EmbeddingProcess(path)

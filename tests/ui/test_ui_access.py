@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lore_gateway.config import Settings
-from lore_gateway.memory.identity import PERSONAL
+from lore_gateway.memory.tenancy.identity import PERSONAL
 from lore_gateway.ui.auth import COOKIE, Access
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from ui_kit import git_project, say, start_gateway, wait_turns
 
-from lore_gateway.memory import amnesia
+from lore_gateway.memory.data import amnesia
 from lore_gateway.testing import FakeUpstream, wait_until
 
 SESSION = "ui-amnesia"

@@ -17,7 +17,7 @@ from ui_kit import FACT, RECALL_QUERY, git_project, say, start_gateway, wait_tur
 from lore_gateway.distill import store as dstore
 from lore_gateway.knowledge import history
 from lore_gateway.knowledge import store as kstore
-from lore_gateway.memory.identity import PERSONAL
+from lore_gateway.memory.tenancy.identity import PERSONAL
 from lore_gateway.testing import FakeUpstream
 
 SESSION = "ui-session-1"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ui_kit import start_gateway
 
-from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message, Role
 from lore_gateway.testing import FakeUpstream
 
@@ -46,7 +46,7 @@ def test_search_shows_each_message_once_without_side_channels_or_recall_traffic(
             page = response.read().decode()
         refs = re.findall(r'class="ref" href="/ui/message\?id=(\d+)"', page)
         assert len(refs) == 1, page
-        # The second copy of the fact is named under the first (``memory/dedupe.py``).
+        # The second copy of the fact is named under the first (``memory/search/dedupe.py``).
         copies = re.findall(r'class="copy" href="/ui/message\?id=(\d+)">t:(\d+)</a>', page)
         assert "+1 identical: " in page and len(copies) == 1, page
         assert copies[0][0] == copies[0][1] != refs[0]

@@ -15,7 +15,7 @@ from ui_kit import git_project, say, start_gateway, wait_turns
 
 from lore_gateway.errors import GatewayError
 from lore_gateway.knowledge import store as kstore
-from lore_gateway.memory import keys
+from lore_gateway.memory.tenancy import keys
 from lore_gateway.testing import FakeUpstream
 
 FACT_A = "Alice's build cache lives in /srv/cache-amber."

@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from lore_gateway.collector import TurnCollector, raw_outputs
-from lore_gateway.memory.answer_scan import plain_text
-from lore_gateway.memory.records import RawOutputs
+from lore_gateway.memory.store.answer_scan import plain_text
+from lore_gateway.memory.store.records import RawOutputs
 from lore_gateway.protocols.common import Message
 from lore_gateway.routing import Protocol
 from lore_gateway.testing import fake_streams as fs

@@ -53,7 +53,7 @@ def test_a_short_private_text_is_not_searched_for_elsewhere() -> None:
 
 
 def test_amnesia_rows_cover_everything_a_tenant_or_one_session() -> None:
-    from lore_gateway.memory.amnesia import Amnesia, covering
+    from lore_gateway.memory.data.amnesia import Amnesia, covering
 
     everything = Amnesia("all", None, None, 1.0, "cli")
     team = Amnesia("tenant", "alice", None, 2.0, "ui")

@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from lore_gateway.collector import TurnCollector, raw_outputs, stream_usage
-from lore_gateway.memory.records import RawOutputs, RecallRow
+from lore_gateway.memory.store.records import RawOutputs, RecallRow
 from lore_gateway.protocols.common import Message
 from lore_gateway.routing import Protocol
 from lore_gateway.testing import fake_streams as fs

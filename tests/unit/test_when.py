@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from lore_gateway.memory.when import find_dates
+from lore_gateway.memory.search.when import find_dates
 
 NOW = datetime(2026, 12, 1, 14, 0, tzinfo=UTC).timestamp()
 

@@ -157,7 +157,7 @@ async def _measure(tokens: int, runs: int, data_dir: Path,
     from lore_gateway.headers import header_map
     from lore_gateway.knowledge import store as knowledge_store
     from lore_gateway.knowledge.sidechannel import is_coding_turn
-    from lore_gateway.memory.anchor_store import StoredRecall
+    from lore_gateway.memory.store.anchor_store import StoredRecall
     from lore_gateway.recall.core.anchor_context import history_items, prefix_context_id
     from lore_gateway.routing import Family, match
     from lore_gateway.server import Gateway

@@ -66,7 +66,7 @@ from lore_gateway.bench.coding_score import (
 )
 from lore_gateway.bench.ingest import Progress, find_data, ingest
 from lore_gateway.config import Settings
-from lore_gateway.memory.records import Identity
+from lore_gateway.memory.store.records import Identity
 from lore_gateway.storage.base import Connection
 
 if TYPE_CHECKING:

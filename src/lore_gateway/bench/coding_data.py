@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message, Role
 
 TENANT = "bench-coding"

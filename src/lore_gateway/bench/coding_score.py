@@ -39,8 +39,8 @@ from typing import Any
 import apsw
 
 from lore_gateway.bench.coding_data import Question, held_out
-from lore_gateway.memory.hits import hidden_side_channel
-from lore_gateway.memory.render import is_recall_traffic
+from lore_gateway.memory.search.hits import hidden_side_channel
+from lore_gateway.memory.search.render import is_recall_traffic
 
 KS = (1, 5, 10)
 TOP = 10

@@ -40,7 +40,7 @@ import orjson
 
 from lore_gateway.bench.context_clients import STYLES, Client, Style, client_for, turns
 from lore_gateway.bench.ingest import find_data
-from lore_gateway.memory.records import Identity
+from lore_gateway.memory.store.records import Identity
 from lore_gateway.obs import metrics
 from lore_gateway.testing import (
     ANTHROPIC_KEY,

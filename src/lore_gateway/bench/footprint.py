@@ -33,7 +33,7 @@ import aiohttp
 
 from lore_gateway.bench.soak import RECALL_BODY, _Servers
 from lore_gateway.config import Settings
-from lore_gateway.memory import db
+from lore_gateway.storage import db
 
 # Concurrent clients storing the turns: enough to overlap streams, few enough
 # that the machine's load does not decide the figures.

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lore_gateway.config import Settings
-from lore_gateway.memory.records import TurnRecord
+from lore_gateway.memory.store.records import TurnRecord
 
 if TYPE_CHECKING:
     from lore_gateway.memory.service import Memory
@@ -68,7 +68,7 @@ def _flush(memory: Memory, settings: Settings, progress: Progress | None) -> Non
     if progress is None or not memory.embeddings:
         memory.flush()
         return
-    from lore_gateway.memory import db
+    from lore_gateway.storage import db
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         flushing = pool.submit(memory.flush)

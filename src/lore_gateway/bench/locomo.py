@@ -34,7 +34,7 @@ from typing import Any
 from lore_gateway.bench.coding import held_out
 from lore_gateway.bench.ingest import Progress, find_data, ingest
 from lore_gateway.config import Settings
-from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message, Role
 
 TENANT = "bench-locomo"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from lore_gateway.bench import locomo
 from lore_gateway.bench.coding_data import EPOCH, ROLES, TENANT, CodingSets, Question
-from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message
 
 LOCOMO = "locomo"

@@ -35,12 +35,12 @@ import numpy as np
 import orjson
 
 from lore_gateway.config import Settings
-from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.store.records import Identity, TurnRecord
 from lore_gateway.protocols.common import Message, Role
 from lore_gateway.storage.base import Connection, Database
 
 if TYPE_CHECKING:
-    from lore_gateway.memory.embed import Embedder
+    from lore_gateway.memory.embed.embedder import Embedder
 
 TENANT = "bench-search"
 SESSION_MESSAGES = 200
@@ -155,10 +155,10 @@ def run(messages: int = 100_000, *, queries: int = 200, seed: int = 7,
 
 def _run(messages: int, queries: int, seed: int, progress: Progress | None, tmp: Path,
          url: str | None) -> SearchBenchReport:
-    from lore_gateway.memory import db
-    from lore_gateway.memory.embed import load_embedder
-    from lore_gateway.memory.search import Searcher
+    from lore_gateway.memory.embed.embedder import load_embedder
+    from lore_gateway.memory.search.searcher import Searcher
     from lore_gateway.memory.service import Memory
+    from lore_gateway.storage import db
 
     rng = np.random.default_rng(seed)
     vocab = _vocabulary(rng)
@@ -234,8 +234,8 @@ def _run(messages: int, queries: int, seed: int, progress: Progress | None, tmp:
 def _measure_overlap(report: SearchBenchReport, factory: Callable[[], Connection],
                      embedder: Embedder, query_set: list[tuple[Identity, str]]) -> None:
     """Scope all on Postgres: the approximate top 10 against the exact one."""
-    from lore_gateway.memory.pgvectors import PgVectors
-    from lore_gateway.memory.search import Searcher
+    from lore_gateway.memory.search.searcher import Searcher
+    from lore_gateway.storage.pgvectors import PgVectors
 
     conn = factory()
     try:
@@ -281,8 +281,8 @@ def _measure_overlap(report: SearchBenchReport, factory: Callable[[], Connection
 def _build_hnsw(database: Database, cap_mb: int) -> int:
     """The HNSW index over the loaded vectors, its memory sized as the migration
     sizes it; returns that ``maintenance_work_mem`` in MB."""
-    from lore_gateway.memory import db
-    from lore_gateway.memory.schema_pg import HNSW_INDEX, prepare_hnsw_build
+    from lore_gateway.storage import db
+    from lore_gateway.storage.schema_pg import HNSW_INDEX, prepare_hnsw_build
 
     conn = db.connect(database)
     try:
@@ -294,7 +294,7 @@ def _build_hnsw(database: Database, cap_mb: int) -> int:
 
 
 def _execute(database: Database, *statements: str) -> None:
-    from lore_gateway.memory import db
+    from lore_gateway.storage import db
 
     conn = db.connect(database)
     try:
@@ -305,7 +305,7 @@ def _execute(database: Database, *statements: str) -> None:
 
 
 def _size(database: Database, tmp: Path) -> int:
-    from lore_gateway.memory import db
+    from lore_gateway.storage import db
 
     if database.backend == "sqlite":
         return sum(p.stat().st_size for p in tmp.glob("lore.db*"))
@@ -334,9 +334,9 @@ def _queries(rng: np.random.Generator, sample: list[tuple[int, str]],
 def _store_synthetic_vectors(database: Database, rng: np.random.Generator,
                              progress: Progress | None) -> None:
     """One unit vector per message: a random topic centroid plus noise."""
-    from lore_gateway.memory import db
-    from lore_gateway.memory.embed import MODEL_NAME
-    from lore_gateway.memory.vectors import vector_param
+    from lore_gateway.memory.embed.embedder import MODEL_NAME
+    from lore_gateway.memory.embed.vectors import vector_param
+    from lore_gateway.storage import db
 
     centroids = rng.standard_normal((TOPICS, 384)).astype(np.float32)
     conn = db.connect(database)

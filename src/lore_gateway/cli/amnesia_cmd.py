@@ -1,6 +1,6 @@
 """``lore amnesia on|off|status [--session ID]``.
 
-Amnesia is a row in the database (``memory/amnesia.py``): a running gateway
+Amnesia is a row in the database (``memory/data/amnesia.py``): a running gateway
 follows it within a second, every instance on the same database follows it, and
 it survives restarts. docs/memory.md, "Keeping things out of memory", explains it
 with ``x-lore-no-store``, ``<private>`` and ``lore data forget``.
@@ -16,7 +16,7 @@ from lore_gateway.cli import output
 from lore_gateway.cli.main import app
 from lore_gateway.cli.memory_cmds import open_memory
 from lore_gateway.cli.scope import KeyEnvOpt, TenantOpt, fail, resolve_tenant
-from lore_gateway.memory import amnesia
+from lore_gateway.memory.data import amnesia
 
 ACTIONS = ("on", "off", "status")
 

@@ -20,8 +20,8 @@ import typer
 from lore_gateway.cli import output, preflight
 from lore_gateway.cli.main import app
 from lore_gateway.cli.scope import fail
-from lore_gateway.memory.errors import StorageError
 from lore_gateway.storage.base import Connection, Database
+from lore_gateway.storage.errors import StorageError
 
 db_app = typer.Typer(help="The memory database: migrate it, see its state, copy a memory "
                      "into another database (SQLite → Postgres for a team).",
@@ -79,7 +79,7 @@ def migrate_command(
 ) -> None:
     """Bring the database's schema up to this lore-gateway's version (a gateway also
     does this at start; run it ahead of a rolling upgrade of several instances)."""
-    from lore_gateway.memory import schema
+    from lore_gateway.storage import schema
 
     db = database(url)
     with connected(db) as conn:
@@ -114,7 +114,7 @@ INDEX_PROGRESS_INTERVAL_S = 30.0
 def _report_index_builds(db: Database, done: threading.Event) -> None:
     """Print the progress of an index build the migration runs, on a connection of
     its own, every INDEX_PROGRESS_INTERVAL_S until ``done``."""
-    from lore_gateway.memory.schema_pg import index_build_progress
+    from lore_gateway.storage.schema_pg import index_build_progress
 
     conn: Connection | None = None
     try:
@@ -133,7 +133,7 @@ def _report_index_builds(db: Database, done: threading.Event) -> None:
 
 def status_facts(db: Database) -> dict[str, Any]:
     """What `lore db status` shows, as one document (raises a ``UserError``)."""
-    from lore_gateway.memory import schema
+    from lore_gateway.storage import schema
     from lore_gateway.worker import jobs
 
     facts: dict[str, Any] = {"backend": db.backend, "url": db.url}
@@ -163,7 +163,7 @@ def _count(conn: Connection, table: str) -> int:
 
 def unfinished_copies(conn: Connection) -> list[str]:
     """Sources of ``lore db copy`` runs into this database that did not finish."""
-    from lore_gateway.memory.dbcopy import Plan, state_key_prefix
+    from lore_gateway.storage.dbcopy import Plan, state_key_prefix
 
     found = []
     for _, value in conn.execute("SELECT key, value FROM kv WHERE key LIKE ?",
@@ -253,8 +253,8 @@ def copy_command(
     team's Postgres, say). Resumable: run it again after an interruption and it continues.
     Verified: every table's rows are counted in both at the end (exit code 1 if any
     differ). Stop the gateways writing to the source first."""
-    from lore_gateway.memory import dbcopy
-    from lore_gateway.memory.keys import valid_tenant_name
+    from lore_gateway.memory.tenancy.keys import valid_tenant_name
+    from lore_gateway.storage import dbcopy
 
     if tenant is not None and not valid_tenant_name(tenant):
         raise fail(f"--tenant {tenant!r} is not a tenant name: use 1-64 letters, digits, '.', "

@@ -149,7 +149,7 @@ def check_database(db_path: Path) -> Check:
                      f"give your user read and write access to it (chmod u+rw {db_path})")
     import apsw
 
-    from lore_gateway.memory import db, schema
+    from lore_gateway.storage import db, schema
 
     latest = schema.MIGRATIONS[-1].version
     writable = os.access(db_path.parent, os.W_OK) and os.access(db_path, os.W_OK)
@@ -194,7 +194,7 @@ def check_postgres(url: str) -> list[Check]:
     (installed in the database, or at least available to ``CREATE EXTENSION``)."""
     import psycopg
 
-    from lore_gateway.memory.schema_pg import PG_MIGRATIONS
+    from lore_gateway.storage.schema_pg import PG_MIGRATIONS
     from lore_gateway.storage.target import parse_url
 
     shown = parse_url(url).url
@@ -282,7 +282,7 @@ def check_storage(settings: Settings) -> list[Check]:
 def check_embedder(settings: Settings) -> Check:
     if not settings.embeddings:
         return Check("embedding model", Status.SKIP, "disabled (LORE_EMBEDDINGS=false)")
-    from lore_gateway.memory.embed import load_embedder, model_info
+    from lore_gateway.memory.embed.embedder import load_embedder, model_info
 
     started = time.perf_counter()
     info = model_info()

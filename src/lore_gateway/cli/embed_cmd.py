@@ -30,10 +30,10 @@ def embed_command(
     if not settings.embeddings:
         raise output.UserError("embeddings are off (LORE_EMBEDDINGS=false); set "
                                "LORE_EMBEDDINGS=true to use them")
-    from lore_gateway.memory import db
-    from lore_gateway.memory.embed import load_embedder
+    from lore_gateway.memory.embed.embedder import load_embedder
+    from lore_gateway.memory.embed.vectors import embed_and_store
     from lore_gateway.memory.service import Memory
-    from lore_gateway.memory.vectors import embed_and_store
+    from lore_gateway.storage import db
 
     embedder = load_embedder()
     if embedder is None:

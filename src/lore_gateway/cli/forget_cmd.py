@@ -1,5 +1,5 @@
 """``lore data forget --session ID | --since TIME | --match TEXT``: delete turns and
-everything made from them, from every table and search index (``memory/forget.py``),
+everything made from them, from every table and search index (``memory/data/forget.py``),
 after asking (``--yes`` does not ask), as ``lore data delete`` does."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import typer
 from lore_gateway.cli import output
 from lore_gateway.cli.memory_cmds import data_app, open_memory
 from lore_gateway.cli.scope import AllTenantsOpt, KeyEnvOpt, TenantOpt, fail, resolve_tenant
-from lore_gateway.memory.forget import Selector, forget, parse_since, preview
+from lore_gateway.memory.data.forget import Selector, forget, parse_since, preview
 
 
 def _when(ts: float) -> str:

@@ -16,7 +16,8 @@ from rich.table import Table
 from lore_gateway.cli.main import app
 from lore_gateway.cli.scope import DEFAULT_KEY_ENV, fail
 from lore_gateway.config import Settings
-from lore_gateway.memory import db, keys, schema
+from lore_gateway.memory.tenancy import keys
+from lore_gateway.storage import db, schema
 from lore_gateway.storage.base import Connection
 
 keys_app = typer.Typer(help="Gateway keys for team mode (LORE_TENANCY=keys): one per person; "

@@ -29,11 +29,11 @@ from lore_gateway.cli.scope import (
     resolve_tenant,
 )
 from lore_gateway.config import Settings
-from lore_gateway.memory import catalog
-from lore_gateway.memory.dedupe import fold
-from lore_gateway.memory.hits import Hit
-from lore_gateway.memory.records import Identity
+from lore_gateway.memory.data import catalog
+from lore_gateway.memory.search.dedupe import fold
+from lore_gateway.memory.search.hits import Hit
 from lore_gateway.memory.service import SCOPES, Memory
+from lore_gateway.memory.store.records import Identity
 
 data_app = typer.Typer(help="Look inside the memory: list, show, delete, forget and embed.",
                        no_args_is_help=True)

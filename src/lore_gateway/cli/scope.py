@@ -18,9 +18,10 @@ from rich.console import Console
 
 from lore_gateway.agents.codex import GATEWAY_KEY_ENV
 from lore_gateway.cli import output
-from lore_gateway.memory import db, keys
-from lore_gateway.memory.identity import PERSONAL
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.tenancy import keys
+from lore_gateway.memory.tenancy.identity import PERSONAL
+from lore_gateway.storage import db
 
 # Where `lore run`, `lore setup` and the memory commands look for the user's own
 # gateway key in team mode.

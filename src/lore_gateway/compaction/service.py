@@ -21,8 +21,8 @@ from lore_gateway.compaction import answers, detect, store, summary
 from lore_gateway.compaction.detect import Flow
 from lore_gateway.compaction.usage import Agent, UsageCap, claude_cap, client_agent, codex_cap
 from lore_gateway.config import Settings
-from lore_gateway.memory.records import Identity
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import Identity
 from lore_gateway.obs import metrics, status
 from lore_gateway.protocols.history import adapter_for
 from lore_gateway.routing import Family, Protocol, family_of

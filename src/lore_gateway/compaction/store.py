@@ -22,7 +22,7 @@ from lore_gateway.distill import store as distill_store
 from lore_gateway.distill.extractive import SourceMessage
 from lore_gateway.knowledge import block as kblock
 from lore_gateway.knowledge import store as kstore
-from lore_gateway.memory.render import is_recall_traffic
+from lore_gateway.memory.search.render import is_recall_traffic
 from lore_gateway.storage.base import Connection
 from lore_gateway.storage.dialect import json_field
 

@@ -24,8 +24,8 @@ from lore_gateway.context import planner
 from lore_gateway.context import store as cstore
 from lore_gateway.context.planner import Limits, SessionState
 from lore_gateway.context.windows import window_for
-from lore_gateway.memory.records import Identity
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import Identity
 from lore_gateway.obs import metrics
 from lore_gateway.protocols.history import adapter_for
 from lore_gateway.routing import Family

@@ -1,6 +1,6 @@
 """Per-session context state and the distillations it renders (plain SQL).
 
-One table, ``context_sessions`` (migration ``_V9_CONTEXT`` in memory/schema.py):
+One table, ``context_sessions`` (migration ``_V9_CONTEXT`` in storage/schema.py):
 a session's planner state as one JSON document (plus its layer, for counting),
 so another gateway instance (issue 17) continues the same layout byte for byte.
 Plain SQL (``?`` parameters, ``ON CONFLICT ... DO UPDATE``), portable to

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 HIGH, MEDIUM, LOW = "🔴", "🟡", "🟢"
 MARKS = (HIGH, MEDIUM, LOW)
-# About three characters per token (the store's own estimate, memory/writer.py).
+# About three characters per token (the store's own estimate, memory/store/writer.py).
 CHARS_PER_TOKEN = 3
 # Output budget in tokens: 10·√N clamped to [256, 4096]. Sub-linear, so a long
 # segment compresses harder than a short one, but never below a useful floor.

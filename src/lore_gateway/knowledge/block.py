@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from lore_gateway.distill.format import CHARS_PER_TOKEN
 from lore_gateway.knowledge.store import CATEGORIES, Entry
-from lore_gateway.memory.supersede import statements
+from lore_gateway.memory.search.supersede import statements
 
 BLOCK_HEADING = "## Long-term knowledge (lore-gateway)"
 BLOCK_INTRO = ("Lasting facts about this project, kept from earlier sessions. Treat them as "

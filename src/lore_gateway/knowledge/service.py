@@ -38,10 +38,10 @@ from lore_gateway.knowledge.inject import (
     KnowledgeView,
     update_slot,
 )
-from lore_gateway.memory.fingerprint import has_answer
-from lore_gateway.memory.identity import UNKNOWN_PROJECT
-from lore_gateway.memory.records import Identity
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import Identity
+from lore_gateway.memory.tenancy.fingerprint import has_answer
+from lore_gateway.memory.tenancy.identity import UNKNOWN_PROJECT
 from lore_gateway.obs import metrics
 from lore_gateway.protocols.history import HistoryAdapter, adapter_for
 from lore_gateway.routing import Family

@@ -37,7 +37,7 @@ In order, the first rule that applies decides (``side_channel_reason``):
       calls, OpenCode's title call all have this shape. So does the very first
       request of a chat app without tools; its conversation is a coding turn
       from its second request on (aider's never looks like this: each of its
-      requests carries its own "Ok." replies, ``memory/fingerprint.py``).
+      requests carries its own "Ok." replies, ``memory/tenancy/fingerprint.py``).
 
 Everything else is a coding turn: aider (no tools, a conversation), an SDK
 agent with tools and a one-line prompt, Claude Code, Codex, OpenCode.

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from lore_gateway.knowledge import history
-from lore_gateway.memory.supersede import changed_subject
+from lore_gateway.memory.search.supersede import changed_subject
 from lore_gateway.storage.base import Connection
 
 CATEGORIES = ("decision", "pattern", "preference", "architecture", "gotcha")

@@ -36,14 +36,14 @@ from lore_gateway.config import Settings
 from lore_gateway.errors import GatewayError
 from lore_gateway.headers import header_map
 from lore_gateway.mcp_server.tools import Caller, MemoryTools
-from lore_gateway.memory import keys
-from lore_gateway.memory.identity import (
+from lore_gateway.memory.service import Memory
+from lore_gateway.memory.tenancy import keys
+from lore_gateway.memory.tenancy.identity import (
     INVALID_KEY_MESSAGE,
     MISSING_KEY_MESSAGE,
     PERSONAL,
     project_for,
 )
-from lore_gateway.memory.service import Memory
 from lore_gateway.obs.status import is_loopback
 from lore_gateway.recall.core.executor import SearchGate
 from lore_gateway.ui.auth import bind_is_loopback

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lore_gateway.memory.catalog import StoredMessage
-from lore_gateway.memory.fingerprint import BOILERPLATE_PREFIXES
+from lore_gateway.memory.data.catalog import StoredMessage
+from lore_gateway.memory.tenancy.fingerprint import BOILERPLATE_PREFIXES
 from lore_gateway.storage.base import Connection
 
 # A session's title is the first line a person wrote in it. Harnesses open a

@@ -25,9 +25,9 @@ from typing import Literal, TypeVar
 from lore_gateway.knowledge import export as ex
 from lore_gateway.knowledge import history, store, sync
 from lore_gateway.mcp_server import queries
-from lore_gateway.memory.catalog import DETAIL_DEFAULT_CHARS, StoredMessage, age
-from lore_gateway.memory.records import Identity
+from lore_gateway.memory.data.catalog import DETAIL_DEFAULT_CHARS, StoredMessage, age
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import Identity
 from lore_gateway.recall.core.executor import RecallExecutor, SearchGate
 from lore_gateway.recall.core.tool import RecallArgumentError, parse_arguments
 from lore_gateway.storage.base import Connection, in_tenant

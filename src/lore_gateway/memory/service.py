@@ -17,23 +17,25 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from lore_gateway.config import Settings
-from lore_gateway.memory import catalog, db, identity, schema
-from lore_gateway.memory.errors import MemoryUnavailable, SearchTimeout
-from lore_gateway.memory.keys import KeyRing
-from lore_gateway.memory.records import Identity, RawOutputs, RawTurn, TurnRecord
-from lore_gateway.memory.sanitize import storable
-from lore_gateway.memory.writer import TurnWriter
+from lore_gateway.memory.data import catalog
+from lore_gateway.memory.store.records import Identity, RawOutputs, RawTurn, TurnRecord
+from lore_gateway.memory.store.sanitize import storable
+from lore_gateway.memory.store.writer import TurnWriter
+from lore_gateway.memory.tenancy import identity
+from lore_gateway.memory.tenancy.keys import KeyRing
 from lore_gateway.privacy import has_private, redact_turn
 from lore_gateway.protocols.common import Message
+from lore_gateway.storage import db, schema
 from lore_gateway.storage.base import Connection
+from lore_gateway.storage.errors import MemoryUnavailable, SearchTimeout
 
 if TYPE_CHECKING:
-    from lore_gateway.memory.embed import Embedder
-    from lore_gateway.memory.embed_process import EmbeddingProcess
-    from lore_gateway.memory.search import Searcher, SearchResult
-    from lore_gateway.memory.search_process import SearchProcess
-    from lore_gateway.memory.store_process import TurnStoreProcess
-    from lore_gateway.memory.traffic import TrafficClock
+    from lore_gateway.memory.embed.embedder import Embedder
+    from lore_gateway.memory.embed.process import EmbeddingProcess
+    from lore_gateway.memory.search.process import SearchProcess
+    from lore_gateway.memory.search.searcher import Searcher, SearchResult
+    from lore_gateway.memory.store.process import TurnStoreProcess
+    from lore_gateway.memory.store.traffic import TrafficClock
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +170,7 @@ class Memory:
     @property
     def traffic(self) -> TrafficClock | None:
         """Where the proxy marks its requests, so the embedding backlog can wait
-        for a quiet moment (memory/traffic.py); ``None`` without that process."""
+        for a quiet moment (memory/store/traffic.py); ``None`` without that process."""
         return self._embedding_worker.traffic if self._embedding_worker is not None else None
 
     @property
@@ -181,7 +183,7 @@ class Memory:
         """The in-process embedder, loaded on first use (``None``: BM25 only)."""
         with self._embedder_lock:
             if self._embedder == "lazy":
-                from lore_gateway.memory.embed import load_embedder
+                from lore_gateway.memory.embed.embedder import load_embedder
 
                 self._embedder = load_embedder()
             return self._embedder
@@ -343,7 +345,7 @@ class Memory:
         if self._closed:
             raise MemoryUnavailable("memory is closed")
         if self._searches is None:
-            from lore_gateway.memory.search_process import SearchProcess
+            from lore_gateway.memory.search.process import SearchProcess
 
             # search_workers 0: the embedding process answers searches too.
             host = self._embedding_worker if self.settings.search_workers == 0 else None
@@ -361,7 +363,7 @@ class Memory:
             searcher.warm()
 
     def render(self, result: SearchResult, budget_chars: int = 12_000) -> str:
-        from lore_gateway.memory.render import render
+        from lore_gateway.memory.search.render import render
 
         return render(result, budget_chars=budget_chars)
 
@@ -380,11 +382,11 @@ class Memory:
     def _get_searcher(self) -> Searcher:
         # Imported on first use: browsing commands never pay for the search stack.
         if self._searcher is None:
-            from lore_gateway.memory.search import Searcher
+            from lore_gateway.memory.search.searcher import Searcher
 
             reranker = None
             if self.settings.rerank:
-                from lore_gateway.memory.rerank import load_reranker
+                from lore_gateway.memory.search.rerank import load_reranker
 
                 reranker = load_reranker()
             self._searcher = Searcher(self._conn_factory, self.embedder, reranker)
@@ -484,7 +486,7 @@ def _open_parts(settings: Settings, embedder: Embedder | Literal["auto"] | None,
     wanted: Embedder | Literal["lazy"] | None = None
     if embedder == "auto":
         if settings.embeddings:
-            from lore_gateway.memory.model_files import model_info, warn_model_missing
+            from lore_gateway.memory.embed.model_files import model_info, warn_model_missing
 
             if model_info() is not None:
                 wanted = "lazy"
@@ -494,7 +496,7 @@ def _open_parts(settings: Settings, embedder: Embedder | Literal["auto"] | None,
         wanted = embedder
     worker: EmbeddingProcess | None = None
     if wanted is not None and embed_backlog:
-        from lore_gateway.memory.embed_process import EmbeddingProcess
+        from lore_gateway.memory.embed.process import EmbeddingProcess
 
         worker = EmbeddingProcess(database, rerank=settings.rerank)
     writer = TurnWriter(
@@ -504,7 +506,7 @@ def _open_parts(settings: Settings, embedder: Embedder | Literal["auto"] | None,
     )
     turn_store = None
     if turn_process:
-        from lore_gateway.memory.store_process import TurnStoreProcess
+        from lore_gateway.memory.store.process import TurnStoreProcess
 
         turn_store = TurnStoreProcess(
             database, max_message_bytes=settings.store_max_message_bytes,

@@ -52,8 +52,8 @@ import structlog  # noqa: E402
 from structlog.typing import EventDict, Processor, WrappedLogger  # noqa: E402
 
 from lore_gateway.headers import is_credential  # noqa: E402
-from lore_gateway.memory.db import private_dir  # noqa: E402
-from lore_gateway.memory.sanitize import REDACTED, redact_credentials, storable  # noqa: E402
+from lore_gateway.memory.store.sanitize import REDACTED, redact_credentials, storable  # noqa: E402
+from lore_gateway.storage.db import private_dir  # noqa: E402
 
 SESSION_TAG_CHARS = 16
 # The log file is for `lore logs`, not an archive: 10 MiB x (1 + 3 rotated files).

@@ -110,7 +110,7 @@ def database_facts(settings: Settings) -> dict[str, Any]:
             if extra.exists():
                 size += extra.stat().st_size
         facts["bytes"] = size
-    from lore_gateway.memory import db
+    from lore_gateway.storage import db
 
     try:
         conn = db.connect(database, readonly=True)
@@ -162,7 +162,7 @@ def _context(settings: Settings, live: Live | None) -> dict[str, Any]:
     if not settings.db_path.exists():
         return facts
     from lore_gateway.context import store as cstore
-    from lore_gateway.memory import db
+    from lore_gateway.storage import db
 
     conn = db.connect(settings.db_path, readonly=True)
     try:
@@ -177,11 +177,12 @@ register_section("context", _context)
 
 
 def _amnesia(settings: Settings, live: Live | None) -> dict[str, Any]:
-    """Sessions kept out of memory (``lore amnesia``, /ui; memory/amnesia.py), from
+    """Sessions kept out of memory (``lore amnesia``, /ui; memory/data/amnesia.py), from
     the database: the same rows a running gateway follows."""
     if not settings.store:
         return {"on": False}
-    from lore_gateway.memory import amnesia, db
+    from lore_gateway.memory.data import amnesia
+    from lore_gateway.storage import db
 
     database = settings.database
     if database.backend == "sqlite" and not settings.db_path.exists():

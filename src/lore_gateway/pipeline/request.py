@@ -29,7 +29,7 @@ from lore_gateway.context import overflow as context_overflow
 from lore_gateway.context.service import ContextService
 from lore_gateway.exchange import Exchange, requested_model
 from lore_gateway.knowledge.service import KnowledgeService
-from lore_gateway.memory.records import Identity
+from lore_gateway.memory.store.records import Identity
 from lore_gateway.pipeline import transforms
 from lore_gateway.recall import replay
 from lore_gateway.recall.fit import ContextFit

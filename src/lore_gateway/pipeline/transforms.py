@@ -43,8 +43,8 @@ from lore_gateway.compaction.answers import expand_handles
 from lore_gateway.context.planner import SessionState
 from lore_gateway.context.transform import knowledge_context, manage_context
 from lore_gateway.knowledge.inject import KnowledgeView, inject_knowledge
-from lore_gateway.memory.anchor_store import SessionRecalls
-from lore_gateway.memory.records import Identity
+from lore_gateway.memory.store.anchor_store import SessionRecalls
+from lore_gateway.memory.store.records import Identity
 from lore_gateway.recall import replay
 from lore_gateway.recall.core import tool
 from lore_gateway.routing import Family, Protocol, Route, family_of

@@ -22,7 +22,7 @@ import orjson
 
 from lore_gateway.context import overflow as context_overflow
 from lore_gateway.context.service import ContextService
-from lore_gateway.memory.records import Identity
+from lore_gateway.memory.store.records import Identity
 
 # Re-plans before one follow-up is sent: the first makes room for the recall
 # pairs at the session's layer, a second corrects for an estimate that was off;

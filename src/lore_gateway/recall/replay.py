@@ -22,13 +22,13 @@ from typing import Any
 
 import orjson
 
-from lore_gateway.memory.anchor_store import (
+from lore_gateway.memory.store.anchor_store import (
     AnchorStore,
     RecallStoreFull,
     SessionRecalls,
     StoredRecall,
 )
-from lore_gateway.memory.records import Identity
+from lore_gateway.memory.store.records import Identity
 from lore_gateway.protocols.history import adapter_for
 from lore_gateway.recall.anthropic import expand as anthropic_expand
 from lore_gateway.recall.anthropic.expand import StoredPair

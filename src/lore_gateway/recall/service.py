@@ -22,9 +22,9 @@ from lore_gateway.config import Settings
 from lore_gateway.errors import error_body
 from lore_gateway.exchange import Exchange
 from lore_gateway.headers import client_response_headers
-from lore_gateway.memory.recall_order import place_recalls
-from lore_gateway.memory.records import RAW_OUTPUT_MAX_BYTES, RawOutputs, RecallRow
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.recall_order import place_recalls
+from lore_gateway.memory.store.records import RAW_OUTPUT_MAX_BYTES, RawOutputs, RecallRow
 from lore_gateway.protocols.common import Message, ProtocolError
 from lore_gateway.protocols.usage import Usage, usage_from_responses
 from lore_gateway.recall.anthropic import handler as anthropic_handler
@@ -288,7 +288,7 @@ def _check_empty(exchange: Exchange, response: dict[str, Any], depth: int) -> No
 
 def _recall_rows(ctx: RecallContext) -> tuple[RecallRow, ...]:
     """The recall calls of a turn, as storage text, each with the anchor of its
-    marker (where storage puts it: ``memory/recall_order.py``). Results are left
+    marker (where storage puts it: ``memory/store/recall_order.py``). Results are left
     out: they are copies of stored memory, and storing them again would make
     every later search find its own echo."""
     return tuple(RecallRow(s.anchor_id,

@@ -2,7 +2,7 @@
 
 Every module that reads or writes memory talks to a :class:`Connection`, never to
 apsw or psycopg: SQL is written once with ``?`` placeholders, rows are tuples,
-errors are ``memory.errors.Storage*``. Only the few places where the dialects
+errors are ``storage.errors.Storage*``. Only the few places where the dialects
 truly differ (full-text search, vectors, schema DDL) have one module per backend
 and pick it from ``conn.backend``. docs/storage.md describes the rules.
 """

@@ -51,13 +51,13 @@ from psycopg import errors as pgerrors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
-from lore_gateway.memory.errors import (
+from lore_gateway.storage.base import Connection, Cursor, Database, Params
+from lore_gateway.storage.errors import (
     StorageBusy,
     StorageConstraint,
     StorageError,
     StorageUnavailable,
 )
-from lore_gateway.storage.base import Connection, Cursor, Database, Params
 
 T = TypeVar("T")
 

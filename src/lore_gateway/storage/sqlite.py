@@ -1,4 +1,4 @@
-"""The embedded backend: one SQLite file through apsw (memory/db.py opens it)."""
+"""The embedded backend: one SQLite file through apsw (storage/db.py opens it)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 import apsw
 
-from lore_gateway.memory.errors import StorageBusy, StorageConstraint, StorageError
 from lore_gateway.storage.base import Connection, Cursor, Database, Params
+from lore_gateway.storage.errors import StorageBusy, StorageConstraint, StorageError
 
 T = TypeVar("T")
 
@@ -119,7 +119,7 @@ class SqliteDatabase(Database):
         return self.url
 
     def connect(self, *, readonly: bool = False) -> Connection:
-        from lore_gateway.memory.db import connect_sqlite
+        from lore_gateway.storage.db import connect_sqlite
 
         return SqliteConnection(connect_sqlite(self.path, readonly=readonly))
 

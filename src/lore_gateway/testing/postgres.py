@@ -76,7 +76,7 @@ class PostgresForTests:
         return psycopg.connect(self.admin_url, autocommit=True)
 
     def _ensure_template(self) -> None:
-        from lore_gateway.memory import schema
+        from lore_gateway.storage import schema
         from lore_gateway.storage.postgres import PostgresDatabase
 
         name = f"{self._prefix}{TEMPLATE}"
@@ -134,9 +134,9 @@ class PostgresForTests:
 def indexed_ids(database: Database, word: str) -> list[int]:
     """Ids of the messages whose indexed text holds ``word``, on either backend (for
     tests that check the search index follows the table)."""
-    from lore_gateway.memory import db
-    from lore_gateway.memory.query import phrase
-    from lore_gateway.memory.textindex import text_index
+    from lore_gateway.memory.search.query import phrase
+    from lore_gateway.memory.search.textindex import text_index
+    from lore_gateway.storage import db
 
     conn = db.connect(database)
     try:

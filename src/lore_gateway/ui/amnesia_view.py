@@ -1,5 +1,5 @@
 """The amnesia switch in ``/ui``: for every session on the Status page, for one
-session on its page (``memory/amnesia.py``; the same rows as ``lore amnesia``).
+session on its page (``memory/data/amnesia.py``; the same rows as ``lore amnesia``).
 
 "Every session" is the gateway in personal mode and the viewer's own sessions in
 team mode: a member never switches anyone else's memory. A change is written
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
-from lore_gateway.memory import amnesia
-from lore_gateway.memory.amnesia import Amnesia, AmnesiaSwitch
+from lore_gateway.memory.data import amnesia
+from lore_gateway.memory.data.amnesia import Amnesia, AmnesiaSwitch
 from lore_gateway.storage.base import Connection
 from lore_gateway.ui.auth import Viewer
 

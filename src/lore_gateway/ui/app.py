@@ -27,7 +27,7 @@ from lore_gateway.ui.live import Streams
 from lore_gateway.ui.samples import Sampler
 
 if TYPE_CHECKING:
-    from lore_gateway.memory.amnesia import AmnesiaSwitch
+    from lore_gateway.memory.data.amnesia import AmnesiaSwitch
     from lore_gateway.memory.service import Memory
     from lore_gateway.obs.status import Live
     from lore_gateway.ui.pages import Pages

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lore_gateway.config import Settings
-from lore_gateway.memory.identity import PERSONAL
+from lore_gateway.memory.tenancy.identity import PERSONAL
 from lore_gateway.obs.status import is_loopback
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class Access:
         key = key.strip()
         if not key or self._memory is None:
             return None
-        from lore_gateway.memory import keys
+        from lore_gateway.memory.tenancy import keys
 
         tenant = self._memory.read(lambda conn: keys.tenant_of(conn, key))
         if tenant is None:

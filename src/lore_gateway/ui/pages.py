@@ -20,8 +20,8 @@ from markupsafe import Markup, escape
 
 from lore_gateway import __version__
 from lore_gateway.config import Settings
-from lore_gateway.memory.amnesia import AmnesiaSwitch
-from lore_gateway.memory.records import Identity
+from lore_gateway.memory.data.amnesia import AmnesiaSwitch
+from lore_gateway.memory.store.records import Identity
 from lore_gateway.obs import status as status_doc
 from lore_gateway.storage.base import Connection, in_tenant
 from lore_gateway.ui import amnesia_view, queries, samples

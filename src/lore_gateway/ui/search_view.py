@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
-from lore_gateway.memory.hits import Hit
-from lore_gateway.memory.query import parse_query
+from lore_gateway.memory.search.hits import Hit
+from lore_gateway.memory.search.query import parse_query
 from lore_gateway.storage.base import Connection
 from lore_gateway.ui import queries
 

@@ -15,7 +15,7 @@ import orjson
 
 from lore_gateway.config import Settings
 from lore_gateway.distill import format as fmt
-from lore_gateway.memory.sanitize import redact_credentials
+from lore_gateway.memory.store.sanitize import redact_credentials
 from lore_gateway.obs import metrics
 from lore_gateway.storage.base import Connection, in_tenant
 from lore_gateway.upstream import UpstreamClient, UpstreamUnavailable

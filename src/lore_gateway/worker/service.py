@@ -39,7 +39,7 @@ from lore_gateway.distill.extractive import SourceMessage
 from lore_gateway.knowledge import curator
 from lore_gateway.knowledge import store as kstore
 from lore_gateway.knowledge.service import KnowledgeService, agents_file
-from lore_gateway.memory.identity import UNKNOWN_PROJECT
+from lore_gateway.memory.tenancy.identity import UNKNOWN_PROJECT
 from lore_gateway.obs import metrics
 from lore_gateway.routing import Family, Protocol
 from lore_gateway.storage.base import Connection, in_tenant

@@ -47,7 +47,7 @@ def describe(settings: Settings) -> str:
 def status_from_db(settings: Settings) -> dict[str, Any]:
     """Worker facts from the settings and the database, for another process
     (``lore status``, ``lore doctor``): no running gateway needed."""
-    from lore_gateway.memory import db
+    from lore_gateway.storage import db
 
     facts = worker_settings(settings)
     database = settings.database

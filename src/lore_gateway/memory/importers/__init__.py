@@ -17,8 +17,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from lore_gateway.memory.records import TurnRecord
 from lore_gateway.memory.service import Memory
+from lore_gateway.memory.store.records import TurnRecord
 from lore_gateway.protocols.common import Message
 
 # Harness-generated user items that are not the user's words (Codex's environment

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from lore_gateway.memory.identity import UNKNOWN_PROJECT
 from lore_gateway.memory.importers import (
     dedup_key,
     is_boilerplate,
@@ -22,7 +21,8 @@ from lore_gateway.memory.importers import (
     recognised,
     render_tool_output,
 )
-from lore_gateway.memory.records import Identity, TurnRecord
+from lore_gateway.memory.store.records import Identity, TurnRecord
+from lore_gateway.memory.tenancy.identity import UNKNOWN_PROJECT
 from lore_gateway.protocols.common import Message, content_text
 
 SOURCE = "codex"

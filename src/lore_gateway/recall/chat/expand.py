@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from lore_gateway.memory.sanitize import ANCHOR_RE
+from lore_gateway.memory.store.sanitize import ANCHOR_RE
 from lore_gateway.recall.anthropic.expand import StoredPair
 from lore_gateway.recall.chat.live import MARKER_SEPARATOR
 from lore_gateway.recall.core.anchor_context import prefix_context_id

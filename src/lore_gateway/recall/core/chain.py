@@ -335,7 +335,7 @@ def with_reason(text: str, reason: str | None) -> str:
     header, and is redacted anyway as a last line of defence."""
     if not reason:
         return text
-    from lore_gateway.memory.sanitize import redact_credentials
+    from lore_gateway.memory.store.sanitize import redact_credentials
 
     return f"{text}: {redact_credentials(reason)}"
 

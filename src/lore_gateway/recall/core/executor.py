@@ -22,11 +22,11 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
-from lore_gateway.memory.errors import StorageUnavailable
-from lore_gateway.memory.hits import SearchResult
-from lore_gateway.memory.records import Identity
+from lore_gateway.memory.search.hits import SearchResult
+from lore_gateway.memory.store.records import Identity
 from lore_gateway.recall.core.budget import Coverage
 from lore_gateway.recall.core.tool import DEFAULT_DETAIL_LIMIT, RecallArgs
+from lore_gateway.storage.errors import StorageUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from lore_gateway.memory.sanitize import (
+from lore_gateway.memory.store.sanitize import (
     ANCHOR_RE,
     DETAIL_MARKER_RE,
     SCOPE_LABELS,

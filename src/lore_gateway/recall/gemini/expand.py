@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lore_gateway.memory.sanitize import ANCHOR_RE
+from lore_gateway.memory.store.sanitize import ANCHOR_RE
 from lore_gateway.protocols.gemini import function_call
 from lore_gateway.recall.anthropic.expand import StoredPair
 from lore_gateway.recall.chat.expand import Lookup, _marker_start, _trim_separator

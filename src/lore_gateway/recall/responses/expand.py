@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from lore_gateway.memory.sanitize import ANCHOR_RE
+from lore_gateway.memory.store.sanitize import ANCHOR_RE
 from lore_gateway.recall.anthropic.expand import StoredPair
 from lore_gateway.recall.core.anchor_context import prefix_context_id
 

@@ -43,7 +43,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from lore_gateway.memory.records import RAW_OUTPUT_MAX_BYTES
+from lore_gateway.memory.store.records import RAW_OUTPUT_MAX_BYTES
 from lore_gateway.recall.core.reads import leading_frames
 from lore_gateway.recall.responses.round import TERMINALS
 from lore_gateway.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_FRAMES, SSEEvent

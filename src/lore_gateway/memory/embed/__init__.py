@@ -1,0 +1,1 @@
+"""Offline sentence embeddings: the model, its process and the vector index."""

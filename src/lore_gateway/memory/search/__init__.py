@@ -1,0 +1,1 @@
+"""Search over stored messages: the query, the ranking, the hits, their rendering."""

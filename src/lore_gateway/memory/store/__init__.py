@@ -1,0 +1,1 @@
+"""The write path: turns as records, made safe to keep, written by one writer."""

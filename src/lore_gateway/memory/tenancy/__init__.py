@@ -1,0 +1,1 @@
+"""Who a request belongs to: tenant, project and session."""
