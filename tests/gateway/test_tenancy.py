@@ -70,7 +70,8 @@ def test_personal_mode_two_credentials_share_one_memory(make_gateway: Any,
 
 
 @pytest.fixture
-def team_gateway(fake_upstream: FakeUpstream, tmp_path: Path) -> Iterator[tuple[Any, str, str]]:
+def team_gateway(fake_upstream: FakeUpstream, tmp_path: Path,
+                 database_url: str | None) -> Iterator[tuple[Any, str, str]]:
     """A team-mode gateway whose database already holds keys for alice and bob."""
     settings: Settings = gateway_settings(fake_upstream, tmp_path, tenancy="keys")
     conn = db.connect(settings.database)
