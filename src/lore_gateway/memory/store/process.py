@@ -2,13 +2,13 @@
 
 A turn's SQLite work (savepoints, inserts, the FTS triggers, the commit) and the
 Python around it (cleaning, redaction, statement building) cost about 0.4 ms of
-CPU per turn. On the gateway's writer thread that time is taken from the event
-loop through the GIL, and at one request at a time it lands exactly when the
-client's next request arrives (docs/benchmarks.md, "Where the time goes"). Here
-the gateway only writes the finished turn to a pipe (``turn_pipe``, as a tuple
-of builtins: ``records.turn_to_wire``, a few microseconds); a child process, ``lore-store``,
-runs the very same ``TurnWriter`` (its batching, savepoints, retries while the
-database is unreachable, its own supervisor) against its own connection.
+CPU per turn. On the gateway's writer thread that time is taken from the event loop
+through the GIL, and at one request at a time it lands exactly when the client's
+next request arrives (docs/notes/2026-12-03-overhead-history.md, "Where the time
+goes"). Here the gateway only writes the finished turn to a pipe (``turn_pipe``, as
+a tuple of builtins: ``records.turn_to_wire``, a few microseconds); a child process,
+``lore-store``, runs the very same ``TurnWriter`` (its batching, savepoints, retries
+while the database is unreachable, its own supervisor) against its own connection.
 
 The parent keeps what the proxy and ``/health`` read in-process: the bound on
 turns in flight (``TurnSink.admit`` back-pressure), the counters, ``degraded``
