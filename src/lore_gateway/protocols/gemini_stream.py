@@ -26,6 +26,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import orjson
 
 from lore_gateway.protocols.accumulator import StateLimitExceeded
@@ -45,6 +46,96 @@ MAX_RECORD_BYTES = DEFAULT_MAX_EVENT_BYTES
 BROKEN_RECORD = "malformed JSON in Gemini stream record"
 STREAM_ERROR = "Gemini stream error"
 NO_FINISH = "Gemini stream ended without a finishReason"
+
+# --- a run of text records, read in one go ----------------------------------------
+#
+# Most of a streamed answer is records that only add text to the one candidate.
+# Parsing each into dicts and walking them is most of what watching a Gemini
+# stream costs (issue 35), so a run of them is decoded in C by msgspec, with
+# types that admit nothing the general path would treat differently: any other
+# key (``finishReason``, ``thought``, ``functionCall``, ``error``, ...), a null,
+# another type, a second candidate refuses the whole run, and the general path
+# reads it as before. ``usageMetadata`` is kept raw: only the run's last one
+# is kept, and it is parsed by orjson as the general path parses it (msgspec
+# reads integers past 64 bits as integers, orjson as floats).
+
+
+class _TextPart(msgspec.Struct, forbid_unknown_fields=True):
+    text: str
+
+
+class _TextContent(msgspec.Struct, forbid_unknown_fields=True):
+    parts: list[_TextPart] = []
+    role: str | None = None  # a null is ignored, as the general path ignores it
+
+
+class _TextCandidate(msgspec.Struct, forbid_unknown_fields=True):
+    content: _TextContent
+    index: int = 0
+
+
+class _TextRecord(msgspec.Struct, forbid_unknown_fields=True):
+    candidates: list[_TextCandidate]
+    usageMetadata: msgspec.Raw = msgspec.Raw()  # empty: absent
+    modelVersion: str | None = None
+    responseId: str | None = None
+    createTime: str | None = None
+
+
+_decode_text_record = msgspec.json.Decoder(_TextRecord).decode
+_RECORD_PREFIX = b"data: "
+_RECORD_END = b"\r\n\r\n"  # the Gemini API ends its frames with CRLF
+_RECORD_SEPARATOR = _RECORD_END + _RECORD_PREFIX
+# Where a run of text records must end: the general path reads these frames.
+_RUN_ENDS = (b'"finishReason"', b'"functionCall"')
+
+
+@dataclass(frozen=True, slots=True)
+class TextRun:
+    """Whole text records at the start of a read (:func:`text_records`)."""
+
+    records: list[_TextRecord]
+    size: int  # bytes of their frames, from the start of the read
+    chars: int  # characters of their payloads (``len(event.data)`` summed)
+
+
+def text_records(data: bytes, max_frames: int) -> TextRun | None:
+    """The whole frames at the start of ``data``, before any that may end the
+    answer or call a function, when every one is ``data: `` and a record that
+    only adds text to candidate 0 (a CRLF blank line after it, UTF-8, at most
+    ``max_frames``); None otherwise."""
+    end = len(data)
+    for trigger in _RUN_ENDS:
+        found = data.find(trigger, 0, end)
+        if found != -1:
+            end = found
+    cut = data.rfind(_RECORD_END, 0, end) + len(_RECORD_END)
+    if cut < len(_RECORD_END) or not data.startswith(_RECORD_PREFIX):
+        return None
+    body = data[len(_RECORD_PREFIX) : cut - len(_RECORD_END)]
+    payloads = body.split(_RECORD_SEPARATOR)
+    frames = len(payloads)
+    # Line breaks only in the separators: one data line a frame, nothing else.
+    if (frames > max_frames or body.count(b"\n") != 2 * (frames - 1)
+            or body.count(b"\r") != 2 * (frames - 1)):
+        return None
+    try:
+        records = list(map(_decode_text_record, payloads))
+    except msgspec.DecodeError:
+        return None
+    for record in records:
+        candidates = record.candidates
+        if (len(candidates) != 1 or candidates[0].index != 0
+                or (record.usageMetadata and not bytes(record.usageMetadata).startswith(b"{"))):
+            return None
+    if body.isascii():
+        chars = len(body)
+    else:
+        try:
+            chars = len(body.decode())
+        except UnicodeDecodeError:
+            return None
+    return TextRun(records, cut, chars - (frames - 1) * len(_RECORD_SEPARATOR))
 
 
 def usage_from_gemini(meta: dict[str, Any]) -> Usage:
@@ -131,6 +222,43 @@ class GeminiAccumulator:
     def done(self) -> bool:
         return self._done
 
+    def can_take(self) -> bool:
+        """Whether :meth:`apply_text_run` may apply: the answer still going, and
+        room for candidate 0 and one more part (a bound is met on the general
+        path, at the record that meets it)."""
+        return (self._broken is None and not self._done and self._other_parts < MAX_PARTS
+                and (0 in self._candidates or len(self._candidates) < MAX_CANDIDATES))
+
+    def apply_text_run(self, run: TextRun) -> None:
+        """Apply a run of text records (:func:`text_records`) as :meth:`apply`
+        applies each: their head fields, the last usage, one text run."""
+        self._check()
+        texts: list[str] = []
+        role: str | None = None
+        usage = msgspec.Raw()
+        for record in run.records:
+            if record.responseId is not None:
+                self._head["responseId"] = record.responseId
+            if record.modelVersion is not None:
+                self._head["modelVersion"] = record.modelVersion
+            if record.createTime is not None:
+                self._head["createTime"] = record.createTime
+            if record.usageMetadata:
+                usage = record.usageMetadata
+            content = record.candidates[0].content
+            if content.role is not None:
+                role = content.role
+            texts.extend([part.text for part in content.parts])
+        if usage:
+            self._usage = orjson.loads(bytes(usage))
+        state = self._candidate(0)
+        if role is not None:
+            state.role = role
+        if texts:
+            # Consecutive plain text parts make one run: one append is all of theirs.
+            text = "".join(texts)
+            self._append_text(state, {"text": text}, text)
+
     def feed_event(self, event: SSEEvent) -> None:
         if not event.has_data or not event.data.strip():
             return
@@ -183,11 +311,7 @@ class GeminiAccumulator:
         index = wire.get("index", 0)
         if isinstance(index, bool) or not isinstance(index, int) or index < 0:
             self._fail(BROKEN_RECORD)
-        state = self._candidates.get(index)
-        if state is None:
-            if len(self._candidates) >= MAX_CANDIDATES:
-                self._limit_hit(f"more than {MAX_CANDIDATES} Gemini candidates")
-            state = self._candidates[index] = _Candidate()
+        state = self._candidate(index)
         for key, value in wire.items():
             if key == "content":
                 self._apply_content(state, value)
@@ -197,6 +321,14 @@ class GeminiAccumulator:
                     self._done = True
             elif key != "index":
                 state.extra[key] = value
+
+    def _candidate(self, index: int) -> _Candidate:
+        state = self._candidates.get(index)
+        if state is None:
+            if len(self._candidates) >= MAX_CANDIDATES:
+                self._limit_hit(f"more than {MAX_CANDIDATES} Gemini candidates")
+            state = self._candidates[index] = _Candidate()
+        return state
 
     def _apply_content(self, state: _Candidate, content: Any) -> None:
         if not isinstance(content, dict):

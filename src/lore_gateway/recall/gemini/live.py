@@ -19,6 +19,8 @@ So a recall is hidden by rewriting records, not by dropping frames:
   answer ends there. Every record is also applied to the round's
   :class:`~lore_gateway.protocols.gemini_stream.GeminiAccumulator`, hidden
   parts included, because the follow-up and the stored turn are built from it.
+  Most records only add text: a run of them at the start of a read is taken
+  in one go (:meth:`GeminiRound.take`, decoded in C), and goes out as it came.
 * :class:`GeminiRecallStream` splices rounds into the one answer a Gemini
   client sees: the preamble's parts, a record holding the marker text, the
   continuation's parts, and one ``finishReason`` at the end, whose record
@@ -37,7 +39,7 @@ import orjson
 
 from lore_gateway.protocols.accumulator import StateLimitExceeded
 from lore_gateway.protocols.common import ProtocolError
-from lore_gateway.protocols.gemini_stream import GeminiAccumulator
+from lore_gateway.protocols.gemini_stream import GeminiAccumulator, text_records
 from lore_gateway.recall.chat.live import marker_content
 from lore_gateway.recall.core.chain import RecallCall
 from lore_gateway.recall.core.tool import RECALL_TOOL_NAME
@@ -222,11 +224,22 @@ class GeminiRound:
         return usage if isinstance(usage, dict) else {}
 
     def can_take(self) -> bool:
-        """Records are rewritten one by one: no fast path takes them."""
-        return False
+        """Whether :meth:`take` may apply: no upstream error, the answer going on."""
+        return self.error is None and self.acc.can_take()
 
     def take(self, data: bytes, max_frames: int) -> tuple[int, int]:
-        return 0, 0
+        """The text records at the start of one raw read (``text_records``),
+        applied as :meth:`feed` applies each: such a record holds no recall
+        call and no ``finishReason``, so it goes out as it came. Stops before
+        the state bound; the caller decodes the rest."""
+        if not self.can_take():
+            return 0, 0
+        run = text_records(data, max_frames)
+        if run is None or self._state_bytes + run.chars > self._max_state_bytes:
+            return 0, 0
+        self._state_bytes += run.chars
+        self.acc.apply_text_run(run)
+        return run.size, len(run.records)
 
 
 class GeminiRecallStream:
