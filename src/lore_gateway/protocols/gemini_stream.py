@@ -55,9 +55,10 @@ NO_FINISH = "Gemini stream ended without a finishReason"
 # types that admit nothing the general path would treat differently: any other
 # key (``finishReason``, ``thought``, ``functionCall``, ``error``, ...), a null,
 # another type, a second candidate refuses the whole run, and the general path
-# reads it as before. ``usageMetadata`` is kept raw: only the run's last one
-# is kept, and it is parsed by orjson as the general path parses it (msgspec
-# reads integers past 64 bits as integers, orjson as floats).
+# reads it as before. ``usageMetadata`` is kept raw and parsed by orjson, as
+# the general path parses it (msgspec reads integers past 64 bits as integers,
+# orjson as floats, and msgspec does not check a raw value's numbers); the
+# run's last one is kept.
 
 
 class _TextPart(msgspec.Struct, forbid_unknown_fields=True):
@@ -95,24 +96,25 @@ class TextRun:
     """Whole text records at the start of a read (:func:`text_records`)."""
 
     records: list[_TextRecord]
+    usage: dict[str, Any] | None  # the last record's ``usageMetadata`` that has one
     size: int  # bytes of their frames, from the start of the read
     chars: int  # characters of their payloads (``len(event.data)`` summed)
 
 
-def text_records(data: bytes, max_frames: int) -> TextRun | None:
-    """The whole frames at the start of ``data``, before any that may end the
+def text_records(data: bytes, max_frames: int, start: int = 0) -> TextRun | None:
+    """The whole frames at ``start`` in ``data``, before any that may end the
     answer or call a function, when every one is ``data: `` and a record that
     only adds text to candidate 0 (a CRLF blank line after it, UTF-8, at most
-    ``max_frames``); None otherwise."""
+    ``max_frames``); None otherwise. ``size`` counts from ``start``."""
     end = len(data)
     for trigger in _RUN_ENDS:
-        found = data.find(trigger, 0, end)
+        found = data.find(trigger, start, end)
         if found != -1:
             end = found
-    cut = data.rfind(_RECORD_END, 0, end) + len(_RECORD_END)
-    if cut < len(_RECORD_END) or not data.startswith(_RECORD_PREFIX):
+    cut = data.rfind(_RECORD_END, start, end) + len(_RECORD_END)
+    if cut < start + len(_RECORD_END) or not data.startswith(_RECORD_PREFIX, start):
         return None
-    body = data[len(_RECORD_PREFIX) : cut - len(_RECORD_END)]
+    body = data[start + len(_RECORD_PREFIX) : cut - len(_RECORD_END)]
     payloads = body.split(_RECORD_SEPARATOR)
     frames = len(payloads)
     # Line breaks only in the separators: one data line a frame, nothing else.
@@ -123,11 +125,18 @@ def text_records(data: bytes, max_frames: int) -> TextRun | None:
         records = list(map(_decode_text_record, payloads))
     except msgspec.DecodeError:
         return None
+    usage: dict[str, Any] | None = None
     for record in records:
         candidates = record.candidates
-        if (len(candidates) != 1 or candidates[0].index != 0
-                or (record.usageMetadata and not bytes(record.usageMetadata).startswith(b"{"))):
+        if len(candidates) != 1 or candidates[0].index != 0:
             return None
+        if record.usageMetadata:
+            try:
+                usage = orjson.loads(bytes(record.usageMetadata))
+            except orjson.JSONDecodeError:
+                return None
+            if not isinstance(usage, dict):
+                return None
     if body.isascii():
         chars = len(body)
     else:
@@ -135,7 +144,7 @@ def text_records(data: bytes, max_frames: int) -> TextRun | None:
             chars = len(body.decode())
         except UnicodeDecodeError:
             return None
-    return TextRun(records, cut, chars - (frames - 1) * len(_RECORD_SEPARATOR))
+    return TextRun(records, usage, cut - start, chars - (frames - 1) * len(_RECORD_SEPARATOR))
 
 
 def usage_from_gemini(meta: dict[str, Any]) -> Usage:
@@ -235,7 +244,6 @@ class GeminiAccumulator:
         self._check()
         texts: list[str] = []
         role: str | None = None
-        usage = msgspec.Raw()
         for record in run.records:
             if record.responseId is not None:
                 self._head["responseId"] = record.responseId
@@ -243,14 +251,12 @@ class GeminiAccumulator:
                 self._head["modelVersion"] = record.modelVersion
             if record.createTime is not None:
                 self._head["createTime"] = record.createTime
-            if record.usageMetadata:
-                usage = record.usageMetadata
             content = record.candidates[0].content
             if content.role is not None:
                 role = content.role
             texts.extend([part.text for part in content.parts])
-        if usage:
-            self._usage = orjson.loads(bytes(usage))
+        if run.usage is not None:
+            self._usage = run.usage
         state = self._candidate(0)
         if role is not None:
             state.role = role

@@ -18,6 +18,12 @@ accumulator (tool calls, a refusal, thinking, several choices or messages, an
 error event, a frame of another shape, an unfinished stream) returns None, and
 the caller parses the stream in full. Equal to the full parse on every stream
 shape the fake upstream makes, by test.
+
+A Gemini answer is read by the accumulator the collector uses, without the
+SSE decoder: the frames are cut here and each run of text records is applied
+in one go (``gemini_stream.text_records``, as a live Gemini round takes them);
+a frame of another shape, a failing record or an unfinished answer returns
+None.
 """
 
 from __future__ import annotations
@@ -29,7 +35,9 @@ from typing import Annotated, Any, Literal
 import msgspec
 import orjson
 
-from lore_gateway.protocols.common import Message
+from lore_gateway.protocols import gemini
+from lore_gateway.protocols.common import Message, ProtocolError
+from lore_gateway.protocols.gemini_stream import GeminiAccumulator, text_records
 from lore_gateway.protocols.responses_model import TERMINAL_EVENTS
 from lore_gateway.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_FRAMES, frame_block, json_values
 
@@ -39,6 +47,8 @@ _Unsure = ValueError  # raised inside a scan: the caller parses in full
 def plain_text(family: str, body: bytes) -> list[Message] | None:
     """The output messages of a plain text answer, as the collector would read
     them; None when the stream is not of that shape."""
+    if family == "gemini":
+        return _gemini(body)
     if (b"\r" in body or len(body) > DEFAULT_MAX_EVENT_BYTES
             or not body.endswith(b"\n\n")):
         return None
@@ -57,6 +67,47 @@ def plain_text(family: str, body: bytes) -> list[Message] | None:
     except (ValueError, msgspec.DecodeError):  # orjson's errors are ValueErrors
         return None
     return [Message("assistant", text) for text in texts if text]
+
+
+def _gemini(body: bytes) -> list[Message] | None:
+    """A Gemini stream of ``data: <record>`` frames, each ended by a CRLF blank
+    line as the API ends them, read by the accumulator the collector uses: its
+    runs of text records in one go (``text_records``), any other record parsed
+    alone. None when a frame is of another shape, a record fails, or the
+    answer did not finish: the collector reads the stream then."""
+    if len(body) > DEFAULT_MAX_EVENT_BYTES or not body.endswith(_GEMINI_END):
+        return None
+    if not body.isascii():
+        try:
+            body.decode()
+        except UnicodeDecodeError:
+            return None
+    acc = GeminiAccumulator()
+    pos = frames = 0
+    try:
+        while pos < len(body):
+            if frames >= DEFAULT_MAX_FRAMES:
+                return None
+            run = text_records(body, DEFAULT_MAX_FRAMES - frames, pos) if acc.can_take() else None
+            if run is not None:
+                acc.apply_text_run(run)
+                pos += run.size
+                frames += len(run.records)
+                continue
+            end = body.find(_GEMINI_END, pos)
+            line = body[pos:end]
+            if not line.startswith(b"data: ") or b"\n" in line or b"\r" in line:
+                return None
+            acc.apply(orjson.loads(line[6:]))
+            pos = end + len(_GEMINI_END)
+            frames += 1
+        acc.close()
+        return gemini.output_messages(acc)
+    except (ProtocolError, ValueError):  # orjson's errors are ValueErrors
+        return None
+
+
+_GEMINI_END = b"\r\n\r\n"
 
 
 def _json(payload: bytes) -> dict[str, Any]:

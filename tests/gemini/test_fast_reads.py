@@ -1,8 +1,10 @@
-"""A Gemini round taking a read's leading text records in one go
-(``GeminiRound.take``, ``text_records``, ``driver.relay_reads``): whatever the
-stream and however it is cut into reads, the client gets the same bytes, the
-round ends in the same state and a bad record fails the same way as when every
-record is decoded and fed."""
+"""Gemini text records read in one go (``text_records``).
+
+A live round (``GeminiRound.take``, ``driver.relay_reads``): whatever the stream
+and however it is cut into reads, the client gets the same bytes, the round
+ends in the same state and a bad record fails the same way as when every record
+is decoded and fed. Storage (``answer_scan.plain_text``): it stores exactly
+what the full parse (``TurnCollector``) stores, or leaves the stream to it."""
 
 from __future__ import annotations
 
@@ -16,10 +18,13 @@ from typing import Any
 import orjson
 import pytest
 
+from lore_gateway.collector import TurnCollector
+from lore_gateway.memory.store.answer_scan import plain_text
 from lore_gateway.protocols.gemini_stream import GeminiAccumulator, text_records
 from lore_gateway.recall.core import driver
 from lore_gateway.recall.core.tool import RECALL_TOOL_NAME
 from lore_gateway.recall.gemini.live import GeminiRecallStream
+from lore_gateway.routing import Protocol
 from lore_gateway.sse import SSEDecoder, SSEEvent
 
 HEAD = {"modelVersion": "gemini-fake", "responseId": "r-1"}
@@ -80,6 +85,8 @@ STREAMS: dict[str, list[bytes]] = {
         _frame(_record([{"text": "b"}], usage=7)).replace(b":7,", b":%d," % 2**70)
         .replace(b'"role":"model"', b'"role":"user"'),
         _frame({"candidates": [{"content": {"parts": []}, "finishReason": "STOP"}]})],
+    "infinite count": [_frame(_record([{"text": "a"}], usage=7)).replace(b":7,", b":1e400,"),
+                       *_text_answer(TEXT)],
     "usage details": [_frame({**_record([{"text": "a"}]), "usageMetadata": {
         "promptTokenCount": 3, "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 3}]}}),
         *_text_answer(TEXT)],
@@ -272,3 +279,22 @@ def _outcome(acc: GeminiAccumulator) -> Any:
     except Exception as exc:
         result = f"{type(exc).__name__}: {exc}"
     return acc.response_body(), acc.done, result, acc.can_take()
+
+
+# Streams storage reads itself (every other stream here it leaves to the full parse).
+SCANNED = {"text", "ascii", "recall", "thought", "signature", "no role, null role, no parts",
+           "empty texts", "huge count", "usage details", "other candidate", "two candidates",
+           "safety ratings", "keepalive", "after the finish", "null text"}
+
+
+@pytest.mark.parametrize("name", sorted(STREAMS))
+def test_storage_reads_a_gemini_answer_as_the_full_parse(name: str) -> None:
+    body = b"".join(STREAMS[name])
+    collector = TurnCollector(Protocol.GEMINI, max_json_bytes=len(body) + 1,
+                              max_text_chars=len(body))
+    collector.feed(body)
+    scanned = plain_text("gemini", body)
+    if name in SCANNED:
+        assert scanned == collector.outputs()
+    else:
+        assert scanned is None
