@@ -87,8 +87,13 @@ STREAMS: dict[str, list[bytes]] = {
         _frame({"candidates": [{"content": {"parts": []}, "finishReason": "STOP"}]})],
     "infinite count": [_frame(_record([{"text": "a"}], usage=7)).replace(b":7,", b":1e400,"),
                        *_text_answer(TEXT)],
+    "float count": [_frame(_record([{"text": "a"}], usage=7)).replace(b":7,", b":7.5,"),
+                    *_text_answer(TEXT)],
+    "uint64 count": [_frame(_record([{"text": "a"}], usage=7)).replace(b":7,", b":%d," % 2**63),
+                     *_text_answer(TEXT)],
     "usage details": [_frame({**_record([{"text": "a"}]), "usageMetadata": {
-        "promptTokenCount": 3, "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 3}]}}),
+        "promptTokenCount": 3, "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 3}],
+        "trafficType": "ON_DEMAND"}}),
         *_text_answer(TEXT)],
     "other candidate": [_frame({"candidates": [{"content": {"parts": [{"text": "x"}]},
                                                 "index": 1}]}), *_text_answer(TEXT)],
@@ -283,7 +288,8 @@ def _outcome(acc: GeminiAccumulator) -> Any:
 
 # Streams storage reads itself (every other stream here it leaves to the full parse).
 SCANNED = {"text", "ascii", "recall", "thought", "signature", "no role, null role, no parts",
-           "empty texts", "huge count", "usage details", "other candidate", "two candidates",
+           "empty texts", "huge count", "float count", "uint64 count", "usage details",
+           "other candidate", "two candidates",
            "safety ratings", "keepalive", "after the finish", "null text"}
 
 
