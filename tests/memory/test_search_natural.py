@@ -5,7 +5,9 @@ them, each on a store built for it.
   share), and one whose words are all found is ranked as before;
 - a short turn that runs a command is an action, not small talk;
 - in scope ``all``, the asking session's nearest messages are candidates even
-  when a hundred messages elsewhere are nearer.
+  when a hundred messages elsewhere are nearer;
+- over several sessions, a message of a session whose best match is weak gives
+  way to the best session's.
 
 Vectors come from ``_AxisEmbedder`` (each text's cosine to the query is set
 here), so which message is how similar is exact.
@@ -171,3 +173,19 @@ def test_a_hit_carries_the_message_before_it(tmp_path: Path) -> None:
     # The command is a hit of its own, so the output carries nothing; the later
     # output's previous message is a recall call, which no result shows.
     assert [h.previous for h in both] == [None, None, None]
+
+
+@pytest.mark.usefixtures("database_url")
+def test_the_session_of_the_best_match_goes_first(tmp_path: Path) -> None:
+    """No word of the question is stored, so the vectors decide: the stray
+    message of another session is nearer the question than the best session's
+    second message, yet its session's best match is weak, so it keeps that share
+    of its score (0.59 of 0.59 against 0.53) and gives way."""
+    best = "get_child_arguments built: python3 -m pkg.sub"
+    second = "sys.argv held pkg/sub/module.py"
+    stray = "an unrelated note from elsewhere"
+    cosines = {best: 0.9, second: 0.5, stray: 0.55, **{t: 0.05 for t in FILLERS}}
+    searcher = _searcher(tmp_path, cosines, _turn("s1", ("tool", best), ("tool", second)),
+                         _turn("s2", ("tool", stray)),
+                         *(_turn("s3", ("tool", t)) for t in FILLERS))
+    assert _contents(searcher, "which restart command did it make") == [best, second, stray]

@@ -33,6 +33,8 @@ The ranking (measured on LoCoMo, see docs/search.md) scores each candidate messa
 - in scope ``all`` asked from a session, that session's nearest messages are
   vector candidates too (``_vector_scores`` in scope ``session``), each counted
   by the larger of its two margins;
+- over several sessions, each of the best candidates keeps its session's best
+  score over the best score (``sessions.by_session``: one session holds the work);
 - a query that names a time ("on 3 June, 2023", "yesterday": ``when.find_dates``)
   is searched without the date's words, and the candidates stored at that time
   count ``1 + DATE_BOOST`` times (a lift, never a filter).
@@ -73,6 +75,7 @@ from lore_gateway.memory.search.query import (
     prefix_eligible,
 )
 from lore_gateway.memory.search.rerank import Reranker
+from lore_gateway.memory.search.sessions import by_session
 from lore_gateway.memory.search.supersede import supersede
 from lore_gateway.memory.search.termstats import TermStats
 from lore_gateway.memory.search.textindex import Table, TextIndex, text_index
@@ -284,6 +287,8 @@ class Searcher:
         _boost_dates(conn, scores, dates.cues)
         if scope == "all":  # the asking project first (``projects``)
             favour(conn, scores, query, project)
+        if scope != "session":  # the session of the best match first (``sessions``)
+            by_session(conn, scores)
         ranked = sorted(scores.items(), key=lambda kv: (-kv[1], -kv[0]))
         # Duplicates, side channels and recall traffic are skipped (``hit_load``).
         wanted = max(limit, RERANK_CANDIDATES) if self._reranker is not None else limit
