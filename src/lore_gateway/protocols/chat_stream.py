@@ -29,6 +29,7 @@ from lore_gateway.sse import SSEEvent, frame_block
 _MAX_CHOICES = 128  # the API caps n at 128
 _MAX_TOOL_CALLS = 1_000  # bounds a runaway stream; real turns have a few
 _NO_BOUND = sys.maxsize  # no bound on the retained state (storage bounds text instead)
+_HEAD_KEYS = ("id", "object", "created", "model", "system_fingerprint", "service_tier")
 _STOP_REASONS = {
     "stop": "end_turn",
     "length": "max_tokens",
@@ -186,7 +187,11 @@ class ChatAccumulator:
         self._bound = max_state_bytes if max_state_bytes is not None else _NO_BOUND
         self.state_bytes = 0  # the chunks' text, not their SSE framing
         self._head: dict[str, Any] = {}
+        # The head holds an int ``created``, a ``model`` and an ``id``: kept
+        # rather than checked per chunk, as the head never changes once set.
+        self._headed = False
         self._choices: dict[int, _Choice] = {}
+        self._text0: TextBuffer | None = None  # the first choice's, once started
         self._usage: Any = None  # the last usage that was not null, as sent
         self._done = False
         self.error_event: dict[str, Any] | None = None
@@ -233,7 +238,7 @@ class ChatAccumulator:
             self.error_event = chunk
             raise ProtocolError("Chat Completions stream error event")
         choices = chunk.get("choices")
-        if self.can_take() and type(choices) is list and len(choices) == 1:
+        if self._headed and type(choices) is list and len(choices) == 1:
             # Most of a stream: text of the first choice, nothing else to apply.
             choice = choices[0]
             delta = choice.get("delta") if type(choice) is dict else None
@@ -241,11 +246,15 @@ class ChatAccumulator:
                     and type(delta.get("content")) is str
                     and choice.get("finish_reason") is None and choice.get("logprobs") is None
                     and chunk.get("usage") is None):
-                self._choice(0).text_buffer(self._max_text).append(delta["content"])
+                (self._text0 or self._first_text()).append(delta["content"])
                 return
-        for key in ("id", "object", "created", "model", "system_fingerprint", "service_tier"):
-            if key in chunk and key not in self._head:
-                self._head[key] = chunk[key]
+        head = self._head
+        for key in _HEAD_KEYS:
+            if key in chunk and key not in head:
+                head[key] = chunk[key]
+        if not self._headed:
+            self._headed = (isinstance(head.get("created"), int)
+                            and bool(head.get("model")) and bool(head.get("id")))
         if chunk.get("usage") is not None:
             self._usage = chunk["usage"]
         if choices is None:
@@ -266,6 +275,12 @@ class ChatAccumulator:
         if choice is None:  # (not setdefault: that built a _Choice for every chunk)
             choice = self._choices[index] = _Choice()
         return choice
+
+    def _first_text(self) -> TextBuffer:
+        """The first choice's content buffer, started if need be, and kept for
+        the fast paths (one lookup a stream instead of two calls a delta)."""
+        self._text0 = self._choice(0).text_buffer(self._max_text)
+        return self._text0
 
     def _apply_choice(self, raw: object) -> None:
         if not isinstance(raw, dict):
@@ -322,9 +337,7 @@ class ChatAccumulator:
 
     def can_take(self) -> bool:
         """After the first chunk, before ``[DONE]``: where :meth:`take` may apply."""
-        head = self._head
-        return (not self._done and isinstance(head.get("created"), int)
-                and bool(head.get("model")) and bool(head.get("id")))
+        return self._headed and not self._done
 
     def take(self, data: bytes, max_frames: int, *, arguments: bool = True) -> tuple[int, int]:
         """The content chunks of the first choice at the start of one raw read
@@ -371,7 +384,7 @@ class ChatAccumulator:
             state += size
             content = chunk.choices[0].delta.content
             if content is not None:
-                self._choice(0).text_buffer(self._max_text).append(content)
+                (self._text0 or self._first_text()).append(content)
             taken += len(line) + 2
             count += 1
         self.state_bytes = state
@@ -383,10 +396,10 @@ class ChatAccumulator:
         run = frame_block(data, end, b"data: ", max_frames, _decode_text_chunk)
         if run is None or self.state_bytes + run.chars > self._bound:
             return None
-        texts = [c.choices[0].delta.content for c in run.values]
-        if any(text is not None for text in texts):
-            joined = "".join([t for t in texts if t is not None])
-            self._choice(0).text_buffer(self._max_text).append(joined)
+        joined = "".join([c.choices[0].delta.content or "" for c in run.values])
+        # A run of null contents starts no text (an empty one does), as apply does.
+        if joined or any(c.choices[0].delta.content is not None for c in run.values):
+            (self._text0 or self._first_text()).append(joined)
         self.state_bytes += run.chars
         return run.size, run.frames
 
