@@ -290,9 +290,11 @@ class AnthropicAccumulator:
         kind = delta.get("type")
         key = _DELTA_FIELDS.get(kind) if isinstance(kind, str) else None
         if key is not None:
-            piece = str(delta.get(key) or "")
+            piece = delta.get(key) or ""
+            if type(piece) is not str:
+                piece = str(piece)
             self._retain(len(piece))
-            self._add(block, key, piece)
+            block.add(key, piece, self._max_text if key in _BOUNDED_FIELDS else None)
         elif kind == "citations_delta":
             self._retain(size)
             block.raw.setdefault("citations", []).append(delta.get("citation"))
@@ -388,8 +390,9 @@ class AnthropicAccumulator:
         if run is None:
             return None
         deltas = run.values
-        block = self._open.get(deltas[0].index)
-        if block is None or any(d.index != deltas[0].index for d in deltas):
+        index = deltas[0].index
+        block = self._open.get(index)
+        if block is None or any(d.index != index for d in deltas):
             return None
         # One piece a kind of delta (a thinking block's signature follows its thinking).
         pieces = [(key, "".join([d.value for d in same]))
