@@ -82,15 +82,17 @@ class Exchange:
     # knowledge state, no background work. False without memory.
     keep: bool = False
     started: float = field(default_factory=perf_counter)
+    # The model the request asks for (``requested_model``), read once: storage,
+    # context and the worker each want it, and the payload never changes.
+    model: str | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.model = requested_model(self.route, self.payload)
 
     @property
     def protocol(self) -> Protocol:
         assert self.route.protocol is not None
         return self.route.protocol
-
-    @property
-    def model(self) -> str | None:
-        return requested_model(self.route, self.payload)
 
 
 def requested_model(route: Route, payload: dict[str, Any]) -> str | None:
