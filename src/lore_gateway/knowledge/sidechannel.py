@@ -101,7 +101,8 @@ def side_channel_reason(family: str, payload: Mapping[str, Any],
     if _codex_side_request(headers.get("x-codex-turn-metadata")):
         return "marked"
     config = _gemini_config(payload)
-    if any(_CLOSING_TAG_RE.fullmatch(stop) for stop in _stops(payload, config)):
+    stops = _stops(payload, config)
+    if stops and any(_CLOSING_TAG_RE.fullmatch(stop) for stop in stops):
         return "classifier"
     history = adapter_for(Family(family))
     items = payload.get(history.items_key)
@@ -137,7 +138,8 @@ def _codex_side_request(metadata: str | None) -> bool:
 
 
 def _gemini_config(payload: Mapping[str, Any]) -> Mapping[str, Any]:
-    config = next((payload[k] for k in _GEMINI_CONFIG if k in payload), None)
+    # The first of the two names present (its value None when it is null).
+    config = payload.get(_GEMINI_CONFIG[0], payload.get(_GEMINI_CONFIG[1]))
     return config if isinstance(config, dict) else {}
 
 
@@ -145,9 +147,10 @@ def _stops(payload: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
     """Anthropic's ``stop_sequences``, Chat's ``stop`` (a string or a list),
     Gemini's ``stopSequences`` in its generation settings."""
     found: list[str] = []
-    for fields, key in ((payload, "stop_sequences"), (payload, "stop"),
-                        *((config, k) for k in _GEMINI_STOPS)):
-        value = fields.get(key)
+    values = [payload.get("stop_sequences"), payload.get("stop")]
+    if config:  # (only Gemini's requests have one: no list built for the others)
+        values += [config.get(k) for k in _GEMINI_STOPS]
+    for value in values:
         if isinstance(value, str):
             found.append(value)
         elif isinstance(value, list):
@@ -172,7 +175,9 @@ def _system_head(payload: Mapping[str, Any], items: Any, history: HistoryAdapter
 def _system_texts(payload: Mapping[str, Any], items: Any,
                   history: HistoryAdapter) -> Iterator[str]:
     for key in ("system", "instructions", "systemInstruction", "system_instruction"):
-        yield from _texts(payload.get(key))
+        value = payload.get(key)
+        if value is not None:  # (most requests have one of the four at most)
+            yield from _texts(value)
     if isinstance(items, list):
         for item in items:
             if not history.is_system(item):

@@ -142,7 +142,8 @@ def instruction_texts(body: Mapping[str, Any]) -> Iterator[str]:
     ``instructions``, Anthropic ``system``, Gemini ``systemInstruction``."""
     for key in ("instructions", "system"):
         yield from texts(body.get(key))
-    yield from texts(parts_of(field(body, "systemInstruction", "system_instruction")))
+    if "systemInstruction" in body or "system_instruction" in body:  # Gemini's only
+        yield from texts(parts_of(field(body, "systemInstruction", "system_instruction")))
 
 
 def _first_user(items: list[Any]) -> tuple[int, str, list[str]] | None:

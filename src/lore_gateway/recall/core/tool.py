@@ -316,6 +316,14 @@ def _tool_names(protocol: Protocol, tool: dict[str, Any]) -> list[str]:
     return [] if name is None else [name]
 
 
+def _declares_recall(protocol: Protocol, tool: dict[str, Any]) -> bool:
+    """Whether a tool entry declares a function named ``recall`` (a list of
+    names built only for Gemini's entries, which declare several)."""
+    if protocol == "gemini":
+        return RECALL_TOOL_NAME in _tool_names(protocol, tool)
+    return _tool_name(protocol, tool) == RECALL_TOOL_NAME
+
+
 def _tool_name(protocol: Protocol, tool: dict[str, Any]) -> str | None:
     if protocol == "chat":
         fn = tool.get("function")
@@ -362,7 +370,7 @@ def injection_refusal(protocol: Protocol, body: dict[str, Any], *,
     tool_dicts = [t for t in tools if isinstance(t, dict)]
     if not any(_is_callable_function(protocol, t) for t in tool_dicts):
         return "no callable client tool"
-    if any(RECALL_TOOL_NAME in _tool_names(protocol, t) for t in tool_dicts):
+    if any(_declares_recall(protocol, t) for t in tool_dicts):
         return "the client has its own recall tool"
     if protocol == "gemini" and _candidate_count(body) > 1:
         # The live path relays one candidate (recall/gemini/live.py).
@@ -423,7 +431,7 @@ def has_recall_tool(protocol: Protocol, body: dict[str, Any]) -> bool:
     """Whether the body's tool list has a function tool named ``recall``."""
     tools = body.get("tools")
     return isinstance(tools, list) and any(
-        isinstance(t, dict) and RECALL_TOOL_NAME in _tool_names(protocol, t) for t in tools)
+        isinstance(t, dict) and _declares_recall(protocol, t) for t in tools)
 
 
 def _candidate_count(body: dict[str, Any]) -> int:
