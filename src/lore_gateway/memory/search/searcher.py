@@ -54,8 +54,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-
 from lore_gateway.memory.embed.embedder import FloatArray
 from lore_gateway.memory.embed.vectors import TextEmbedder, VectorSearch, vector_search
 from lore_gateway.memory.search.hit_load import load_hits
@@ -74,7 +72,7 @@ from lore_gateway.memory.search.query import (
     plan_match,
     prefix_eligible,
 )
-from lore_gateway.memory.search.rerank import Reranker
+from lore_gateway.memory.search.rerank import RERANK_CANDIDATES, Reranker, rerank_hits
 from lore_gateway.memory.search.sessions import by_session
 from lore_gateway.memory.search.supersede import supersede
 from lore_gateway.memory.search.termstats import TermStats
@@ -162,14 +160,6 @@ MIN_SCORE = 0.02
 # MiniLM cosine that counts as "not similar at all" and as "clearly the same topic".
 COSINE_UNRELATED = 0.25
 COSINE_SAME = 0.70
-# Optional cross-encoder reranking (``memory/search/rerank.py``, off unless LORE_RERANK=1):
-# the best RERANK_CANDIDATES fused candidates get ``fused / best + RERANK_WEIGHT · z``,
-# z the cross-encoder's logit standardised over them. On LoCoMo's tuning part 15-40
-# candidates and a weight of 0.15-0.4 all gained; with the short-turn rule and the
-# sixth pass's vector floor, 30 / 0.2 was best (tuning recall@10 0.778 at 20, 0.786
-# at 30, 0.781 at 40; the coding set holds at 30: docs/search.md, "sixth pass").
-RERANK_CANDIDATES = 30
-RERANK_WEIGHT = 0.2
 # Cost bounds of one BM25 query (docs/search.md, "Latency"): rows whose IDF walk a
 # search may pay for, estimated in-scope matches FTS5 may score, and the count
 # above which a term is a stop word for this store. FTS5 counts a row in ~30 ns
@@ -294,7 +284,7 @@ class Searcher:
         wanted = max(limit, RERANK_CANDIDATES) if self._reranker is not None else limit
         hits = load_hits(conn, index, ranked, tenant, wanted)
         if self._reranker is not None:
-            hits = _rerank(self._reranker, query, hits)
+            hits = rerank_hits(self._reranker, query, hits)
         hits = hits[:limit]
         confidence = _confidence(conn, match, cosines,
                                  [int(h.ref[2:]) for h in hits[:CONFIDENCE_HITS]])
@@ -492,29 +482,6 @@ def _confidence(conn: Connection, match: _Match | None, cosines: dict[int, float
                                                            / (COSINE_SAME - COSINE_UNRELATED)))
         best = max(best, lexical.get(mid, 0.0), semantic)
     return best
-
-
-def _rerank(reranker: Reranker, query: str, hits: list[Hit]) -> list[Hit]:
-    """The best RERANK_CANDIDATES hits reordered by fused score plus the cross-encoder's
-    standardised logit; scores stay non-negative and follow the new order. Candidates
-    too long for the model (``Reranker.score`` gives ``None``) count as average."""
-    head, tail = hits[:RERANK_CANDIDATES], hits[RERANK_CANDIDATES:]
-    if len(head) < 2:
-        return hits
-    scored = reranker.score(query, [h.content for h in head])
-    read = [i for i, logit in enumerate(scored) if logit is not None]
-    if len(read) < 2:
-        return hits
-    # Standardised over the candidates the model read whole; the others count as
-    # average (z = 0) and so keep their fused place among them.
-    logits = np.asarray([scored[i] for i in read], dtype=np.float64)
-    z = np.zeros(len(head))
-    z[read] = (logits - logits.mean()) / max(float(logits.std()), 1e-6)
-    blended = [h.score + RERANK_WEIGHT * float(zi - z.min()) for h, zi in zip(head, z, strict=True)]
-    order = sorted(range(len(head)), key=lambda i: -blended[i])
-    floor = min(blended)
-    return ([replace(head[i], score=blended[i]) for i in order]
-            + [replace(h, score=min(h.score, floor)) for h in tail])
 
 
 def _boost_intent(conn: Connection, index: TextIndex, scores: dict[int, float],
