@@ -35,7 +35,7 @@ def overhead(
     store: bool = typer.Option(True, "--store/--no-store",
                                help="Store turns in memory (and offer recall), as a real "
                                     "gateway does."),
-    protocols: str = typer.Option("responses,chat,anthropic", "--protocols",
+    protocols: str = typer.Option("responses,chat,anthropic,gemini", "--protocols",
                                   help="Which protocols to measure."),
     shapes: str = typer.Option("plain,tool", "--shapes",
                                help="plain: no tools; tool: one client tool (the gateway "
@@ -61,7 +61,7 @@ def overhead(
                                         help="Runs per path for --watched-mb (medians)."),
 ) -> None:
     """Stream identical requests to a fake upstream directly, through a bare aiohttp
-    relay and through the gateway, interleaved, for Responses, Chat and Anthropic,
+    relay and through the gateway, interleaved, for Responses, Chat, Anthropic and Gemini,
     plain and with one client tool, at concurrency 1 and 16; print per target
     requests/s, latency p50/p99, the added milliseconds, CPU per request and peak
     RSS, and the gateway against the relay as a difference and a ratio."""
