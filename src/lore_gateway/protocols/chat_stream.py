@@ -29,7 +29,8 @@ from lore_gateway.sse import SSEEvent, frame_block
 _MAX_CHOICES = 128  # the API caps n at 128
 _MAX_TOOL_CALLS = 1_000  # bounds a runaway stream; real turns have a few
 _NO_BOUND = sys.maxsize  # no bound on the retained state (storage bounds text instead)
-_HEAD_KEYS = ("id", "object", "created", "model", "system_fingerprint", "service_tier")
+_HEAD_KEYS = frozenset(
+    ("id", "object", "created", "model", "system_fingerprint", "service_tier"))
 _STOP_REASONS = {
     "stop": "end_turn",
     "length": "max_tokens",
@@ -249,8 +250,10 @@ class ChatAccumulator:
                 (self._text0 or self._first_text()).append(delta["content"])
                 return
         head = self._head
-        for key in _HEAD_KEYS:
-            if key in chunk and key not in head:
+        # The keys not seen yet, in one set operation (after the first chunk,
+        # usually ``choices`` alone) rather than six lookups a chunk.
+        for key in chunk.keys() - head.keys():
+            if key in _HEAD_KEYS:
                 head[key] = chunk[key]
         if not self._headed:
             self._headed = (isinstance(head.get("created"), int)
@@ -449,8 +452,8 @@ class ChatAccumulator:
     def calls(self) -> list[tuple[int, dict[str, Any]]]:
         """The first choice's tool calls so far, by index, arguments written in."""
         first = self._choices.get(0)
-        if first is None:
-            return []
+        if first is None or not first.tool_calls:
+            return []  # (a text answer's: nothing to settle or sort)
         first.settled_tool_calls()
         return sorted(first.tool_calls.items())
 

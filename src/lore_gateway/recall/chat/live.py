@@ -89,6 +89,8 @@ class ChatRound:
 
     @property
     def recalls(self) -> list[RecallCall]:
+        if not self._hidden:
+            return []  # (most rounds: no calls to read out)
         return [RecallCall(call["id"], call["function"]["arguments"] or "{}", index)
                 for index, call in self.acc.calls() if index in self._hidden]
 
@@ -253,7 +255,8 @@ class ChatRecallStream:
         """Release the last round's held chunks with the usage of every round, then
         ``[DONE]``. A finish of ``tool_calls`` with no visible call becomes ``stop``."""
         out = bytearray()
-        total = sum_chat_usage([r.acc.usage for r in self.rounds if r.acc.usage])
+        usages = [r.acc.usage for r in self.rounds]  # (each read a copy)
+        total = sum_chat_usage([usage for usage in usages if usage])
         for chunk in self.round.held:
             choices = chunk.get("choices") or []
             if choices and choices[0].get("finish_reason") == "tool_calls" \
