@@ -421,20 +421,9 @@ class AnthropicAccumulator:
         return self._blocks[index].partial_json
 
     def result(self) -> AnthropicResult:
-        message = dict(self.message)
-        content: list[dict[str, Any]] = []
-        for index in sorted(self._blocks):
-            block = self._blocks[index]
-            raw = dict(block.settled())
-            if raw.get("type") in _TOOL_BLOCKS and not block.stopped:
-                # Cut off mid-input (max_tokens): keep the fragment we have.
-                raw["input"] = _partial_input(block.partial_json, raw.get("input"))
-            content.append(raw)
-        usage_wire = dict(self.usage)
-        message.update(content=content, usage=usage_wire)
-        message.setdefault("type", "message")
-        message.setdefault("role", "assistant")
-        message.setdefault("stop_sequence", None)
+        message = self._message()
+        content: list[dict[str, Any]] = message["content"]
+        usage_wire: dict[str, Any] = message["usage"]
         calls = [
             ToolCall(
                 call_id=str(b.get("id") or ""),
@@ -461,8 +450,33 @@ class AnthropicAccumulator:
         )
 
     def response_body(self) -> dict[str, Any]:
-        """The Message object a non-streaming client expects."""
-        return self.result().message
+        """The Message object a non-streaming client expects: :meth:`result`'s
+        ``message`` without the rest of the result (the live round reads it on
+        every turn). Its usage is checked as :meth:`result` checks it, so a
+        malformed one fails here the same way."""
+        message = self._message()
+        if message["usage"]:
+            usage_from_anthropic(message["usage"])
+        return message
+
+    def _message(self) -> dict[str, Any]:
+        """The Message object so far: its content blocks in index order, their
+        streamed fields written in, and the wire usage."""
+        message = dict(self.message)
+        content: list[dict[str, Any]] = []
+        for index in sorted(self._blocks):
+            block = self._blocks[index]
+            raw = dict(block.settled())
+            if raw.get("type") in _TOOL_BLOCKS and not block.stopped:
+                # Cut off mid-input (max_tokens): keep the fragment we have.
+                raw["input"] = _partial_input(block.partial_json, raw.get("input"))
+            content.append(raw)
+        usage_wire = dict(self.usage)
+        message.update(content=content, usage=usage_wire)
+        message.setdefault("type", "message")
+        message.setdefault("role", "assistant")
+        message.setdefault("stop_sequence", None)
+        return message
 
 
 def _partial_input(partial: str, initial: object) -> object:
