@@ -150,17 +150,7 @@ class ChatRound:
     def _relayed(self, event: SSEEvent, chunk: dict[str, Any]) -> bytes:
         """The chunk as the client gets it: one choice, recall calls removed,
         the others renumbered, the envelope's id; a terminal held back."""
-        choices = chunk.get("choices")
-        if self._response_id is None and type(choices) is list and len(choices) == 1:
-            # A principal's chunk with no tool call and no finish, most of a
-            # stream: forwarded as it came, what the general path below gives it.
-            choice = choices[0]
-            if (type(choice) is dict and choice.get("index", 0) == 0
-                    and choice.get("finish_reason") is None):
-                delta = choice.get("delta") or {}
-                if type(delta) is dict and "tool_calls" not in delta:
-                    return event.raw
-        choices = choices or []
+        choices = chunk.get("choices") or []
         if not isinstance(choices, list) or len(choices) > 1:
             raise ProtocolError("malformed OpenAI response choice")
         changed = False
