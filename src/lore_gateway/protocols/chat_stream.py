@@ -303,7 +303,7 @@ class ChatAccumulator:
                     choice.refusal_buf = TextBuffer(limit=self._max_text)
                 choice.refusal_buf.append(delta["refusal"])
             for call in delta.get("tool_calls") or []:
-                self._apply_tool_call(choice, call)
+                _apply_tool_call(choice, call)
         logprobs = raw.get("logprobs")
         if isinstance(logprobs, dict):
             merged = choice.logprobs if choice.logprobs is not None else {}
@@ -313,28 +313,6 @@ class ChatAccumulator:
             choice.logprobs = merged
         if raw.get("finish_reason") is not None:
             choice.finish_reason = str(raw["finish_reason"])
-
-    def _apply_tool_call(self, choice: _Choice, call: object) -> None:
-        index = call.get("index") if isinstance(call, dict) else None
-        if type(index) is not int or not 0 <= index < _MAX_TOOL_CALLS:
-            raise ProtocolError("malformed OpenAI response tool identity")
-        assert isinstance(call, dict)
-        fn = call.get("function")
-        fn = fn if isinstance(fn, dict) else {}
-        acc = choice.tool_calls.get(index)
-        if acc is None:
-            # A call's first delta names it: its id and its function's name.
-            if not isinstance(call.get("id"), str) or not isinstance(fn.get("name"), str):
-                raise ProtocolError("malformed OpenAI response tool identity")
-            acc = choice.tool_calls[index] = {
-                "id": call["id"], "type": "function",
-                "function": {"name": fn["name"], "arguments": ""}}
-        elif isinstance(call.get("id"), str) and call["id"]:
-            acc["id"] = call["id"]
-        if isinstance(call.get("type"), str):
-            acc["type"] = call["type"]
-        if isinstance(fn.get("arguments"), str):
-            choice.arguments(index).append(fn["arguments"])
 
     # --- raw reads ------------------------------------------------------------------
 
@@ -523,3 +501,28 @@ class ChatAccumulator:
     def response_body(self) -> dict[str, Any]:
         """The ``chat.completion`` object a non-streaming client expects."""
         return self.result().completion
+
+
+def _apply_tool_call(choice: _Choice, call: object) -> None:
+    """One tool-call delta of a choice: a new call named by its first delta, or
+    more of its arguments."""
+    index = call.get("index") if isinstance(call, dict) else None
+    if type(index) is not int or not 0 <= index < _MAX_TOOL_CALLS:
+        raise ProtocolError("malformed OpenAI response tool identity")
+    assert isinstance(call, dict)
+    fn = call.get("function")
+    fn = fn if isinstance(fn, dict) else {}
+    acc = choice.tool_calls.get(index)
+    if acc is None:
+        # A call's first delta names it: its id and its function's name.
+        if not isinstance(call.get("id"), str) or not isinstance(fn.get("name"), str):
+            raise ProtocolError("malformed OpenAI response tool identity")
+        acc = choice.tool_calls[index] = {
+            "id": call["id"], "type": "function",
+            "function": {"name": fn["name"], "arguments": ""}}
+    elif isinstance(call.get("id"), str) and call["id"]:
+        acc["id"] = call["id"]
+    if isinstance(call.get("type"), str):
+        acc["type"] = call["type"]
+    if isinstance(fn.get("arguments"), str):
+        choice.arguments(index).append(fn["arguments"])
