@@ -14,7 +14,9 @@ from typing import Any
 from lore_gateway.compaction.detect import Flow
 from lore_gateway.protocols.history_common import (
     INSTRUCTION_ROLES,
+    UNSCALED,
     Item,
+    UnscaledUsage,
     leading_instructions,
     message_text,
     retention_ttl,
@@ -89,19 +91,8 @@ class ChatHistory:
                         headers: Mapping[str, str]) -> Flow | None:
         return None
 
-    def usage_scaler(self) -> ChatUsageScaler:
-        return ChatUsageScaler()
-
-
-class ChatUsageScaler:
-    """Leaves Chat usage as reported: no cap is ever made for a Chat client
-    (``compaction.service.usage_cap``)."""
-
-    __slots__ = ()
-
-    def scale(self, usage: dict[str, Any], factor: Callable[[int], float | None],
-              event: object) -> bool:
-        return False
+    def usage_scaler(self) -> UnscaledUsage:
+        return UNSCALED
 
 
 CHAT = ChatHistory()

@@ -5,7 +5,7 @@ Each ``history_<protocol>`` module adds only its own shapes on top of these.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 Item = dict[str, Any]
@@ -54,3 +54,17 @@ def message_text(item: Any) -> str:
 def token_count(value: Any) -> int:
     """A usage figure as an int (0 for anything that is not one)."""
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+class UnscaledUsage:
+    """Leaves usage as reported: the scaler of a protocol no compacting agent
+    speaks (Chat, Gemini), for which ``compaction.service.usage_cap`` makes no cap."""
+
+    __slots__ = ()
+
+    def scale(self, usage: dict[str, Any], factor: Callable[[int], float | None],
+              event: object) -> bool:
+        return False
+
+
+UNSCALED = UnscaledUsage()

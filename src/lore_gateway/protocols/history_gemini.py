@@ -26,7 +26,7 @@ from lore_gateway.protocols.gemini import (
     role_of,
     system_key,
 )
-from lore_gateway.protocols.history_common import PROMPT_CACHE_TTL_S, Item
+from lore_gateway.protocols.history_common import PROMPT_CACHE_TTL_S, UNSCALED, Item, UnscaledUsage
 from lore_gateway.routing import Family
 
 
@@ -127,18 +127,8 @@ class GeminiHistory:
                         headers: Mapping[str, str]) -> Flow | None:
         return None
 
-    def usage_scaler(self) -> GeminiUsageScaler:
-        return GeminiUsageScaler()
-
-
-class GeminiUsageScaler:
-    """Leaves Gemini usage as reported: no cap is made for a Gemini client."""
-
-    __slots__ = ()
-
-    def scale(self, usage: dict[str, Any], factor: Callable[[int], float | None],
-              event: object) -> bool:
-        return False
+    def usage_scaler(self) -> UnscaledUsage:
+        return UNSCALED
 
 
 GEMINI = GeminiHistory()
