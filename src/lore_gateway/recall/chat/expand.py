@@ -24,7 +24,7 @@ from typing import Any
 from lore_gateway.memory.store.sanitize import ANCHOR_RE
 from lore_gateway.recall.anthropic.expand import StoredPair
 from lore_gateway.recall.chat.live import MARKER_SEPARATOR
-from lore_gateway.recall.core.anchor_context import prefix_context_id
+from lore_gateway.recall.core.anchor_context import expand_turns, prefix_context_id
 from lore_gateway.recall.core.markers import parse_marker
 
 Lookup = Callable[[str], StoredPair | None]
@@ -32,18 +32,12 @@ Lookup = Callable[[str], StoredPair | None]
 
 def expand_messages(messages: list[Any], lookup: Lookup) -> list[Any] | None:
     """The messages with every known marker expanded, or None if none was."""
-    out: list[Any] = []
-    changed = False
-    for message in messages:
-        pieces = None
+    def expand(message: Any, before: list[Any]) -> list[Any] | None:
         if isinstance(message, dict) and message.get("role") == "assistant":
-            pieces = _expand_message(message, prefix_context_id(out), lookup)
-        if pieces is None:
-            out.append(message)
-        else:
-            out.extend(pieces)
-            changed = True
-    return out if changed else None
+            return _expand_message(message, prefix_context_id(before), lookup)
+        return None
+
+    return expand_turns(messages, expand)
 
 
 def _text(message: dict[str, Any]) -> str | None:

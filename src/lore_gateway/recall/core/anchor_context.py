@@ -15,7 +15,7 @@ string), Anthropic and Chat ``messages``, Gemini ``contents`` (text ``parts``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from lore_gateway.recall.core.markers import context_id
@@ -37,6 +37,23 @@ def history_items(body: dict[str, Any], key: str) -> list[Any]:
 def prefix_context_id(items: list[Any]) -> str:
     """The fingerprint of the conversation up to (not including) a recall's turn."""
     return context_id(_user_texts(items))
+
+
+def expand_turns(items: list[Any],
+                 expand: Callable[[Any, list[Any]], list[Any] | None]) -> list[Any] | None:
+    """``items`` with each one ``expand(item, before)`` rewrites replaced by its
+    pieces (``before``: the items ahead of it, already expanded, whose context the
+    marker names); None when none was."""
+    out: list[Any] = []
+    changed = False
+    for item in items:
+        pieces = expand(item, out)
+        if pieces is None:
+            out.append(item)
+        else:
+            out.extend(pieces)
+            changed = True
+    return out if changed else None
 
 
 def _user_texts(items: list[Any]) -> Iterator[str]:

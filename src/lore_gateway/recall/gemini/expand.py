@@ -26,25 +26,19 @@ from lore_gateway.memory.store.sanitize import ANCHOR_RE
 from lore_gateway.protocols.gemini import function_call
 from lore_gateway.recall.anthropic.expand import StoredPair
 from lore_gateway.recall.chat.expand import Lookup, _marker_start, _trim_separator
-from lore_gateway.recall.core.anchor_context import prefix_context_id
+from lore_gateway.recall.core.anchor_context import expand_turns, prefix_context_id
 
 ANCHOR_PROBE = "lore-recall:"
 
 
 def expand_contents(contents: list[Any], lookup: Lookup) -> list[Any] | None:
     """The contents with every known marker expanded, or None if none was."""
-    out: list[Any] = []
-    changed = False
-    for content in contents:
-        pieces = None
+    def expand(content: Any, before: list[Any]) -> list[Any] | None:
         if isinstance(content, dict) and content.get("role") == "model":
-            pieces = _expand_content(content, prefix_context_id(out), lookup)
-        if pieces is None:
-            out.append(content)
-        else:
-            out.extend(pieces)
-            changed = True
-    return out if changed else None
+            return _expand_content(content, prefix_context_id(before), lookup)
+        return None
+
+    return expand_turns(contents, expand)
 
 
 def _answer_text(part: Any) -> str | None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from lore_gateway.memory.store.sanitize import ANCHOR_RE
 from lore_gateway.recall.anthropic.expand import StoredPair
-from lore_gateway.recall.core.anchor_context import prefix_context_id
+from lore_gateway.recall.core.anchor_context import expand_turns, prefix_context_id
 
 Lookup = Callable[[str], StoredPair | None]
 _TEXT_PARTS = ("output_text", "input_text", "text")
@@ -36,16 +36,9 @@ def expand_input(body: dict[str, Any], lookup: Lookup) -> dict[str, Any] | None:
     items = body.get("input")
     if not isinstance(items, list):
         return None
-    out: list[Any] = []
-    changed = False
-    for item in items:
-        pieces = _expand_item(item, out, lookup) if _is_assistant_message(item) else None
-        if pieces is None:
-            out.append(item)
-        else:
-            out.extend(pieces)
-            changed = True
-    return {**body, "input": out} if changed else None
+    out = expand_turns(items, lambda item, before: _expand_item(item, before, lookup)
+                       if _is_assistant_message(item) else None)
+    return {**body, "input": out} if out is not None else None
 
 
 def _is_assistant_message(item: Any) -> bool:
