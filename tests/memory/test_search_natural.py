@@ -4,8 +4,9 @@ them, each on a store built for it.
 - a question whose words the store barely holds leans on meaning (the lexical
   share), and one whose words are all found is ranked as before;
 - a short turn that runs a command is an action, not small talk;
-- in scope ``all``, the asking session's nearest messages are candidates even
-  when a hundred messages elsewhere are nearer;
+- in scope ``all``, the asking session's nearest messages and its word matches
+  are candidates even when a hundred messages elsewhere are nearer and four
+  hundred match the words better;
 - over several sessions, a message of a session whose best match is weak gives
   way to the best session's.
 
@@ -189,3 +190,24 @@ def test_the_session_of_the_best_match_goes_first(tmp_path: Path) -> None:
                          _turn("s2", ("tool", stray)),
                          *(_turn("s3", ("tool", t)) for t in FILLERS))
     assert _contents(searcher, "which restart command did it make") == [best, second, stray]
+
+
+@pytest.mark.usefixtures("database_url")
+def test_the_asking_sessions_word_matches_are_candidates_in_scope_all(
+        tmp_path: Path) -> None:
+    """Four hundred and ten messages of other sessions match the question's words
+    better than the asking session's answer, so the best 400 word matches overall
+    hold nothing of the asking session; its answer is still scored by its words as
+    within its session (and is the nearest message besides), so it comes first.
+    Counted only by its vector it stays below every message of the others."""
+    answer = ("the nightly job rotated the cache key, and the old entries were "
+              "dropped at midnight along with the session tokens of every worker")
+    elsewhere = [f"cache key rotated for worker {chr(97 + i // 26)}{chr(97 + i % 26)}"
+                 for i in range(410)]
+    cosines = {answer: 0.3, **dict.fromkeys(elsewhere, 0.2)}
+    searcher = _searcher(tmp_path, cosines,
+                         *(_turn(f"s{i}", ("tool", t)) for i, t in enumerate(elsewhere)),
+                         _turn("asking", ("tool", answer)))
+    query = "when was the cache key rotated"
+    assert _contents(searcher, query, scope="all", session="asking", limit=10)[0] == answer
+    assert answer not in _contents(searcher, query, scope="all", session="s1", limit=10)

@@ -30,9 +30,10 @@ The ranking (measured on LoCoMo, see docs/search.md) scores each candidate messa
 - a user or assistant turn shorter than ``SHORT_CHARS`` keeps
   ``(length / SHORT_CHARS) ** SHORT_POWER`` of its score: small talk that echoes
   the query's words rarely answers it (a turn that runs a command is no small talk);
-- in scope ``all`` asked from a session, that session's nearest messages are
-  vector candidates too (``_vector_scores`` in scope ``session``), each counted
-  by the larger of its two margins;
+- in scope ``all`` asked from a session, that session's nearest messages and its
+  best word matches are candidates too, as in scope ``session`` (each counted by
+  the larger of its two scores, its best word matches lifting their neighbours):
+  the best overall, of thirty sessions on a few repositories, may hold none;
 - over several sessions, each of the best candidates keeps its session's best
   score over the best score (``sessions.by_session``: one session holds the work);
 - a query that names a time ("on 3 June, 2023", "yesterday": ``when.find_dates``)
@@ -233,6 +234,14 @@ class Searcher:
         if match is not None:
             own = match.rank(conn, "messages")
             ctx = match.rank(conn, "context")
+        sources = _best(own, NEIGHBOUR_SOURCES)  # the messages whose neighbours are lifted
+        if scope == "all" and session:
+            # The asking session's word matches, as within it: the best 400 overall
+            # may hold none of them, or too few to lift their neighbours.
+            mine = self._match(conn, index, parsed, "session", tenant, project, session)
+            if mine is not None:
+                sources |= _best(_merge(own, mine.rank(conn, "messages")), NEIGHBOUR_SOURCES)
+                _merge(ctx, mine.rank(conn, "context"))
         qvec = self._query_vector(text)
         vec, cosines = self._vector_scores(conn, qvec, tenant, project, session, scope)
         if scope == "all" and session:
@@ -240,10 +249,9 @@ class Searcher:
             # one topic the hundred nearest overall may hold none of them.
             near, near_cosines = self._vector_scores(conn, qvec, tenant, project, session,
                                                      "session")
-            for mid, margin in near.items():
-                vec[mid] = max(vec.get(mid, 0.0), margin)
+            _merge(vec, near)
             cosines = {**near_cosines, **cosines}
-        prev_next = _neighbours(conn, own, NEIGHBOUR_SOURCES)
+        prev_next = _neighbours(conn, sources)
         lexical = _lexical_share(conn, match, own, ctx)
 
         scores: dict[int, float] = {}
@@ -550,10 +558,21 @@ def _brevity(length: int) -> float:
     return float((min(max(length, 1), SHORT_CHARS) / SHORT_CHARS) ** SHORT_POWER)
 
 
-def _neighbours(conn: Connection, own: dict[int, float],
-                count: int) -> dict[int, tuple[int | None, int | None]]:
-    """(previous, next) message id in the same session for the ``count`` best hits."""
-    best = sorted(own, key=lambda mid: -own[mid])[:count]
+def _merge(into: dict[int, float], scores: dict[int, float]) -> dict[int, float]:
+    """Each of ``scores`` into ``into`` by the larger of its two; ``scores`` back."""
+    for mid, s in scores.items():
+        into[mid] = max(into.get(mid, 0.0), s)
+    return scores
+
+
+def _best(scores: dict[int, float], count: int) -> set[int]:
+    """The ``count`` best of ``scores``."""
+    return set(sorted(scores, key=lambda mid: -scores[mid])[:count])
+
+
+def _neighbours(conn: Connection,
+                best: set[int]) -> dict[int, tuple[int | None, int | None]]:
+    """(previous, next) message id in the same session of each of ``best``."""
     if not best:
         return {}
     marks = ",".join("?" * len(best))
@@ -565,6 +584,6 @@ def _neighbours(conn: Connection, own: dict[int, float],
         " AND p.id < m.id ORDER BY p.id DESC LIMIT 1),"
         " (SELECT n.id FROM messages n WHERE n.tenant = m.tenant AND n.session = m.session"
         " AND n.id > m.id ORDER BY n.id LIMIT 1)"
-        f" FROM messages m WHERE m.id IN ({marks})", best).fetchall()
+        f" FROM messages m WHERE m.id IN ({marks})", tuple(best)).fetchall()
     return {int(mid): (int(prev) if prev is not None else None,
                        int(nxt) if nxt is not None else None) for mid, prev, nxt in rows}
