@@ -78,6 +78,34 @@ def test_errors() -> None:
         acc.feed_event(_data('{"choices":[{"index":0,"delta":{"tool_calls":[{"index":-1}]}}]}'))
 
 
+def test_apply_says_whether_a_one_choice_reader_may_relay_the_chunk() -> None:
+    """``apply``'s answer is what the live round relays a chunk on unread: the
+    first choice alone (or none), no tool call, a delta that is an object."""
+    head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+
+    def applied(acc: ChatAccumulator, choices: object, **extra: object) -> bool:
+        return acc.apply({**head, "choices": choices, **extra})
+
+    acc = ChatAccumulator()
+    first = {"index": 0, "delta": {"role": "assistant", "content": "hi", "refusal": None},
+             "logprobs": None, "finish_reason": None}
+    assert applied(acc, [first])
+    assert applied(acc, [{"index": 0, "delta": {"content": " there"}}])  # the fast path
+    assert applied(acc, [{"index": 0, "delta": {"tool_calls": None}}])
+    assert applied(acc, [{"index": 0, "delta": {}, "finish_reason": "stop"}])
+    assert applied(acc, [], usage={"prompt_tokens": 1})
+    assert acc.apply({"usage": None})
+    call = {"index": 0, "id": "call_1", "type": "function",
+            "function": {"name": "f", "arguments": ""}}
+    acc = ChatAccumulator()
+    assert not applied(acc, [{"index": 0, "delta": {"tool_calls": [call]}}])
+    assert not applied(acc, [{"index": 0, "delta": {"content": "x"}},
+                             {"index": 1, "delta": {"content": "y"}}])
+    assert not applied(acc, [{"index": 1, "delta": {"content": "y"}}])
+    assert not applied(acc, [{"index": 0, "delta": "text"}])
+    assert applied(acc, [{"index": 0, "delta": None}])
+
+
 def test_requests_and_turns() -> None:
     body = {
         "model": "gpt-4o",

@@ -226,9 +226,12 @@ class ChatAccumulator:
         if not self.finished:
             raise ProtocolError("upstream OpenAI request did not complete")
 
-    def apply(self, chunk: dict[str, Any], size: int = 0) -> None:
+    def apply(self, chunk: dict[str, Any], size: int = 0) -> bool:
         """Apply one chunk, given as its JSON and its data's size (charged
-        against the state bound)."""
+        against the state bound). True when the chunk was of the first choice
+        alone (or of none) and carried no tool call, with a delta that is an
+        object or empty: what a one-choice reader (the live round) may relay
+        without reading the chunk again."""
         self.state_bytes += size
         if self.state_bytes > self._bound:
             raise StateLimitExceeded(
@@ -248,7 +251,7 @@ class ChatAccumulator:
                     and choice.get("finish_reason") is None and choice.get("logprobs") is None
                     and chunk.get("usage") is None):
                 (self._text0 or self._first_text()).append(delta["content"])
-                return
+                return True
         head = self._head
         # The keys not seen yet, in one set operation (after the first chunk,
         # usually ``choices`` alone) rather than six lookups a chunk.
@@ -261,11 +264,14 @@ class ChatAccumulator:
         if chunk.get("usage") is not None:
             self._usage = chunk["usage"]
         if choices is None:
-            return
+            return True
         if not isinstance(choices, list):
             raise ProtocolError("malformed OpenAI response choice")
+        if len(choices) == 1:
+            return self._apply_choice(choices[0])
         for raw in choices:
             self._apply_choice(raw)
+        return not choices
 
     def close(self) -> None:
         """Signal the end of the stream. ``[DONE]`` may be missing (some
@@ -285,7 +291,9 @@ class ChatAccumulator:
         self._text0 = self._choice(0).text_buffer(self._max_text)
         return self._text0
 
-    def _apply_choice(self, raw: object) -> None:
+    def _apply_choice(self, raw: object) -> bool:
+        """Apply one choice: whether it was the first one with no tool call,
+        its delta an object or empty (``apply``)."""
         if not isinstance(raw, dict):
             raise ProtocolError("malformed OpenAI response choice")
         index = raw.get("index", 0)
@@ -293,6 +301,7 @@ class ChatAccumulator:
             raise ProtocolError("malformed OpenAI response choice")
         choice = self._choice(index)
         delta = raw.get("delta")
+        plain = index == 0 and not delta
         if isinstance(delta, dict):
             if isinstance(delta.get("role"), str):
                 choice.role = delta["role"]
@@ -302,8 +311,10 @@ class ChatAccumulator:
                 if choice.refusal_buf is None:
                     choice.refusal_buf = TextBuffer(limit=self._max_text)
                 choice.refusal_buf.append(delta["refusal"])
-            for call in delta.get("tool_calls") or []:
+            calls = delta.get("tool_calls")
+            for call in calls or []:
                 _apply_tool_call(choice, call)
+            plain = index == 0 and not calls
         logprobs = raw.get("logprobs")
         if isinstance(logprobs, dict):
             merged = choice.logprobs if choice.logprobs is not None else {}
@@ -313,6 +324,7 @@ class ChatAccumulator:
             choice.logprobs = merged
         if raw.get("finish_reason") is not None:
             choice.finish_reason = str(raw["finish_reason"])
+        return plain
 
     # --- raw reads ------------------------------------------------------------------
 

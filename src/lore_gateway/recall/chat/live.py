@@ -76,6 +76,9 @@ class ChatRound:
         # rounds) and takes the principal's id, so the client sees one envelope.
         self._hold_terminal = hold_terminal
         self._response_id = response_id
+        # A principal's chunk goes out as it came unless a call is hidden or
+        # the chunk carries a tool call (``ChatAccumulator.apply`` says which).
+        self._as_sent = response_id is None and not hold_terminal
         self.acc = ChatAccumulator(max_state_bytes=max_state_bytes)
         self._known: set[int] = set()  # tool call indices seen
         self._hidden: set[int] = set()
@@ -127,7 +130,8 @@ class ChatRound:
             self.done_sent = True
             return _DONE
         chunk = parse_chunk(data)
-        self.acc.apply(chunk, len(data))
+        if self.acc.apply(chunk, len(data)) and self._as_sent and not self._hidden:
+            return event.raw
         return self._relayed(event, chunk)
 
     def can_take(self) -> bool:
