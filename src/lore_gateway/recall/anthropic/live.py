@@ -130,6 +130,8 @@ class AnthropicRound:
             self.error = payload  # the upstream's own error ends the client's stream
             return event.raw
         kind = payload.get("type")
+        if not self._hidden and not self._hold_terminal and kind != "content_block_start":
+            return event.raw  # nothing hidden or held: every index is the client's own
         if kind in ("content_block_delta", "content_block_stop"):
             index = payload["index"]
             if index not in self._hidden:
@@ -167,7 +169,8 @@ class AnthropicRound:
                 self._hidden.add(index)
                 return b""
             self.visible_tool_uses += 1
-        self._client_index[index] = index - sum(1 for h in self._hidden if h < index)
+        self._client_index[index] = (
+            index - sum(1 for h in self._hidden if h < index) if self._hidden else index)
         return self._reindexed(event, payload, index)
 
     def _terminal(self, event: SSEEvent) -> bytes:
