@@ -451,9 +451,8 @@ class AnthropicAccumulator:
 
     def response_body(self) -> dict[str, Any]:
         """The Message object a non-streaming client expects: :meth:`result`'s
-        ``message`` without the rest of the result (the live round reads it on
-        every turn). Its usage is checked as :meth:`result` checks it, so a
-        malformed one fails here the same way."""
+        ``message`` without the rest of the result. Its usage is checked as
+        :meth:`result` checks it, so a malformed one fails here the same way."""
         message = self._message()
         if message["usage"]:
             usage_from_anthropic(message["usage"])

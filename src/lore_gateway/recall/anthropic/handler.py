@@ -130,9 +130,11 @@ class StreamAdapter(driver.MessagesStream):
             {"type": "error", "error": {"type": "api_error", "message": message}}))
 
     def report_empty(self, ctx: RecallContext) -> None:
-        last = self.stream.round.acc.response_body()
-        ctx.check_empty(_PROTOCOL, _visible_empty(last["content"]), last.get("model"),
-                        last.get("stop_reason"), last["usage"].get("output_tokens"))
+        # The round's read-outs, not the Message body: telemetry needs four of
+        # its fields, not the body's copies nor its usage's checks.
+        last = self.stream.round.acc
+        ctx.check_empty(_PROTOCOL, _visible_empty(last.content()), last.message.get("model"),
+                        last.stop_reason, last.usage.get("output_tokens"))
 
 
 async def stream_recall(ctx: RecallContext, principal: UpstreamResponse,
