@@ -188,6 +188,7 @@ class ChatAccumulator:
         self._bound = max_state_bytes if max_state_bytes is not None else _NO_BOUND
         self.state_bytes = 0  # the chunks' text, not their SSE framing
         self._head: dict[str, Any] = {}
+        self._keys: set[str] = set()  # every top-level key seen (the head's and others)
         # The head holds an int ``created``, a ``model`` and an ``id``: kept
         # rather than checked per chunk, as the head never changes once set.
         self._headed = False
@@ -252,13 +253,14 @@ class ChatAccumulator:
                     and chunk.get("usage") is None):
                 (self._text0 or self._first_text()).append(delta["content"])
                 return True
-        head = self._head
         # The keys not seen yet, in one set operation (after the first chunk,
-        # usually ``choices`` alone) rather than six lookups a chunk.
-        for key in chunk.keys() - head.keys():
-            if key in _HEAD_KEYS:
+        # usually none) rather than six lookups a chunk.
+        new = chunk.keys() - self._keys
+        if new:
+            self._keys |= new
+            head = self._head
+            for key in new & _HEAD_KEYS:
                 head[key] = chunk[key]
-        if not self._headed:
             self._headed = (isinstance(head.get("created"), int)
                             and bool(head.get("model")) and bool(head.get("id")))
         if chunk.get("usage") is not None:
@@ -301,7 +303,7 @@ class ChatAccumulator:
             raise ProtocolError("malformed OpenAI response choice")
         choice = self._choice(index)
         delta = raw.get("delta")
-        plain = index == 0 and not delta
+        plain = index == 0
         if isinstance(delta, dict):
             if isinstance(delta.get("role"), str):
                 choice.role = delta["role"]
@@ -312,9 +314,12 @@ class ChatAccumulator:
                     choice.refusal_buf = TextBuffer(limit=self._max_text)
                 choice.refusal_buf.append(delta["refusal"])
             calls = delta.get("tool_calls")
-            for call in calls or []:
-                _apply_tool_call(choice, call)
-            plain = index == 0 and not calls
+            if calls:
+                plain = False
+                for call in calls:
+                    _apply_tool_call(choice, call)
+        elif delta:
+            plain = False
         logprobs = raw.get("logprobs")
         if isinstance(logprobs, dict):
             merged = choice.logprobs if choice.logprobs is not None else {}
