@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
+import msgspec
 import orjson
 
 from lore_gateway.errors import error_body
@@ -405,8 +405,7 @@ class MessagesStream(MessagesFollowUps):
         return self.live.finish()
 
 
-@dataclass(frozen=True, slots=True)
-class OneRound:
+class OneRound(msgspec.Struct, frozen=True):
     """A streamed answer that reached the client in one round, every event as
     the upstream sent it (no recall ran): its usage as the round read it, None
     when the stream reported none. The caller need not read the client's bytes
