@@ -17,8 +17,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from lore_gateway.collector import TurnCollector, model_of, report_usage
 from lore_gateway.errors import GatewayError
@@ -43,8 +44,7 @@ ADMIT_WAIT_S = 30.0
 ADMIT_POLL_S = 0.02
 
 
-@dataclass(frozen=True, slots=True)
-class TurnOutcome:
+class TurnOutcome(msgspec.Struct, frozen=True):
     """What one response came to, whichever path delivered it.
 
     ``complete``: the client got a whole answer (else the turn is stored as

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import orjson
 
 from lore_gateway.context import overflow as context_overflow
@@ -40,8 +40,7 @@ from lore_gateway.turns import TurnOutcome
 log = logging.getLogger("lore.pipeline")
 
 
-@dataclass(frozen=True, slots=True)
-class Prepared:
+class Prepared(msgspec.Struct, frozen=True):
     """What goes upstream: the body (None: the client's bytes unchanged), whether
     the upstream is asked to stream, and whether the body carries the hidden
     recall tool (then the answer goes through ``RecallService.respond``)."""

@@ -35,9 +35,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
+
+import msgspec
 
 from lore_gateway.compaction.answers import expand_handles
 from lore_gateway.context.planner import SessionState
@@ -54,8 +55,7 @@ log = logging.getLogger("lore.recall")  # the recall slot says why it added no t
 Payload = dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class RequestContext:
+class RequestContext(msgspec.Struct, frozen=True):
     """What a request transform may know about the request, read-only."""
 
     protocol: Protocol
