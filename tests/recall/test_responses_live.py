@@ -411,3 +411,30 @@ def test_a_read_fed_at_once_gives_the_client_the_same_bytes_and_actions() -> Non
             assert ([a for a in batched if not isinstance(a, Send)]
                     == [a for a in one if not isinstance(a, Send)])
     assert _sent(_by_read(_interceptor(), text, 100, batched=True)) == text
+
+
+def test_a_mixed_continuation_still_sends_the_first_recalls_marker() -> None:
+    """A chain whose continuation is mixed (a second recall beside a visible tool)
+    ends without a follow-up; the first recall's marker, spooled until the chain
+    ended, reaches the client with the second's, and every item the terminal lists
+    was sent before it."""
+    icpt = _interceptor()
+    sent = _sent(_feed_all(icpt, _recall_stream()))
+    icpt.recall_done("## Recall Results\nblue cluster", ANCHOR)
+    icpt.begin_continuation()
+    recall = _client_events(_recall_stream("deploy region"))
+    tool = _client_events(b"".join(fs.responses_call("exec", '{"cmd":"ls"}', MODEL).frames))
+    body = [p for p in recall if p[0] != "response.completed"]
+    body += [(n, {**p, "output_index": 1}) for n, p in tool
+             if n.startswith("response.output_item") or "arguments" in n]
+    body.append(recall[-1])
+    actions = _feed_all(icpt, b"".join(fs.named_frame(n, p) for n, p in body))
+    assert any(isinstance(a, RunRecall) for a in actions)
+    after = icpt.recall_done("## Recall Results\nwest", ANCHOR)
+    assert not any(isinstance(a, FollowUp) for a in after) and after[-1] == Done(ok=True)
+    events = _client_events(sent + _sent(actions) + _sent(after))
+    done_ids = [p["item"]["id"] for n, p in events if n == "response.output_item.done"]
+    terminal = events[-1][1]["response"]["output"]
+    assert [i["id"] for i in terminal] == done_ids
+    assert [i["type"] for i in terminal] == ["message", "message", "function_call"]
+    assert terminal[2]["name"] == "exec"

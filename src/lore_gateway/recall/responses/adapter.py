@@ -226,9 +226,10 @@ class ChainAdapter(Handover):
         if isinstance(action, Deliver):
             # Mixed: no follow-up; the client runs its tool, the recall is replayed
             # from the store on the next request.
+            # Earlier rounds' markers were spooled until the chain ended; it ends here.
             self._stored_outputs.extend([call, output])
-            frames = [*marker, *self._flush_deferred()]
-            return [*(Send(f) for f in frames), *self._finish(rnd)]
+            self._spool.extend(marker)
+            return self._deliver(rnd)
         self._extra_items.extend(_visible_items(rnd))
         self._extra_items.extend([call, output])
         self._spool.extend(marker)
