@@ -21,11 +21,10 @@ leaves the round's frame-by-frame path to decide, as before.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 
-@dataclass(frozen=True, slots=True)
-class Frames:
+class Frames(msgspec.Struct, frozen=True):
     """The lines of whole frames (the blank separator lines left out), and
     whether they are all ASCII (then a line's length in characters is its
     length in bytes)."""

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+
+import msgspec
 
 from lore_gateway.obs import metrics
 from lore_gateway.recall.core.chain import (
@@ -101,8 +102,7 @@ class _FollowUp:
         return []
 
 
-@dataclass(frozen=True, slots=True)
-class Streamed:
+class Streamed(msgspec.Struct, frozen=True):
     """A served stream: the interceptor (the turn's items, usage, failure) and,
     when it never needed the items, the terminal frame that repeats them."""
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from lore_gateway.protocols.responses_model import Item
 from lore_gateway.protocols.responses_stream import ResponsesAccumulator
 from lore_gateway.recall.core.chain import FailureCategory
@@ -39,25 +41,23 @@ RATE_LIMITS = "codex.rate_limits"
 TERMINALS = ("response.completed", "response.incomplete", "response.failed", "response.done")
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
+class Limits(msgspec.Struct, frozen=True):
     stream_bytes: int = MAX_STREAM_BYTES
     retained_bytes: int = MAX_RETAINED_BYTES
     deferred_bytes: int = MAX_DEFERRED_BYTES
 
 
 # --- actions --------------------------------------------------------------------------
+# Frozen msgspec Structs, as the core machine's (recall/core/machine.py says why).
 
 
-@dataclass(frozen=True, slots=True)
-class Send:
+class Send(msgspec.Struct, frozen=True):
     """Bytes for the client, now."""
 
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class Done:
+class Done(msgspec.Struct, frozen=True):
     """The client has the stream's end: ``ok`` commits the staged recalls, else
     they are rolled back (``category``: the chain's failure, if it failed)."""
 
