@@ -6,7 +6,8 @@ them, each on a store built for it.
 - a short turn that runs a command is an action, not small talk;
 - in scope ``all``, the asking session's nearest messages and its word matches
   are candidates even when a hundred messages elsewhere are nearer and four
-  hundred match the words better;
+  hundred match the words better, and its best word matches lift their
+  neighbours as within the session;
 - over several sessions, a message of a session whose best match is weak gives
   way to the best session's.
 
@@ -211,3 +212,31 @@ def test_the_asking_sessions_word_matches_are_candidates_in_scope_all(
     query = "when was the cache key rotated"
     assert _contents(searcher, query, scope="all", session="asking", limit=10)[0] == answer
     assert answer not in _contents(searcher, query, scope="all", session="s1", limit=10)
+
+
+@pytest.mark.usefixtures("database_url")
+def test_the_asking_sessions_word_matches_lift_their_neighbours_in_scope_all(
+        tmp_path: Path) -> None:
+    """The command holds the question's words, its output none: the output is
+    lifted by the command beside it (and found by the context index). Sixty
+    messages of other sessions match the words better, so the 40 best matches
+    overall, whose neighbours are lifted, hold nothing of the asking session;
+    its own best matches lift theirs too, so its messages score as they do
+    within the session (without: the output 0.385 against 0.535)."""
+    command = ("THOUGHT: I will look for when the cache key was rotated.\n\n```bash\n"
+               "grep -n rotated /var/log/nightly.log\n```")
+    output = "[tool:c1] 412: nightly job finished at 03:00, all entries swapped"
+    elsewhere = [f"cache key rotated for worker {chr(97 + i // 26)}{chr(97 + i % 26)}"
+                 for i in range(60)]
+    cosines = dict.fromkeys([command, output, *elsewhere], 0.2)
+    searcher = _searcher(tmp_path, cosines,
+                         *(_turn(f"s{i}", ("tool", t)) for i, t in enumerate(elsewhere)),
+                         _turn("asking", ("assistant", command), ("tool", output)))
+
+    def mine(scope: str) -> list[tuple[str, float]]:
+        return [(h.content, h.score) for h in searcher.search(
+            "when was the cache key rotated", tenant=TENANT, project=PROJECT,
+            session="asking", scope=scope, limit=100).hits if h.session == "asking"]
+
+    assert [c for c, _ in mine("session")] == [command, output]
+    assert mine("all") == mine("session")
