@@ -47,8 +47,10 @@ browser:
 		apt-get update && apt-get install -y chromium; \
 	else echo "browser tests: chromium not found; install Debian's chromium (apt-get install chromium)" >&2; fi
 
+# One worker a core (at most 4), each test file on one worker (its module fixtures
+# set up once); `.venv/bin/pytest` alone runs in one process.
 test: setup tools browser lint
-	scripts/offline $(BIN)/pytest
+	scripts/offline $(BIN)/pytest -n auto --maxprocesses 4 --dist loadfile
 
 clean:
 	rm -rf $(VENV) $(TOOLS)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -36,6 +38,28 @@ os.environ["LORE_CONFIG"] = os.devnull
 # CI clones the repository into a fresh folder with ``shared/`` beside it.
 FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
 REPO = Path(__file__).resolve().parents[1]
+
+_OWN_BASETEMP = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A short base for ``tmp_path``: the listing tests print paths under it and
+    check that they fit 80 columns, and pytest's default
+    (``/tmp/pytest-of-<user>/pytest-<n>/``, then ``popen-gw<k>/`` per worker) is
+    long enough to break that (and with a long user name, even in one process).
+    Set once by the controlling process; the workers get their ``popen-gw<k>``
+    folder under it from pytest-xdist."""
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        config.option.basetemp = tempfile.mkdtemp(prefix="lore-t-")
+        config.stash[_OWN_BASETEMP] = config.option.basetemp
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """That base is removed after a run that passed; a failed run's is kept to look at."""
+    own = session.config.stash.get(_OWN_BASETEMP, None)
+    if own is not None and exitstatus == 0:
+        shutil.rmtree(own, ignore_errors=True)
+
 
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:

@@ -31,8 +31,12 @@ def _browser_binary() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """One browser per module, not per session: Playwright's sync API keeps its event
+    loop running in the main thread while it is open, and pytest-asyncio cannot run
+    an async test or fixture beside it; a test process (a pytest-xdist worker) runs
+    other modules after these."""
     binary = _browser_binary()
     if binary is None:
         pytest.skip("the /ui browser tests need Debian's chromium: `apt-get install chromium` "

@@ -370,7 +370,10 @@ class FuzzRig:
         settings = Settings(host="127.0.0.1", port=0, upstream_openai=self.upstream.url,
                             upstream_chatgpt=self.upstream.url + "/backend-api",
                             upstream_anthropic=self.upstream.url, data_dir=data,
-                            embeddings=False, store=True, recall=True)
+                            embeddings=False, store=True, recall=True,
+                            # The background worker's calls would meet whatever broken
+                            # answer the fuzzer serves at that moment: not a request's case.
+                            worker=False)
         self._gateway = BackgroundServer(Gateway(settings), name="fuzz-gateway")
         self.gateway = self._gateway.start()
         self.unexpected = _Unexpected()
