@@ -170,6 +170,40 @@ def test_another_tenants_rows_do_not_crowd_out_this_tenants_in_scope_all(
     assert [h.content for h in hits] == ["the websocket reconnect flakes on slow networks"]
 
 
+@pytest.mark.sqlite_only  # FTS5's own ranking is the reference
+def test_sqlite_bm25_lists_are_fts5s_ranking_ties_included(tmp_path: Path) -> None:
+    """The BM25 list, sorted by SQLite, holds the rows, scores and order FTS5's
+    ``ORDER BY rank`` gives, where the limit cuts through tied rows too."""
+    from lore_gateway.memory.search.textindex import text_index
+
+    settings = Settings(data_dir=tmp_path, embeddings=False)
+    memory = Memory.open(settings, embedder=None)
+    try:
+        _store(memory, *(_turn(ALICE, ("user", text)) for text in
+                         ["walrus", "walrus tusk", "walrus seal", "seal"] * 40))
+    finally:
+        memory.close()
+    phrases = [phrase("walrus", prefix=True), phrase("seal", prefix=False)]
+    conn = db.connect(settings.database)
+    try:
+        token = text_index(conn).scope_token(conn, "s", ALICE.tenant, ALICE.session)
+        for table, fts in (("messages", "messages_fts"), ("context", "context_fts")):
+            for scope in (None, token):
+                expression = '{content}: ("walrus"* OR "seal")'
+                if scope is not None:
+                    expression = f"{{scope}}: {scope} AND {expression}"
+                fts5 = [(int(mid), float(score)) for mid, score in conn.execute(
+                    f"SELECT rowid, -rank FROM {fts} WHERE {fts} MATCH ?"
+                    " AND rank MATCH 'bm25(1.0, 0.0)' ORDER BY rank LIMIT 50",
+                    (expression,))]
+                got = text_index(conn).bm25(conn, table, phrases, conjunction=False,
+                                            token=scope, floor=0, limit=50)
+                assert got == fts5
+                assert len({score for _, score in got}) < len(got)  # ties were cut
+    finally:
+        conn.close()
+
+
 @pytest.mark.sqlite_only  # upgrades an older SQLite file
 def test_a_version_3_store_migrates_forward_and_stays_searchable(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path, embeddings=False)
