@@ -153,6 +153,15 @@ def test_a_fact_in_the_message_a_hit_carries_counts_but_not_as_a_hit() -> None:
     assert outcome(q, [Found("s", 20, "3 passed in 0.12s")]).facts_found == 1
 
 
+def test_a_hit_stands_for_the_copies_folded_into_it() -> None:
+    """Folding a copy into the best-ranked one (``Hit.folded``, named by the recall)
+    must not lose the position the copy held: its index counts as the hit's."""
+    q = _question((134,))
+    hit = Found("s", 118, "diff --git a/lib/text.py", copies=(134,))
+    assert (outcome(q, [hit]).tol, outcome(q, [hit]).exact) == (1, 1)
+    assert outcome(q, [Found("s", 118, "diff --git a/lib/text.py")]).tol is None
+
+
 def test_noise_counts_duplicates_side_channels_and_recall_traffic() -> None:
     noise = Noise()
     noise.add([Found("s", 1, "a  b"), Found("s", 2, "a b"), Found("t", None, "x",

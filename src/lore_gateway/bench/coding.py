@@ -191,7 +191,7 @@ def run(data: Path | None = None, *, natural: Path | None = None, embeddings: bo
             stored = memory.read(_stored_rows)
             report.stored_rows = len(stored)
             _ask_naive(report, sets, stored)
-            _ask_lore(report, sets, memory, progress)
+            _ask_lore(report, sets, memory, memory.read(_positions), progress)
         finally:
             memory.close()
     return report
@@ -223,7 +223,7 @@ def _ask_naive(report: CodingReport, sets: CodingSets,
 
 
 def _ask_lore(report: CodingReport, sets: CodingSets, memory: Memory,
-              progress: Progress | None) -> None:
+              positions: dict[str, tuple[str, int]], progress: Progress | None) -> None:
     asked, total = 0, len(sets.questions) * len(MODES)
     for mode in MODES:
         scope, from_project = _ASKED[mode]
@@ -234,11 +234,32 @@ def _ask_lore(report: CodingReport, sets: CodingSets, memory: Memory,
             report.latencies_ms.setdefault(mode, []).append((time.perf_counter() - t0) * 1000)
             report.add(LORE, mode, q, [
                 Found.of(h.session, h.content, h.meta,
-                         h.previous.content if h.previous is not None else "")
+                         h.previous.content if h.previous is not None else "",
+                         _copies(h.session, h.folded, positions))
                 for h in result.hits])
             asked += 1
             if progress is not None:
                 progress("questions", asked, total)
+
+
+def _positions(conn: Connection) -> dict[str, tuple[str, int]]:
+    """Each stored message's reference (``t:<id>``) to its session and index."""
+    import orjson
+
+    found: dict[str, tuple[str, int]] = {}
+    for mid, session, meta in conn.execute(
+            "SELECT id, session, meta FROM messages WHERE tenant = ?", (TENANT,)):
+        index = orjson.loads(meta).get("index") if meta else None
+        if isinstance(index, int):
+            found[f"t:{int(mid)}"] = (str(session), index)
+    return found
+
+
+def _copies(session: str, folded: tuple[str, ...],
+            positions: dict[str, tuple[str, int]]) -> tuple[int, ...]:
+    """The indexes, in ``session``, of the copies a hit folded (``Hit.folded``)."""
+    return tuple(at[1] for ref in folded
+                 if (at := positions.get(ref)) is not None and at[0] == session)
 
 
 def _stored_rows(conn: Connection) -> list[tuple[str, Found]]:

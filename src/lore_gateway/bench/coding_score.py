@@ -3,7 +3,10 @@
 For each question and each top 10 (``Found`` rows, best first):
 
 - **hit@k** (the main figure, hit@10): one of the first k lies within ±2 messages
-  of *any* gold index of the question, in the question's session;
+  of *any* gold index of the question, in the question's session. A hit stands
+  for the copies folded into it too (``Hit.folded``: the same text stored again,
+  a re-run's output; the recall names each by its id), so a folded copy's index
+  counts as the hit's: folding must not lose a position the copy held;
 - **exact@10**: a gold index itself is in the top 10;
 - **MRR**: 1 / rank of the first ±2 hit, over the top 10 (0 beyond it; the shared
   baseline scripts rank the whole list, so their MRR can be a little higher);
@@ -72,16 +75,21 @@ class Found:
     side_channel: bool = False
     recall: bool = False
     previous: str = ""  # the message before it that the hit carries (``Hit.previous``)
+    copies: tuple[int, ...] = ()  # indexes of the copies folded into it, in its session
 
     @classmethod
     def of(cls, session: str, content: str, meta: dict[str, Any] | None,
-           previous: str = "") -> Found:
+           previous: str = "", copies: tuple[int, ...] = ()) -> Found:
         meta = meta or {}
         index = meta.get("index")
         return cls(session, int(index) if isinstance(index, int) else None, content,
                    side_channel=hidden_side_channel(meta),
                    recall=meta.get("noise") == "recall" or is_recall_traffic(content),
-                   previous=previous)
+                   previous=previous, copies=copies)
+
+    def indexes(self) -> tuple[int, ...]:
+        """The positions this row stands for in its session: its own, then its copies'."""
+        return self.copies if self.index is None else (self.index, *self.copies)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +113,7 @@ def outcome(q: Question, found: Sequence[Found]) -> Outcome:
 
     def first(ok: Any) -> int | None:
         return next((rank for rank, f in enumerate(top, 1)
-                     if f.session == q.session_id and f.index is not None and ok(f.index)),
+                     if f.session == q.session_id and any(ok(i) for i in f.indexes())),
                     None)
 
     text = "\n".join(f"{f.previous}\n{f.content}" for f in top)
