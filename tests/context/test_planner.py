@@ -129,12 +129,6 @@ def test_layers_never_go_down_while_warm() -> None:
         assert state.layer >= 3
 
 
-def dataclasses_replace(state: SessionState, **values: Any) -> SessionState:
-    import dataclasses
-
-    return dataclasses.replace(state, **values)
-
-
 def test_cold_cache_rewrites_and_may_step_down() -> None:
     payload = body(anthropic_history(30))
     state = run(payload, calibrated()).state

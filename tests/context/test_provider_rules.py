@@ -9,9 +9,9 @@ repeated harness nudge instead of the task.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
+import msgspec
 import orjson
 
 from lore_gateway.context import planner
@@ -146,7 +146,7 @@ def test_an_overflow_at_the_top_layer_replans_smaller_instead_of_resending() -> 
     for i in range(60):
         messages += tool_round(i, think=False, chars=2_000)
     payload = body(messages)
-    state = dataclasses.replace(CALIBRATED, force_min=planner.EMERGENCY)
+    state = msgspec.structs.replace(CALIBRATED, force_min=planner.EMERGENCY)
     top = run(payload, state)
     assert top.state.layer == planner.EMERGENCY
     sent = planner.render(ANTHROPIC, payload, top.state)

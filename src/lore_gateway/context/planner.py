@@ -22,11 +22,11 @@ sized to fit, truncating single huge outputs instead of stripping them.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import msgspec
 import orjson
 
 from lore_gateway.context import history as h
@@ -89,9 +89,12 @@ class Distilled:
     last_at: float  # when its newest source message was stored
 
 
-@dataclass(frozen=True, slots=True)
-class SessionState:
-    """Everything the planner keeps per session (persisted by ``store``)."""
+class SessionState(msgspec.Struct, frozen=True):
+    """Everything the planner keeps per session (persisted by ``store``).
+
+    A msgspec Struct, not a frozen dataclass: every request replaces it at least
+    twice, and ``dataclasses.replace`` on 24 frozen fields cost ~20 µs a call
+    (``msgspec.structs.replace`` ~0.6 µs)."""
 
     layer: int = 0
     force_min: int = 0
@@ -158,7 +161,7 @@ def plan(history: HistoryAdapter, payload: dict[str, Any], body_len: int, state:
         limits = Limits(min(limits.window, state.window_cap), limits.share)
     budget = limits.budget
     cold = state.last_at > 0 and now - state.last_at > history.cache_ttl(payload)
-    st = dataclasses.replace(state, last_at=now, marks=_mark(state.marks, len(items), now))
+    st = msgspec.structs.replace(state, last_at=now, marks=_mark(state.marks, len(items), now))
     if st.layer == 0 and st.force_min == 0 and not st.reserve:
         estimate = int(body_len * ratio)
         if estimate <= budget:
@@ -195,7 +198,7 @@ def calibrate(state: SessionState, sent_bytes: int, prompt_tokens: int,
     sample = prompt_tokens / sent_bytes
     ratio = sample if state.samples == 0 else (
         CALIBRATION_KEEP * state.ratio + (1 - CALIBRATION_KEEP) * sample)
-    return dataclasses.replace(state, ratio=ratio, samples=state.samples + 1,
+    return msgspec.structs.replace(state, ratio=ratio, samples=state.samples + 1,
                                input_tokens=state.input_tokens + prompt_tokens,
                                cache_read=state.cache_read + min(cache_read, prompt_tokens))
 
@@ -204,7 +207,7 @@ def reserve(state: SessionState, extra_bytes: int) -> SessionState:
     """A recall follow-up needs ``extra_bytes`` more than the planned context:
     the next plan rewrites (at this layer if it can) leaving that room."""
     ratio = state.ratio * (UNCALIBRATED_SAFETY if state.samples == 0 else 1.0)
-    return dataclasses.replace(state, reserve=int(extra_bytes * ratio) + 1)
+    return msgspec.structs.replace(state, reserve=int(extra_bytes * ratio) + 1)
 
 
 def follow_up_ceiling(share: float) -> float:
@@ -226,7 +229,7 @@ def force_layer(state: SessionState, overflow_ratio: float | None,
     ratio, samples = state.ratio, state.samples
     if overflow_ratio and limit and sent_bytes > 0:
         ratio, samples = max(ratio, overflow_ratio * limit / sent_bytes), max(1, samples)
-    return dataclasses.replace(state, force_min=min(EMERGENCY, max(floor, state.layer + 1)),
+    return msgspec.structs.replace(state, force_min=min(EMERGENCY, max(floor, state.layer + 1)),
                                window_cap=cap, ratio=ratio, samples=samples, overflowed=True)
 
 
@@ -340,7 +343,7 @@ def _layout(history: HistoryAdapter, payload: dict[str, Any], items: list[Any], 
     prefix_bytes = sum(len(orjson.dumps(p)) + 1 for p in prefix)
     kept = sum(eff[cut:])
     dropped = sum(sizes[lead:]) - kept - prefix_bytes
-    state = dataclasses.replace(
+    state = msgspec.structs.replace(
         st, layer=layer, force_min=0, lead=lead, cut=cut, strip_end=max(strip_end, 0),
         truncate_to=truncate, fingerprint=_fingerprint(items, cut), prefix=text,
         prefix_ids=ids, request=request, system_kept=system_kept, overflowed=False, reserve=0,
@@ -417,7 +420,7 @@ def _anchored(items: list[Any], st: SessionState) -> bool:
 
 
 def _reset(st: SessionState) -> SessionState:
-    return dataclasses.replace(st, layer=0, force_min=0, lead=0, cut=0, strip_end=0,
+    return msgspec.structs.replace(st, layer=0, force_min=0, lead=0, cut=0, strip_end=0,
                                truncate_to=0, fingerprint="", prefix="", prefix_ids=(),
                                breakpoint=False, system_kept=(), overflowed=False,
                                dropped_bytes=0)

@@ -19,7 +19,7 @@ from lore_gateway.distill import store as dstore
 from lore_gateway.privacy import redact_private
 from lore_gateway.storage.base import Connection
 
-_FIELDS = {f for f in SessionState.__dataclass_fields__}
+_FIELDS = {f for f in SessionState.__struct_fields__}
 
 
 def to_json(state: SessionState) -> str:
@@ -27,7 +27,7 @@ def to_json(state: SessionState) -> str:
     client's history: its ``<private>`` spans are stored as ``[private]``
     (``privacy.py``), while the state in memory keeps the exact text, so the
     bytes sent upstream, and the prompt cache, do not change."""
-    data = {name: getattr(state, name) for name in SessionState.__dataclass_fields__}
+    data = {name: getattr(state, name) for name in SessionState.__struct_fields__}
     data["request"] = redact_private(state.request)[0]
     return orjson.dumps(data).decode()
 
