@@ -235,10 +235,13 @@ class Searcher:
             own = match.rank(conn, "messages")
             ctx = match.rank(conn, "context")
         sources = _best(own, NEIGHBOUR_SOURCES)  # the messages whose neighbours are lifted
-        if scope == "all" and session:
+        if scope == "all" and session and match is not None:
             # The asking session's word matches, as within it: the best 400 overall
-            # may hold none of them, or too few to lift their neighbours.
-            mine = self._match(conn, index, parsed, "session", tenant, project, session)
+            # may hold none of them, or too few to lift their neighbours. The words
+            # are the ones the search over all sessions affords: a session's own
+            # plan would afford common words too, whose every row FTS5's bm25()
+            # walks for their IDF (docs/search.md, "Latency").
+            mine = match.within(index.scope_token(conn, SCOPE_KINDS["session"], tenant, session))
             if mine is not None:
                 sources |= _best(_merge(own, mine.rank(conn, "messages")), NEIGHBOUR_SOURCES)
                 _merge(ctx, mine.rank(conn, "context"))
@@ -417,6 +420,10 @@ class _Match:
             for mid in matched:
                 found[mid] += weight
         return {mid: f / total for mid, f in found.items()}
+
+    def within(self, token: object | None) -> _Match | None:
+        """The same words over a narrower scope (its ``token``; None: nothing stored)."""
+        return None if token is None else replace(self, token=token, scoped=True)
 
     def rank(self, conn: Connection, table: Table) -> dict[int, float]:
         """BM25 of the best in-scope matches, each divided by the best (1.0 is the top)."""
