@@ -479,11 +479,18 @@ def frame_block(data: bytes, end: int, prefix: bytes, max_frames: int,
     values = _decoded(payloads, decode)
     if values is None:
         return None
-    if body.isascii():
-        chars = len(body)
-    else:
-        try:
-            chars = len(body.decode())
-        except UnicodeDecodeError:
-            return None
+    chars = text_chars(body)
+    if chars is None:
+        return None
     return Block(values, cut, frames, chars - (frames - 1) * (len(prefix) + 2))
+
+
+def text_chars(body: bytes) -> int | None:
+    """How many characters ``body`` holds as UTF-8 text (None: it is not UTF-8);
+    the fast reads count a run's text this way."""
+    if body.isascii():
+        return len(body)
+    try:
+        return len(body.decode())
+    except UnicodeDecodeError:
+        return None

@@ -32,7 +32,7 @@ import orjson
 from lore_gateway.protocols.accumulator import StateLimitExceeded
 from lore_gateway.protocols.common import ProtocolError, TextBuffer, ToolCall
 from lore_gateway.protocols.usage import Usage
-from lore_gateway.sse import DEFAULT_MAX_EVENT_BYTES, SSEEvent
+from lore_gateway.sse import DEFAULT_MAX_EVENT_BYTES, SSEEvent, text_chars
 
 # Parts that are not text (function calls, inline data, code) one answer may
 # hold. An agent's turn makes a few dozen calls; the bound stops a broken or
@@ -140,13 +140,9 @@ def text_records(data: bytes, max_frames: int, start: int = 0) -> TextRun | None
             return None
         if record.usageMetadata is not None:
             usage = record.usageMetadata
-    if body.isascii():
-        chars = len(body)
-    else:
-        try:
-            chars = len(body.decode())
-        except UnicodeDecodeError:
-            return None
+    chars = text_chars(body)
+    if chars is None:
+        return None
     return TextRun(records, usage, cut - start, chars - (frames - 1) * len(_RECORD_SEPARATOR))
 
 
