@@ -11,7 +11,11 @@ inside that loop and joins the thread.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import io
+import sys
 import threading
+import traceback
 from collections.abc import Coroutine
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -25,6 +29,28 @@ DEFAULT_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 90.0
 
 T = TypeVar("T")
+
+
+class StuckServer(TimeoutError):
+    """A background server's start, stop or call did not finish in time."""
+
+
+def where_everything_is(loop: asyncio.AbstractEventLoop) -> str:
+    """Every thread's stack and ``loop``'s unfinished tasks, for a stuck call's error."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    parts = []
+    for ident, frame in sys._current_frames().items():
+        stack = "".join(traceback.format_stack(frame, limit=12))
+        parts.append(f"--- thread {names.get(ident, ident)}\n{stack}")
+    try:
+        tasks = asyncio.all_tasks(loop)
+    except RuntimeError:  # the set changed while we read it
+        tasks = set()
+    for task in tasks:
+        out = io.StringIO()
+        task.print_stack(limit=8, file=out)
+        parts.append(f"--- {out.getvalue()}")
+    return "\n".join(parts)
 
 
 class AsyncServer(Protocol):
@@ -61,8 +87,15 @@ class BackgroundServer(Generic[S]):
         return self._loop
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = DEFAULT_TIMEOUT_S) -> T:
-        """Run ``coro`` on the server's loop and wait for its result."""
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        """Run ``coro`` on the server's loop and wait for its result; past
+        ``timeout``, a ``StuckServer`` that shows where every thread and task is."""
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise StuckServer(f"{self._thread.name}: no result within {timeout:g} s\n"
+                              f"{where_everything_is(self._loop)}") from None
 
     def start(self, timeout: float = DEFAULT_TIMEOUT_S) -> S:
         self._thread.start()
