@@ -168,7 +168,8 @@ class Gateway:
             log.info("waiting up to %.0f s for %d open responses (LORE_SHUTDOWN_GRACE)",
                      self.settings.shutdown_grace, self.proxy.active)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.proxy.wait_idle(), self.settings.shutdown_grace)
+            async with asyncio.timeout(self.settings.shutdown_grace):
+                await self.proxy.wait_idle()
         if self.proxy.active:
             log.warning("shutdown grace over: ending %d open responses", self.proxy.end_streams())
 

@@ -334,7 +334,8 @@ class Memory:
             lambda: self.search_sync(query, identity=identity, scope=scope, limit=limit),
         )
         try:
-            return await asyncio.wait_for(future, self.settings.search_timeout)
+            async with asyncio.timeout(self.settings.search_timeout):
+                return await future
         except TimeoutError:
             raise SearchTimeout(
                 f"memory search took longer than {self.settings.search_timeout:g} s") from None

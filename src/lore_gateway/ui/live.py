@@ -116,7 +116,8 @@ class Streams:
                                 "more_body": True})
                     last_beat = now
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(gone.wait(), POLL_SECONDS)
+                    async with asyncio.timeout(POLL_SECONDS):
+                        await gone.wait()
             if not gone.is_set():
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:

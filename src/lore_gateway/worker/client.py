@@ -123,8 +123,8 @@ class ModelCaller:
                     system: str, user: str, max_tokens: int) -> bytes:
         body = orjson.dumps(wreq.build(upstream.family, model, system, user, max_tokens))
         url = wreq.url(upstream.family, upstream.url, model)
-        return await asyncio.wait_for(self._send(url, headers, body),
-                                      self.settings.worker_timeout)
+        async with asyncio.timeout(self.settings.worker_timeout):
+            return await self._send(url, headers, body)
 
     async def _send(self, url: str, headers: list[tuple[str, str]], body: bytes) -> bytes:
         resp = await self.upstream.send("POST", url, headers, body)

@@ -152,7 +152,8 @@ class BackgroundWorker:
     async def _run(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._sleep_s())
+                async with asyncio.timeout(self._sleep_s()):
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 await self._pass()

@@ -120,7 +120,8 @@ async def send_follow_up(
 
 async def _read_error(response: UpstreamResponse) -> bytes:
     try:
-        body, _ = await asyncio.wait_for(response.read(ERROR_BODY_BYTES), SNIFF_SECONDS)
+        async with asyncio.timeout(SNIFF_SECONDS):
+            body, _ = await response.read(ERROR_BODY_BYTES)
     except Exception:  # diagnostics only; the status already decided the outcome
         return b""
     return body
