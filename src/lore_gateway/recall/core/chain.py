@@ -12,7 +12,6 @@ sans-IO :mod:`~lore_gateway.recall.core.machine`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -296,8 +295,8 @@ async def with_keepalive(client: ClientWriter, work: Awaitable[T], frame: bytes,
         timer.cancel()
         if beater is not None:
             beater.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await beater
+            # gather, not a suppressed await: a cancel of this task still ends it.
+            await asyncio.gather(beater, return_exceptions=True)
 
 
 def final_round_result(result: str) -> str:
