@@ -26,7 +26,6 @@ request, so a gateway nobody asks for MCP never imports the SDK.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -173,8 +172,10 @@ class McpEndpoint:
         """Stop the session manager (after the server stopped taking requests)."""
         self._stop.set()
         if self._serving is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._serving
+            # gather, not a suppressed await: a cancel of close itself still ends it.
+            (ended,) = await asyncio.gather(self._serving, return_exceptions=True)
+            if isinstance(ended, Exception):
+                raise ended
 
 
 def refusal(message: str) -> bytes:
