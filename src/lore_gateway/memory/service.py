@@ -328,11 +328,8 @@ class Memory:
             return await searcher.search(query, tenant=identity.tenant,
                                          project=identity.project, session=identity.session,
                                          scope=scope, limit=limit)
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(
-            self._search_pool,
-            lambda: self.search_sync(query, identity=identity, scope=scope, limit=limit),
-        )
+        future = asyncio.get_running_loop().run_in_executor(self._search_pool, lambda: (
+            self.search_sync(query, identity=identity, scope=scope, limit=limit)))
         try:
             async with asyncio.timeout(self.settings.search_timeout):
                 return await future
