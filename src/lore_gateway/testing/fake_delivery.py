@@ -91,9 +91,10 @@ async def misbehave(
         count = int(scenario.arg or MISBEHAVE_AFTER)
         half = frames[count][: len(frames[count]) // 2]
         return await stream(request, record, (*frames[:count], half), headers, reset=True)
-    if name == "stall":
+    if name in ("stall", "linger"):
         seconds = float(scenario.arg) if scenario.arg else None
-        return await stream(request, record, frames, headers, stall=True, stall_seconds=seconds)
+        return await stream(request, record, frames, headers, stall=name == "stall",
+                            linger=name == "linger", stall_seconds=seconds)
     return await stream(request, record, frames, headers)
 
 
@@ -105,9 +106,11 @@ async def stream(
     *,
     reset: bool = False,
     stall: bool = False,
+    linger: bool = False,
     stall_seconds: float | None = None,
 ) -> web.StreamResponse:
-    """Write ``frames`` one by one; optionally stall after a few, or reset the TCP link."""
+    """Write ``frames`` one by one; optionally stall after a few or after the last
+    (``linger``: a whole answer whose end of body comes late), or reset the TCP link."""
     response = web.StreamResponse(headers={**SSE_HEADERS, **headers})
     try:
         await response.prepare(request)
@@ -117,6 +120,10 @@ async def stream(
                 if record.client_gone.is_set():
                     return response
             await response.write(frame)
+        if linger:
+            await _stall(request, record, stall_seconds)
+            if record.client_gone.is_set():
+                return response
         if reset:
             await asyncio.sleep(0.05)  # let the client read what was sent first
             _reset(request)

@@ -22,6 +22,8 @@ Scenarios (``name`` or ``name:argument``; see docs/testing.md):
 ``malformed-event``       one frame with invalid JSON in the middle
 ``stall[:seconds]``       3 frames, then silence (until the client leaves if
                           no seconds are given); the disconnect is recorded
+``linger[:seconds]``      every frame, terminal event included, then silence
+                          before the end of the body (the same way)
 ``missing-terminal``      the stream ends cleanly without its terminal event
 ``big-stream:<MiB>[@<n>]`` that many MiB of text deltas of n bytes (default
                           4096), generated on the fly
