@@ -25,6 +25,11 @@ SSE_HEADERS: RawHeaders = [
 ]
 
 
+# How long a relay whose client left with the whole answer may still read the
+# provider's end of body: a provider ends it at once; one that does not is cut.
+AFTER_ANSWER_S = 5.0
+
+
 class ClientGone(Exception):
     """The client disconnected before the response was complete."""
 
@@ -65,12 +70,18 @@ async def _until_disconnect(receive: Receive) -> None:
         pass
 
 
-async def watch(receive: Receive, work: Awaitable[T]) -> T:
+async def watch(receive: Receive, work: Awaitable[T], *,
+                delivered: Callable[[], bool] | None = None) -> T:
     """Run ``work`` (a coroutine, or a task already running) to completion unless
     the client disconnects first.
 
     Raises ``ClientGone`` after cancelling ``work`` when the client goes away.
     Call only after the request body has been read in full.
+
+    A client that leaves once ``delivered()`` says it has the whole answer (Codex
+    exits on ``response.completed``) does not cut ``work``: it gets
+    ``AFTER_ANSWER_S`` to read the provider's end of body and end the turn whole,
+    as if the client had stayed (uvicorn drops the last writes).
 
     The caller awaits ``work`` itself and the disconnect listener only cancels
     it: the caller resumes one loop iteration after ``work`` ends. (Waiting on
@@ -80,12 +91,22 @@ async def watch(receive: Receive, work: Awaitable[T]) -> T:
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_until_disconnect(receive))
     gone = False
+    late: asyncio.TimerHandle | None = None
 
-    def disconnected(listener: asyncio.Future[None]) -> None:
+    def cut() -> None:
         nonlocal gone
-        if not listener.cancelled() and listener.exception() is None and not task.done():
+        if not task.done():
             gone = True
             task.cancel()
+
+    def disconnected(listener: asyncio.Future[None]) -> None:
+        nonlocal late
+        if listener.cancelled() or listener.exception() is not None or task.done():
+            return
+        if delivered is not None and delivered():
+            late = asyncio.get_running_loop().call_later(AFTER_ANSWER_S, cut)
+        else:
+            cut()
 
     watcher.add_done_callback(disconnected)
     try:
@@ -99,6 +120,8 @@ async def watch(receive: Receive, work: Awaitable[T]) -> T:
     finally:
         watcher.remove_done_callback(disconnected)
         watcher.cancel()
+        if late is not None:
+            late.cancel()
     if gone:
         raise ClientGone
     return result

@@ -28,10 +28,13 @@ from lore_gateway.memory.store.records import RawOutputs, RawTurn, TurnRecord
 from lore_gateway.obs import metrics
 from lore_gateway.protocols import anthropic, chat, gemini, responses
 from lore_gateway.protocols.accumulator import StreamAccumulator
+from lore_gateway.protocols.anthropic_stream import TERMINAL_MARKS as ANTHROPIC_TERMINAL_MARKS
 from lore_gateway.protocols.anthropic_stream import AnthropicAccumulator
+from lore_gateway.protocols.chat_stream import TERMINAL_MARKS as CHAT_TERMINAL_MARKS
 from lore_gateway.protocols.chat_stream import ChatAccumulator
 from lore_gateway.protocols.common import Message, ProtocolError
 from lore_gateway.protocols.gemini_stream import GeminiAccumulator, usage_from_gemini
+from lore_gateway.protocols.responses_model import TERMINAL_MARKS as RESPONSES_TERMINAL_MARKS
 from lore_gateway.protocols.responses_stream import ResponsesAccumulator
 from lore_gateway.protocols.usage import (
     Usage,
@@ -73,6 +76,26 @@ _ACCUMULATORS: dict[Family, Callable[[int | None], StreamAccumulator]] = {
     Family.GEMINI: lambda limit: GeminiAccumulator(max_text_chars=limit),
 }
 _MODELS: dict[Protocol, _Model] = {}
+# The bytes that mark a stream's terminal frame; Gemini's stream has none (its
+# last chunk carries a finishReason like others may).
+_TERMINAL_MARKS: dict[Family, tuple[bytes, ...]] = {
+    Family.RESPONSES: RESPONSES_TERMINAL_MARKS,
+    Family.CHAT: CHAT_TERMINAL_MARKS,
+    Family.ANTHROPIC: ANTHROPIC_TERMINAL_MARKS,
+    Family.GEMINI: (),
+}
+
+
+def terminal_marks(protocol: Protocol) -> tuple[bytes, ...]:
+    """What in a relayed chunk shows the client got the stream's terminal frame:
+    a mark anywhere in it, or, for a mark that begins with a newline, at its start."""
+    return _TERMINAL_MARKS[family_of(protocol)]
+
+
+def holds_terminal(chunk: bytes, marks: tuple[bytes, ...]) -> bool:
+    """Whether ``chunk`` holds one of ``marks`` (``terminal_marks``)."""
+    return any(mark in chunk or (mark[:1] == b"\n" and chunk.startswith(mark[1:]))
+               for mark in marks)
 
 
 def model_of(protocol: Protocol) -> _Model:

@@ -23,6 +23,7 @@ import orjson
 from lore_gateway import delivery
 from lore_gateway.body import ClientDisconnected, decode_body, read_body
 from lore_gateway.channel import ClientChannel, ClientGone, Receive, Send, watch
+from lore_gateway.collector import holds_terminal, terminal_marks
 from lore_gateway.compaction.channel import ScaledUsageChannel
 from lore_gateway.compaction.service import CompactionAnswer, CompactionService, usage_cap
 from lore_gateway.config import Settings
@@ -51,12 +52,16 @@ log = logging.getLogger("lore.proxy")
 
 class _SentTail:
     """ASGI ``send`` that remembers how the last body bytes ended, so an error
-    event written after a cut (shutdown, a failure) starts on an event boundary."""
+    event written after a cut (shutdown, a failure) starts on an event boundary,
+    and whether a client that left had the whole answer (``delivered``)."""
 
-    __slots__ = ("_send", "at_boundary", "ended", "sse")
+    __slots__ = ("_before", "_last", "_marks", "_send", "at_boundary", "ended", "sse")
 
-    def __init__(self, send: Send) -> None:
+    def __init__(self, send: Send, marks: tuple[bytes, ...]) -> None:
         self._send = send
+        self._marks = marks  # collector.terminal_marks of the protocol
+        # The last two body chunks: read only if the client leaves (``delivered``).
+        self._before = self._last = b""
         self.at_boundary = True
         self.ended = False
         self.sse = False
@@ -68,10 +73,19 @@ class _SentTail:
         body = message.get("body")
         if body:
             self.at_boundary = body.endswith((b"\n\n", b"\r\r", b"\r\n\r\n"))
+            self._before, self._last = self._last, body
         if message["type"] == "http.response.body" and not message.get("more_body", False):
             self.ended = True
         await self._send(message)
 
+    def delivered(self) -> bool:
+        """The client has the whole answer: the end of the body, or the stream's
+        terminal frame last (a frame may straddle two chunks)."""
+        return self.ended or (self.sse and holds_terminal(
+            self._before[-_STRADDLE:] + self._last, self._marks))
+
+
+_STRADDLE = 256  # bytes of the chunk before the last that a terminal mark may start in
 
 SHUTDOWN_MESSAGE = ("The gateway is shutting down and ended this response; "
                     "retry the request once it is back")
@@ -136,7 +150,8 @@ class Proxy:
 
     async def _handle_model(self, scope: dict[str, Any], receive: Receive, send: Send,
                             route: Route) -> RequestTiming:
-        tail = _SentTail(send)
+        assert route.protocol is not None
+        tail = _SentTail(send, terminal_marks(route.protocol))
         client = ClientChannel(tail)
         timing = RequestTiming()
         # Every request already running may still store a turn: room for all of them.
@@ -163,7 +178,7 @@ class Proxy:
         self._idle.clear()
         ended = False
         try:
-            await watch(receive, relay)
+            await watch(receive, relay, delivered=tail.delivered)
             ended = True
         except ClientGone:
             log.info("client disconnected; upstream request cancelled")

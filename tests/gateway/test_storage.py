@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
+import aiohttp
 import openai
 import pytest
 
+from lore_gateway import channel
 from lore_gateway.testing import FakeUpstream
 
 KEY = "sk-storage-test-0123456789"
@@ -155,3 +158,64 @@ def test_anthropic_turn_stored_once(make_gateway: Any, fake_upstream: FakeUpstre
     assert stored(gw, session) == [("user", "what did we decide about retries?", True),
                                    ("assistant", text, True)]
     assert gw.memory.count_turns(None, session=session) == 1
+
+
+LINGERED = {  # a request of each protocol, and the last frame of its answer
+    "responses": ("/v1/responses", {"model": "gpt-x", "input": "where is the loader?"},
+                  b"response.completed"),
+    "chat": ("/v1/chat/completions", {"model": "gpt-x", "messages": [
+        {"role": "user", "content": "where is the loader?"}]}, b"[DONE]"),
+    "anthropic": ("/v1/messages", {"model": "claude-x", "max_tokens": 64, "messages": [
+        {"role": "user", "content": "where is the loader?"}]}, b"message_stop"),
+}
+TOOL = {"responses": {"type": "function", "name": "read_file", "parameters": {}},
+        "chat": {"type": "function", "function": {"name": "read_file", "parameters": {}}},
+        "anthropic": {"name": "read_file", "input_schema": {"type": "object"}}}
+
+
+@pytest.mark.parametrize("tools", [False, True], ids=["relayed", "recall-watched"])
+@pytest.mark.parametrize("protocol", list(LINGERED))
+async def test_a_client_that_leaves_after_the_terminal_event_leaves_a_complete_turn(
+        make_gateway: Any, fake_upstream: FakeUpstream, protocol: str, tools: bool) -> None:
+    """Codex exits as soon as it reads ``response.completed``; the provider's end
+    of body may come later. The answer was whole, so the turn is stored whole."""
+    gw = make_gateway()
+    session = f"linger-{protocol}-{tools}"
+    await leave_at_the_terminal(gw, protocol, session, "linger:0.3", tools=tools)
+    (record,) = fake_upstream.model_requests
+    rows = await asyncio.to_thread(stored, gw, session)
+    assert rows[0] == ("user", "where is the loader?", True)
+    assert [(role, complete) for role, _, complete in rows[1:]] == [("assistant", True)]
+    assert rows[1][1]
+    assert record.finished_at is not None and not record.client_gone.is_set()
+
+
+async def test_a_provider_that_never_ends_the_body_after_the_terminal_is_cut(
+        make_gateway: Any, fake_upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wait for the end of body after the client left is bounded."""
+    monkeypatch.setattr(channel, "AFTER_ANSWER_S", 0.3)
+    gw = make_gateway()
+    left = await leave_at_the_terminal(gw, "anthropic", "linger-forever", "linger")
+    (record,) = fake_upstream.model_requests
+    assert await asyncio.to_thread(record.client_gone.wait, 5.0)
+    assert record.client_gone_at is not None and 0.2 < record.client_gone_at - left < 3.0
+
+
+async def leave_at_the_terminal(gw: Any, protocol: str, session: str, scenario: str, *,
+                                tools: bool = False) -> float:
+    """Stream a request and close the connection on the answer's terminal frame;
+    when it closed (``time.monotonic``)."""
+    path, body, last = LINGERED[protocol]
+    body = {**body, "stream": True, **({"tools": [TOOL[protocol]]} if tools else {})}
+    async with aiohttp.ClientSession() as http:
+        response = await http.post(gw.url + path, json=body, headers={
+            "authorization": f"Bearer {KEY}", "x-api-key": KEY,
+            "anthropic-version": "2023-06-01", "x-lore-session-id": session,
+            "x-fake-scenario": scenario})
+        seen = b""
+        while last not in seen:
+            chunk = await response.content.readany()
+            assert chunk, seen
+            seen += chunk
+        response.close()  # as the client got the terminal frame, before the end of body
+        return time.monotonic()

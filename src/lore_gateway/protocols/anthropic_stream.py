@@ -29,6 +29,9 @@ from lore_gateway.protocols.usage import Usage, usage_from_anthropic
 from lore_gateway.recall.core.reads import leading_frames
 from lore_gateway.sse import SSEEvent, frame_block
 
+# The bytes that show a frame is the stream's terminal, ``message_stop``
+# (unescaped quotes: only the event's own JSON has them).
+TERMINAL_MARKS = (b'"type":"message_stop"',)
 _MAX_BLOCKS = 10_000  # a real message has tens of blocks; bounds a runaway stream
 _NO_BOUND = sys.maxsize  # no bound on the retained state (storage bounds text instead)
 # The delta types that append to a block, and the field each appends to.

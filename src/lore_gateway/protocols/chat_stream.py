@@ -26,6 +26,9 @@ from lore_gateway.protocols.usage import Usage, usage_from_chat
 from lore_gateway.recall.core.reads import leading_frames
 from lore_gateway.sse import SSEEvent, frame_block
 
+# The stream's terminal line, at a line start (a JSON string never holds a raw
+# newline, so text that quotes it does not match).
+TERMINAL_MARKS = (b"\ndata: [DONE]",)
 _MAX_CHOICES = 128  # the API caps n at 128
 _MAX_TOOL_CALLS = 1_000  # bounds a runaway stream; real turns have a few
 _NO_BOUND = sys.maxsize  # no bound on the retained state (storage bounds text instead)

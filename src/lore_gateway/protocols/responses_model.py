@@ -25,6 +25,9 @@ LIFECYCLE_EVENTS = frozenset({"response.created", "response.in_progress", "respo
 TERMINAL_EVENTS = frozenset(
     {"response.completed", "response.incomplete", "response.failed", "response.done"}
 )
+# The bytes that show a frame is one of them (unescaped quotes: only the event's
+# own JSON has them, never a string inside it): the client has the whole answer.
+TERMINAL_MARKS = tuple(f'"type":"{kind}"'.encode() for kind in sorted(TERMINAL_EVENTS))
 # Which item type a data event belongs to, for locating or creating its item.
 KIND_BY_PREFIX = (
     ("response.output_text.", "message"),
