@@ -86,16 +86,31 @@ _TERMINAL_MARKS: dict[Family, tuple[bytes, ...]] = {
 }
 
 
-def terminal_marks(protocol: Protocol) -> tuple[bytes, ...]:
-    """What in a relayed chunk shows the client got the stream's terminal frame:
-    a mark anywhere in it, or, for a mark that begins with a newline, at its start."""
-    return _TERMINAL_MARKS[family_of(protocol)]
+def terminal_marks(protocol: Protocol, *, recall: bool) -> tuple[bytes, ...]:
+    """What in the bytes sent shows the client got the stream's terminal frame
+    (``ends_with_terminal``). None for an Anthropic stream the gateway watches for
+    recall: its own recall stream holds three messages, each with a
+    ``message_stop``, so one is not the end."""
+    family = family_of(protocol)
+    if recall and family is Family.ANTHROPIC:
+        return ()
+    return _TERMINAL_MARKS[family]
 
 
-def holds_terminal(chunk: bytes, marks: tuple[bytes, ...]) -> bool:
-    """Whether ``chunk`` holds one of ``marks`` (``terminal_marks``)."""
-    return any(mark in chunk or (mark[:1] == b"\n" and chunk.startswith(mark[1:]))
-               for mark in marks)
+def ends_with_terminal(sent: bytes, marks: tuple[bytes, ...]) -> bool:
+    """Whether the last frame in ``sent`` (the tail of what the client got) is a
+    terminal one: a mark, and no frame begun after it. A mark that begins with a
+    newline also counts at the very start of ``sent``."""
+    for mark in marks:
+        at = sent.rfind(mark)
+        if at < 0 and mark[:1] == b"\n" and sent.startswith(mark[1:]):
+            at = -1
+        elif at < 0:
+            continue
+        rest = sent[at + len(mark):]
+        if b"\ndata:" not in rest and b"\nevent:" not in rest:
+            return True
+    return False
 
 
 def model_of(protocol: Protocol) -> _Model:

@@ -23,7 +23,7 @@ import orjson
 from lore_gateway import delivery
 from lore_gateway.body import ClientDisconnected, decode_body, read_body
 from lore_gateway.channel import ClientChannel, ClientGone, Receive, Send, watch
-from lore_gateway.collector import holds_terminal, terminal_marks
+from lore_gateway.collector import ends_with_terminal, terminal_marks
 from lore_gateway.compaction.channel import ScaledUsageChannel
 from lore_gateway.compaction.service import CompactionAnswer, CompactionService, usage_cap
 from lore_gateway.config import Settings
@@ -55,11 +55,12 @@ class _SentTail:
     event written after a cut (shutdown, a failure) starts on an event boundary,
     and whether a client that left had the whole answer (``delivered``)."""
 
-    __slots__ = ("_before", "_last", "_marks", "_send", "at_boundary", "ended", "sse")
+    __slots__ = ("_before", "_last", "_send", "at_boundary", "ended", "marks", "sse")
 
-    def __init__(self, send: Send, marks: tuple[bytes, ...]) -> None:
+    def __init__(self, send: Send) -> None:
         self._send = send
-        self._marks = marks  # collector.terminal_marks of the protocol
+        # collector.terminal_marks of the exchange, once it is known.
+        self.marks: tuple[bytes, ...] = ()
         # The last two body chunks: read only if the client leaves (``delivered``).
         self._before = self._last = b""
         self.at_boundary = True
@@ -81,8 +82,8 @@ class _SentTail:
     def delivered(self) -> bool:
         """The client has the whole answer: the end of the body, or the stream's
         terminal frame last (a frame may straddle two chunks)."""
-        return self.ended or (self.sse and holds_terminal(
-            self._before[-_STRADDLE:] + self._last, self._marks))
+        return self.ended or (self.sse and ends_with_terminal(
+            self._before[-_STRADDLE:] + self._last, self.marks))
 
 
 _STRADDLE = 256  # bytes of the chunk before the last that a terminal mark may start in
@@ -150,8 +151,7 @@ class Proxy:
 
     async def _handle_model(self, scope: dict[str, Any], receive: Receive, send: Send,
                             route: Route) -> RequestTiming:
-        assert route.protocol is not None
-        tail = _SentTail(send, terminal_marks(route.protocol))
+        tail = _SentTail(send)
         client = ClientChannel(tail)
         timing = RequestTiming()
         # Every request already running may still store a turn: room for all of them.
@@ -173,6 +173,7 @@ class Proxy:
             client = ScaledUsageChannel(tail, cap)
         # A compaction passed through is not a turn of the conversation: not stored.
         pending = self.turns.begin(exchange) if compaction is None else None
+        tail.marks = terminal_marks(exchange.protocol, recall=exchange.recall)
         relay = asyncio.ensure_future(self._forward(exchange, client, tail, timing, pending))
         self._relays.add(relay)
         self._idle.clear()
