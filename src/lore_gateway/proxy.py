@@ -55,12 +55,10 @@ class _SentTail:
     event written after a cut (shutdown, a failure) starts on an event boundary,
     and whether a client that left had the whole answer (``delivered``)."""
 
-    __slots__ = ("_before", "_last", "_send", "at_boundary", "ended", "marks", "sse")
+    __slots__ = ("_before", "_last", "_send", "at_boundary", "ended", "sse")
 
     def __init__(self, send: Send) -> None:
         self._send = send
-        # collector.terminal_marks of the exchange, once it is known.
-        self.marks: tuple[bytes, ...] = ()
         # The last two body chunks: read only if the client leaves (``delivered``).
         self._before = self._last = b""
         self.at_boundary = True
@@ -79,11 +77,12 @@ class _SentTail:
             self.ended = True
         await self._send(message)
 
-    def delivered(self) -> bool:
+    def delivered(self, marks: tuple[bytes, ...]) -> bool:
         """The client has the whole answer: the end of the body, or the stream's
-        terminal frame last (a frame may straddle two chunks)."""
+        terminal frame last (``marks``: ``collector.terminal_marks``; a frame may
+        straddle two chunks)."""
         return self.ended or (self.sse and ends_with_terminal(
-            self._before[-_STRADDLE:] + self._last, self.marks))
+            self._before[-_STRADDLE:] + self._last, marks))
 
 
 _STRADDLE = 256  # bytes of the chunk before the last that a terminal mark may start in
@@ -173,13 +172,13 @@ class Proxy:
             client = ScaledUsageChannel(tail, cap)
         # A compaction passed through is not a turn of the conversation: not stored.
         pending = self.turns.begin(exchange) if compaction is None else None
-        tail.marks = terminal_marks(exchange.protocol, recall=exchange.recall)
         relay = asyncio.ensure_future(self._forward(exchange, client, tail, timing, pending))
         self._relays.add(relay)
         self._idle.clear()
         ended = False
         try:
-            await watch(receive, relay, delivered=tail.delivered)
+            marks = terminal_marks(exchange.protocol, recall=exchange.recall)
+            await watch(receive, relay, delivered=lambda: tail.delivered(marks))
             ended = True
         except ClientGone:
             log.info("client disconnected; upstream request cancelled")
