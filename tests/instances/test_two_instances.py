@@ -236,15 +236,22 @@ def test_two_instances_serve_one_session_and_survive_losing_one(
         return int(queued[0][0]) == 0 and bool(query(
             shared_url, "SELECT count(*) FROM distillations WHERE method = 'worker'")[0][0])
 
+    def distill_calls() -> int:
+        return sum(r.headers.get("x-lore-worker") == "distill"
+                   for r in fake_upstream.model_requests)
+
     wait_until(settled, "the distill jobs to finish", WAIT_S)
-    distill_calls = [r for r in fake_upstream.model_requests
-                     if r.headers.get("x-lore-worker") == "distill"]
+    # The idle trigger may queue one more job after ``settled``: every call counted
+    # here has ended, saved, by the next ``settled``.
+    calls_before = distill_calls()
+    wait_until(settled, "the distill jobs to finish", WAIT_S)
     logs = query(shared_url, "SELECT source_ids FROM distillations WHERE generation = 0")
     sources = [i for (ids,) in logs for i in orjson.loads(ids)]
     assert len(sources) == len(set(sources)), "a message was distilled twice"
     worker_logs = query(shared_url, "SELECT count(*) FROM distillations WHERE generation = 0"
                         " AND method = 'worker'")[0][0]
-    assert len(distill_calls) == worker_logs
+    # One worker log per model call: none lost, none from a call made twice.
+    assert calls_before <= worker_logs <= distill_calls()
     # Read after the logs: a job saves its log and ends in one transaction, so
     # no more logs than jobs ended. Fewer is allowed: a job may end with nothing
     # to save (its segment distilled meanwhile), and the idle trigger may queue
